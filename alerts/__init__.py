@@ -1,0 +1,1 @@
+"""Prometheus alerting/recording rules, their promtool tests, and the Alertmanager webhook receiver."""

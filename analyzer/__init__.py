@@ -1,0 +1,1 @@
+"""Analyzer: detector plugins (pure functions of aggregated data) that return findings."""

@@ -1,0 +1,58 @@
+"""The ``linkwatch`` command: parse arguments, load config, call the library, return an exit code.
+
+Each subcommand lives in ``linkwatch/commands/<name>.py`` and exposes ``app`` (a Typer app);
+this module only mounts them. Errors that are the operator's to fix (:class:`LinkwatchError`)
+print one line and exit 2; anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from linkwatch.errors import LinkwatchError
+
+# (subcommand, module under linkwatch.commands, help)
+SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
+]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
+
+
+def _mount() -> None:
+    for name, module, help_text in SUBCOMMANDS:
+        sub = importlib.import_module(f"linkwatch.commands.{module}")
+        if isinstance(sub.app, typer.Typer):
+            app.add_typer(sub.app, name=name, help=help_text)
+        else:
+            app.command(name=name, help=help_text)(sub.app)
+
+
+_mount()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, standalone_mode=False)
+    except LinkwatchError as e:
+        print(f"linkwatch: error: {e}", file=sys.stderr)
+        return 2
+    except typer.Abort:
+        return 130
+    except SystemExit as e:
+        return int(e.code or 0)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``linkwatch`` CLI, one module each, each exposing ``app``."""

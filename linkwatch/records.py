@@ -1,0 +1,351 @@
+"""The one record schema: what agents, the lag collector and clients send on ``linkwatch.samples``.
+
+Stdlib + orjson only, so the agent never pulls Spark in; ``spark_metrics`` derives its Spark
+schema from these dataclasses (never written twice).
+
+Every record is a JSON object with an envelope and a body::
+
+    {"v": 1, "kind": "stage_sketch", "cluster": "prod-1", "source": "broker-3",
+     "ts_ms": 1700000000000, "key": "<dedup key>", ...fields of the kind...}
+
+* ``v`` is :data:`SCHEMA_VERSION`. A reader accepts versions up to its own and ignores fields it
+  does not know (so a newer writer with added optional fields still decodes).
+* ``key`` identifies the fact, not the delivery: the same window from the same broker always has
+  the same key, so a consumer (the Spark job) drops duplicates from re-sends and restarts.
+* :func:`decode` raises :class:`RecordError` with a short ``reason`` (for a
+  ``..._dropped_total{reason}`` counter) for anything malformed; unknown kinds are a reason too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
+
+import orjson
+
+SCHEMA_VERSION = 1
+SAMPLES_TOPIC = "linkwatch.samples"
+FINDINGS_TOPIC = "linkwatch.findings"
+
+# Request types the stage model knows; Fetch is split into consumer and follower fetches.
+PRODUCE = "Produce"
+FETCH_CONSUMER = "FetchConsumer"
+FETCH_FOLLOWER = "FetchFollower"
+# Stage names as in Kafka's RequestMetrics/request log, without the "Ms" suffix.
+STAGES = ("requestQueue", "local", "remote", "throttle", "responseQueue", "send", "total")
+
+
+class RecordError(ValueError):
+    """A record that cannot be used. ``reason`` is a short label for drop counters."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """Envelope shared by every kind. Subclasses set ``KIND`` and define ``dedup_key``."""
+
+    KIND: ClassVar[str] = ""
+    cluster: str
+    source: str
+    ts_ms: int
+
+    def dedup_key(self) -> str:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        body = dataclasses.asdict(self)
+        return {"v": SCHEMA_VERSION, "kind": self.KIND, "key": self.dedup_key(), **body}
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSketch(Record):
+    """Latency sketch of one stage of one request type on one broker over one window."""
+
+    KIND: ClassVar[str] = "stage_sketch"
+    broker: int
+    request: str
+    stage: str
+    window_s: int
+    sketch: dict[str, Any]  # linkwatch.sketch.LatencySketch.to_dict()
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.broker}/{self.request}/{self.stage}/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionBytes:
+    topic: str
+    partition: int
+    bytes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowRequest(Record):
+    """One request whose total time crossed the exemplar threshold; ``ts_ms`` is its end time."""
+
+    KIND: ClassVar[str] = "slow_request"
+    broker: int
+    request: str
+    client_id: str
+    correlation_id: int
+    connection: str
+    stages_ms: dict[str, float]
+    partitions: list[dict[str, Any]] = field(default_factory=list)  # PartitionBytes as dicts
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.broker}/{self.connection}/{self.correlation_id}/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerGauges(Record):
+    """JMX readings of one broker for one window: gauge name -> value (names are documented
+    by the collector that produces them, e.g. ``RequestHandlerAvgIdlePercent``,
+    ``TotalTimeMs.Produce.mean``)."""
+
+    KIND: ClassVar[str] = "broker_gauges"
+    broker: int
+    window_s: int
+    values: dict[str, float]
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.broker}/gauges/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogDirUsage(Record):
+    KIND: ClassVar[str] = "logdir_usage"
+    broker: int
+    log_dir: str
+    capacity_bytes: int
+    used_bytes: int
+    partition_bytes: int
+    partitions: int
+    io_util: float | None = None  # fraction 0..1 of the device over the window
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.broker}/{self.log_dir}/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionSize(Record):
+    KIND: ClassVar[str] = "partition_size"
+    broker: int
+    log_dir: str
+    topic: str
+    partition: int
+    size_bytes: int
+    segments: int
+    oldest_segment_ms: int
+    newest_segment_ms: int
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.broker}/{self.topic}-{self.partition}/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostStats(Record):
+    KIND: ClassVar[str] = "host"
+    broker: int
+    window_s: int
+    cpu_percent: float
+    page_cache_bytes: int
+    disk_write_bytes_per_s: float
+    disk_read_bytes_per_s: float
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.broker}/host/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerLag(Record):
+    """Lag of one group on one partition at one evaluation (``ts_ms``)."""
+
+    KIND: ClassVar[str] = "consumer_lag"
+    group: str
+    topic: str
+    partition: int
+    committed_offset: int
+    end_offset: int
+    lag_messages: int
+    lag_seconds: float | None
+    lag_seconds_method: str  # "record_timestamp" | "interpolated" | "unknown"
+    status: str
+    reason: str
+    leader: int | None = None
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.group}/{self.topic}-{self.partition}/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientFetch(Record):
+    """Client-side fetch timings of one consumer instance over one window, per broker."""
+
+    KIND: ClassVar[str] = "client_fetch"
+    client_id: str
+    group: str
+    broker: int
+    window_s: int
+    wait_fetch: dict[str, Any]  # sketches, as LatencySketch.to_dict()
+    fetch_latency: dict[str, Any]
+    end_to_end: dict[str, Any]
+    buffer_bytes: int
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.client_id}/{self.broker}/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding(Record):
+    """What the analyzer (or the lag collector) concluded. ``ts_ms`` is when it was decided."""
+
+    KIND: ClassVar[str] = "finding"
+    rule: str
+    subject: str  # e.g. "broker:2", "topic-partition:orders-3", "group:billing"
+    severity: str  # "info" | "warning" | "critical"
+    summary: str
+    evidence: dict[str, Any]
+    action: str
+    active: bool = True
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.rule}/{self.subject}/{self.ts_ms}"
+
+
+KINDS: dict[str, type[Record]] = {
+    cls.KIND: cls
+    for cls in (
+        StageSketch,
+        SlowRequest,
+        BrokerGauges,
+        LogDirUsage,
+        PartitionSize,
+        HostStats,
+        ConsumerLag,
+        ClientFetch,
+        Finding,
+    )
+}
+
+_ENVELOPE = ("v", "kind", "key")
+
+
+def decode(raw: bytes | str) -> Record:
+    """Parse one record; raise :class:`RecordError` (with a drop reason) if it is unusable."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise RecordError("not_json", f"{e}: {_preview(raw)}") from None
+    if not isinstance(obj, dict):
+        raise RecordError("not_object", _preview(raw))
+    return from_dict(obj)
+
+
+def from_dict(obj: dict[str, Any]) -> Record:
+    version = obj.get("v")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RecordError("bad_version", f"v={version!r}")
+    if version > SCHEMA_VERSION:
+        raise RecordError("future_version", f"v={version} > {SCHEMA_VERSION}")
+    kind = obj.get("kind")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise RecordError("unknown_kind", f"kind={kind!r}")
+    hints = _hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in obj:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise RecordError("missing_field", f"{kind}.{f.name}")
+            continue
+        value = obj[f.name]
+        if not _type_ok(value, hints[f.name]):
+            raise RecordError("bad_type", f"{kind}.{f.name}={_preview(repr(value))}")
+        values[f.name] = float(value) if hints[f.name] is float and isinstance(value, int) else value
+    return cls(**values)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return any(_type_ok(value, a) for a in get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            return False
+        args = get_args(hint)
+        return not args or all(_type_ok(v, args[1]) for v in value.values())
+    if origin is list or hint is list:
+        if not isinstance(value, list):
+            return False
+        args = get_args(hint)
+        return not args or all(_type_ok(v, args[0]) for v in value)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _preview(raw: object, limit: int = 120) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def field_types(cls: type[Record]) -> dict[str, Any]:
+    """Field name -> type hint, for deriving other schemas (Spark) from this module."""
+    return dict(_hints(cls))
+
+
+__all__ = [
+    "FETCH_CONSUMER",
+    "FETCH_FOLLOWER",
+    "FINDINGS_TOPIC",
+    "KINDS",
+    "PRODUCE",
+    "SAMPLES_TOPIC",
+    "SCHEMA_VERSION",
+    "STAGES",
+    "BrokerGauges",
+    "ClientFetch",
+    "ConsumerLag",
+    "Finding",
+    "HostStats",
+    "LogDirUsage",
+    "PartitionBytes",
+    "PartitionSize",
+    "Record",
+    "RecordError",
+    "SlowRequest",
+    "StageSketch",
+    "decode",
+    "field_types",
+    "from_dict",
+]

@@ -1,0 +1,206 @@
+"""Faults that make a real broker slow, each reversible, for tests and the demo.
+
+* :class:`PauseDutyCycle` — SIGSTOP/SIGCONT the broker JVM in a duty cycle: every stage of every
+  request it handles gets slower, like a long GC or a stuck disk.
+* :func:`starve_request_handlers` — set the dynamic per-broker ``num.io.threads`` low, so
+  requests wait in the request queue (the RequestQueue stage grows).
+* :func:`throttle_replication` — ``leader/follower.replication.throttled.rate`` on a broker and
+  throttled replicas ``*`` on topics: followers fall behind, acks=all produce waits (Remote).
+
+Each is a context manager and also registers itself in :data:`ACTIVE`, so a test teardown (or
+Ctrl-C in the demo) calls :func:`revert_all` and nothing stays broken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+from linkwatch.errors import SetupError
+
+_lock = threading.Lock()
+ACTIVE: dict[int, tuple[str, Callable[[], None]]] = {}
+_next_id = 0
+
+
+def _register(name: str, undo: Callable[[], None]) -> int:
+    global _next_id
+    with _lock:
+        _next_id += 1
+        ACTIVE[_next_id] = (name, undo)
+        return _next_id
+
+
+def _unregister(token: int) -> None:
+    with _lock:
+        ACTIVE.pop(token, None)
+
+
+def revert_all() -> list[str]:
+    """Undo every active fault (newest first); returns their names. Never raises."""
+    with _lock:
+        items = sorted(ACTIVE.items(), reverse=True)
+        ACTIVE.clear()
+    for _, (_name, undo) in items:
+        with contextlib.suppress(Exception):
+            undo()
+    return [name for _, (name, _undo) in items]
+
+
+@dataclass
+class PauseDutyCycle:
+    """Stop the process for ``pause_ms`` out of every ``period_ms`` until stopped.
+
+    The pause is real: the JVM makes no progress, so requests arriving during it see their
+    queue/local/send stages stretched. ``stop`` always leaves the process running (SIGCONT).
+    """
+
+    pid: int
+    pause_ms: int = 400
+    period_ms: int = 1000
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _token: int = field(default=0, init=False)
+    cycles: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.pause_ms < self.period_ms:
+            raise ValueError(f"pause_ms={self.pause_ms} must be > 0 and < period_ms={self.period_ms}")
+
+    def start(self) -> PauseDutyCycle:
+        self._token = _register(f"pause pid {self.pid}", self.stop)
+        self._thread = threading.Thread(target=self._run, name=f"pause-{self.pid}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                os.kill(self.pid, signal.SIGSTOP)
+                self._stop.wait(self.pause_ms / 1000)
+                os.kill(self.pid, signal.SIGCONT)
+                self.cycles += 1
+                self._stop.wait((self.period_ms - self.pause_ms) / 1000)
+        except ProcessLookupError:
+            pass
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+        _unregister(self._token)
+
+    def __enter__(self) -> PauseDutyCycle:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _alter(admin, resources: list[ConfigResource]) -> None:
+    """Apply config changes; raise SetupError naming the resource if the broker refuses any."""
+    # raise_on_unknown=False: the throttle rates are valid dynamic configs kafka-python does not list.
+    result = admin.alter_configs(resources, raise_on_unknown=False)  # {"broker": {"2": "OK" | "<error>"}}
+    errors = [
+        f"{rtype} {name}: {outcome}"
+        for rtype, by_name in result.items()
+        for name, outcome in by_name.items()
+        if outcome != "OK"
+    ]
+    if errors:
+        raise SetupError("the broker refused a config change: " + "; ".join(errors))
+
+
+def broker_config(admin, broker_id: int, key: str) -> str | None:
+    """Current value of one broker config (dynamic overrides included), for checking faults."""
+    resource = ConfigResource(ConfigResourceType.BROKER, str(broker_id), [key])
+    result = admin.describe_configs([resource], config_filter="all")
+    entry = result.get("broker", {}).get(str(broker_id), {}).get(key)
+    if isinstance(entry, dict):
+        return entry.get("value")
+    return entry
+
+
+def _thread_steps(current: int, target: int) -> list[int]:
+    """Kafka accepts a dynamic thread-count change only within [current/2, current*2]."""
+    steps = []
+    while current != target:
+        current = max(target, (current + 1) // 2) if target < current else min(target, current * 2)
+        steps.append(current)
+    return steps
+
+
+def _set_io_threads(admin, broker_id: int, current: int, target: int) -> None:
+    for n in _thread_steps(current, target):
+        _alter(admin, [ConfigResource(ConfigResourceType.BROKER, str(broker_id), {"num.io.threads": str(n)})])
+        # The broker validates the next step against the value it has applied, which lags the
+        # AlterConfigs response (it goes through the metadata log): wait until it shows.
+        deadline = time.monotonic() + 15
+        while broker_config(admin, broker_id, "num.io.threads") != str(n):
+            if time.monotonic() > deadline:
+                raise SetupError(f"broker {broker_id} did not apply num.io.threads={n} within 15s")
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def starve_request_handlers(admin, broker_id: int, threads: int = 1) -> Iterator[None]:
+    """Run broker ``broker_id`` with only ``threads`` I/O handler threads; restore on exit.
+
+    Requests then wait for a handler: the RequestQueue stage and RequestHandlerAvgIdlePercent
+    show it. The original count is restored step by step (Kafka allows halving/doubling only).
+    """
+    original = int(broker_config(admin, broker_id, "num.io.threads") or 8)
+    _set_io_threads(admin, broker_id, original, threads)
+
+    def undo() -> None:
+        _set_io_threads(admin, broker_id, threads, original)
+
+    token = _register(f"starve broker {broker_id}", undo)
+    try:
+        yield
+    finally:
+        _unregister(token)
+        undo()
+
+
+@contextlib.contextmanager
+def throttle_replication(admin, broker_id: int, rate_bytes_per_s: int, topics: list[str]) -> Iterator[None]:
+    """Cap replication into and out of ``broker_id`` at ``rate_bytes_per_s`` for ``topics``."""
+    if rate_bytes_per_s <= 0:
+        raise ValueError(f"rate_bytes_per_s={rate_bytes_per_s} must be > 0")
+    rate = str(rate_bytes_per_s)
+    keys = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+    replicas = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+    def undo() -> None:
+        delete = (AlterConfigOp.DELETE, None)
+        _alter(
+            admin, [ConfigResource(ConfigResourceType.BROKER, str(broker_id), dict.fromkeys(keys, delete))]
+        )
+        _alter(
+            admin,
+            [ConfigResource(ConfigResourceType.TOPIC, t, dict.fromkeys(replicas, delete)) for t in topics],
+        )
+
+    token = _register(f"throttle broker {broker_id}", undo)
+    try:
+        _alter(admin, [ConfigResource(ConfigResourceType.BROKER, str(broker_id), dict.fromkeys(keys, rate))])
+        _alter(
+            admin, [ConfigResource(ConfigResourceType.TOPIC, t, dict.fromkeys(replicas, "*")) for t in topics]
+        )
+        yield
+    finally:
+        _unregister(token)
+        undo()

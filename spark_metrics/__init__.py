@@ -1,0 +1,1 @@
+"""PySpark jobs: streaming and batch aggregation of linkwatch.samples (extract → transform → load)."""
