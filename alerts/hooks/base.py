@@ -1,0 +1,90 @@
+"""The hook contract: what the alerts receiver hands each alert to.
+
+A hook is a class registered under an entry-point group and chosen by name in the receiver's
+config (``hooks: [{type: log}, {type: exec, options: {...}}]``). Notification hooks live in the
+group ``linkwatch.notifiers``; remediation hooks (demote a leader, reassign, throttle) will
+live in ``linkwatch.remediations`` and implement this same interface, wrapped by the
+dispatcher's guardrails (dry-run by default, cooldown per subject, a cap on concurrent actions,
+a lease so two actors never collide). The built-ins are registered the same way as plugins.
+
+Contract, for every hook:
+
+* ``__init__(options)`` validates its options and raises :class:`~linkwatch.errors.ConfigError`
+  naming the bad key; it never connects, spawns or writes anything (the receiver builds every
+  hook before it listens, so a typo fails start-up, not the first alert).
+* ``handle(event)`` is called once per new (de-duplicated) alert event, from the receiver's
+  single dispatcher thread, never from the HTTP thread. It may block, but only up to its own
+  configured timeout (bounded retries included). It must not mutate the event. It returns a
+  :class:`HookResult`; raising is allowed and means FAILED: the dispatcher logs the error
+  with the hook name and alert fingerprint, counts it, and goes on with the other hooks.
+* Alert text is untrusted input (labels and annotations come from metrics): a hook never
+  builds a shell command, URL path or file path from it.
+* ``close()`` releases what ``handle`` opened; called once at shutdown; must not raise.
+
+A remediation hook additionally honours ``dry_run`` (default True: log what it would do and
+return SKIPPED) and reads its guardrail state from the dispatcher, not from globals.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+NOTIFIERS_GROUP = "linkwatch.notifiers"
+
+
+class HookResult(enum.Enum):
+    DONE = "done"  # delivered / acted
+    SKIPPED = "skipped"  # chose not to act (filtered, dry run, cooldown)
+    FAILED = "failed"  # tried and could not; the dispatcher logs and counts it
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One alert from an Alertmanager webhook message, as hooks see it."""
+
+    status: str  # "firing" | "resolved"
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    starts_at: str
+    ends_at: str
+    fingerprint: str
+    generator_url: str = ""
+    receiver: str = ""
+    group_key: str = ""
+    received_at: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def alertname(self) -> str:
+        return self.labels.get("alertname", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["labels"] = dict(self.labels)
+        d["annotations"] = dict(self.annotations)
+        d["alertname"] = self.alertname
+        return d
+
+
+class Hook(abc.ABC):
+    """Base of every hook; subclasses set ``name`` to their entry-point name."""
+
+    name: ClassVar[str] = "hook"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: Mapping[str, Any] = dict(options or {})
+
+    @abc.abstractmethod
+    def handle(self, event: AlertEvent) -> HookResult:
+        """Deliver or act on one alert event (see the module contract)."""
+
+    def close(self) -> None:  # noqa: B027 - optional for hooks that hold nothing
+        """Release resources; never raises."""
+
+
+class Notifier(Hook):
+    """A hook that tells someone: never changes the cluster."""

@@ -1,0 +1,39 @@
+"""Where the shipped rule files are, and running ``promtool`` over them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from linkwatch.errors import LinkwatchError, SetupError
+
+ALERTS_DIR = Path(__file__).resolve().parent
+RULES_DIR = ALERTS_DIR / "rules"
+RULE_TESTS_DIR = ALERTS_DIR / "tests"
+
+
+def rule_files() -> list[Path]:
+    return sorted(RULES_DIR.glob("*.yml"))
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        raise SetupError("promtool not found: install the Debian package `prometheus` (make bootstrap)")
+    return found
+
+
+def check_rules() -> list[str]:
+    """``promtool check rules`` then ``promtool test rules``; raises on the first failure."""
+    lines = []
+    for args in (
+        ["check", "rules", *rule_files()],
+        ["test", "rules", *sorted(RULE_TESTS_DIR.glob("*_test.yml"))],
+    ):
+        done = subprocess.run([promtool(), *map(str, args)], capture_output=True, text=True, timeout=300)
+        out = (done.stdout + done.stderr).strip()
+        if done.returncode != 0:
+            raise LinkwatchError(f"promtool {args[0]} rules failed:\n{out}")
+        lines.append(f"promtool {args[0]} rules: ok ({out.count('SUCCESS')} files)")
+    return lines

@@ -1,0 +1,366 @@
+"""``linkwatch alerts serve`` over real HTTP on loopback: auth, validation, de-duplication,
+audit, and the built-in hooks (exec gets alert text safely, webhook retries are bounded)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from alerts.config import ReceiverConfig
+from alerts.hooks import NOTIFIERS_GROUP, AlertEvent, Hook, HookResult, available_hooks, load_hook
+from alerts.hooks.exec import ExecNotifier
+from alerts.hooks.memory import MemoryNotifier
+from alerts.hooks.webhook import WebhookNotifier
+from alerts.receiver import AlertReceiver
+from linkwatch.errors import ConfigError
+
+TOKEN = "s3cret-token"
+
+
+def message(*alerts: dict[str, Any], status: str = "firing") -> dict[str, Any]:
+    return {
+        "version": "4",
+        "groupKey": '{}:{cluster="c1"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "linkwatch",
+        "groupLabels": {"cluster": "c1"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://127.0.0.1:9093",
+        "alerts": list(alerts),
+    }
+
+
+def alert(
+    broker: str = "2", status: str = "firing", starts: str = "2026-11-21T05:00:00.000Z", **ann: str
+) -> dict:
+    return {
+        "status": status,
+        "labels": {
+            "alertname": "LinkwatchSlowBroker",
+            "cluster": "c1",
+            "broker": broker,
+            "request": "Produce",
+        },
+        "annotations": {"summary": f"Broker {broker} is slow", "stage": "local", **ann},
+        "startsAt": starts,
+        "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else "2026-11-21T05:10:00.000Z",
+        "generatorURL": "http://127.0.0.1:9090/graph",
+        "fingerprint": f"fp{broker}",
+    }
+
+
+def post(
+    url: str,
+    body: bytes | dict,
+    token: str | None = TOKEN,
+    ctype: str = "application/json",
+    auth: str | None = None,
+):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": ctype}
+    if auth is not None:
+        headers["Authorization"] = auth
+    elif token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+class Exploding(Hook):
+    """A hook with a bug: every call raises."""
+
+    name = "exploding"
+
+    def handle(self, event: AlertEvent) -> HookResult:
+        raise RuntimeError("boom")
+
+
+@pytest.fixture
+def memory() -> MemoryNotifier:
+    return MemoryNotifier({"max_events": 100})
+
+
+@pytest.fixture
+def receiver(tmp_path: Path, memory: MemoryNotifier) -> Iterator[AlertReceiver]:
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "audit.jsonl", max_body_bytes=64 * 1024)
+    with AlertReceiver(cfg, hooks=[Exploding(), memory]) as r:
+        yield r
+
+
+@pytest.mark.parametrize(
+    "auth",
+    [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer ", f"Bearer {TOKEN}x", f"bearer{TOKEN}"],
+    ids=["missing", "wrong", "basic", "empty", "suffix", "no-space"],
+)
+def test_bad_token_is_401_and_nothing_is_audited(receiver: AlertReceiver, auth: str | None) -> None:
+    status, answer = post(receiver.url, message(alert()), token=None, auth=auth or "")
+    assert (status, answer["error"]) == (401, "unauthorized")
+    assert receiver.audit.read() == []
+
+
+BIG = json.dumps(message(*[alert(broker=str(i)) for i in range(1001)])).encode()
+MALFORMED: list[tuple[str, bytes | dict, str, int, str]] = [
+    # (id, body, content type, status, error reason)
+    ("not-json", b"{nope", "application/json", 400, "not_json"),
+    ("not-utf8", b"\xff\xfe\x00", "application/json", 400, "not_json"),
+    ("top-level-list", b"[]", "application/json", 400, "not_object"),
+    ("version-3", {**message(alert()), "version": "3"}, "application/json", 400, "bad_version"),
+    (
+        "no-alerts",
+        {k: v for k, v in message(alert()).items() if k != "alerts"},
+        "application/json",
+        400,
+        "missing_field",
+    ),
+    ("alerts-not-list", {**message(), "alerts": {"a": 1}}, "application/json", 400, "bad_type"),
+    ("alert-not-object", message("x"), "application/json", 400, "bad_type"),  # type: ignore[arg-type]
+    (
+        "no-labels",
+        message({k: v for k, v in alert().items() if k != "labels"}),
+        "application/json",
+        400,
+        "missing_field",
+    ),
+    (
+        "label-not-string",
+        message({**alert(), "labels": {"alertname": "A", "broker": 2}}),
+        "application/json",
+        400,
+        "bad_type",
+    ),
+    (
+        "no-alertname",
+        message({**alert(), "labels": {"broker": "2"}}),
+        "application/json",
+        400,
+        "missing_field",
+    ),
+    ("bad-status", message({**alert(), "status": "exploded"}), "application/json", 400, "bad_status"),
+    ("bad-top-status", {**message(alert()), "status": 3}, "application/json", 400, "bad_type"),
+    ("bad-startsAt", message({**alert(), "startsAt": "yesterday"}), "application/json", 400, "bad_time"),
+    (
+        "no-startsAt",
+        message({k: v for k, v in alert().items() if k != "startsAt"}),
+        "application/json",
+        400,
+        "missing_field",
+    ),
+    (
+        "too-many-labels",
+        message({**alert(), "labels": {f"l{i}": "v" for i in range(65)} | {"alertname": "A"}}),
+        "application/json",
+        400,
+        "too_many_labels",
+    ),
+    ("wrong-content-type", message(alert()), "text/plain", 415, "not_json"),
+    ("too-large", BIG, "application/json", 413, "too_large"),
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_malformed_payloads_get_clear_4xx(receiver: AlertReceiver, memory: MemoryNotifier, case) -> None:
+    _id, body, ctype, status, reason = case
+    got_status, answer = post(receiver.url, body, ctype=ctype)
+    assert (got_status, answer.get("error")) == (status, reason)
+    assert answer.get("detail")
+    assert receiver.audit.read() == []
+    assert list(memory.events) == []
+
+
+def test_unknown_path_and_health(receiver: AlertReceiver) -> None:
+    assert post(receiver.url.replace("/alerts", "/other"), message(alert()))[0] == 404
+    with urllib.request.urlopen(receiver.url.replace("/alerts", "/healthz"), timeout=5) as r:
+        assert json.loads(r.read()) == {"status": "ok"}
+
+
+def test_valid_message_is_audited_and_reaches_hooks_despite_a_failing_hook(
+    receiver: AlertReceiver, memory: MemoryNotifier
+) -> None:
+    status, answer = post(receiver.url, message(alert("2"), alert("3")))
+    assert (status, answer) == (200, {"accepted": 2, "duplicates": 0})
+    events = memory.wait_for(2, timeout_s=5)
+    assert [(e.labels["broker"], e.annotations["stage"], e.status) for e in events] == [
+        ("2", "local", "firing"),
+        ("3", "local", "firing"),
+    ]
+    audit = receiver.audit.read()
+    alerts = [r for r in audit if r["event"] == "alert"]
+    assert [(r["labels"]["broker"], r["duplicate"], r["remote"]) for r in alerts] == [
+        ("2", False, "127.0.0.1"),
+        ("3", False, "127.0.0.1"),
+    ]
+    _wait(lambda: len([r for r in receiver.audit.read() if r["event"] == "hook"]) == 4)
+    hooks = [(r["hook"], r["result"]) for r in receiver.audit.read() if r["event"] == "hook"]
+    assert sorted(hooks) == sorted([("exploding", "failed"), ("memory", "done")] * 2)
+    assert receiver.stats["hook_failed_exploding"] == 2
+
+
+def test_duplicates_are_audited_but_not_handed_on(receiver: AlertReceiver, memory: MemoryNotifier) -> None:
+    assert post(receiver.url, message(alert("2")))[1] == {"accepted": 1, "duplicates": 0}
+    assert post(receiver.url, message(alert("2")))[1] == {"accepted": 0, "duplicates": 1}
+    # the same alert resolved, and firing again with a new start, are new events
+    resolved = message(alert("2", status="resolved"), status="resolved")
+    assert post(receiver.url, resolved)[1] == {"accepted": 1, "duplicates": 0}
+    again = message(alert("2", starts="2026-11-21T06:00:00.000Z"))
+    assert post(receiver.url, again)[1] == {"accepted": 1, "duplicates": 0}
+    events = memory.wait_for(3, timeout_s=5)
+    assert [(e.status, e.starts_at[11:16]) for e in events] == [
+        ("firing", "05:00"),
+        ("resolved", "05:00"),
+        ("firing", "06:00"),
+    ]
+    assert [r["duplicate"] for r in receiver.audit.read() if r["event"] == "alert"] == [
+        False,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_dedup_cache_is_bounded(tmp_path: Path, memory: MemoryNotifier) -> None:
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", dedup_entries=2)
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        for b in ("1", "2", "3"):
+            assert post(r.url, message(alert(b)))[1]["accepted"] == 1
+        assert len(r.dedup) == 2
+        assert post(r.url, message(alert("3")))[1]["accepted"] == 0  # still remembered
+        assert post(r.url, message(alert("1")))[1]["accepted"] == 1  # the oldest was forgotten
+
+
+EVIL = "x'; touch {marker}; echo $(touch {marker}) `touch {marker}` | && > {marker} $HOME \"\n"
+
+SCRIPT = """
+import json, os, sys
+event = json.load(sys.stdin)
+env = {k: v for k, v in os.environ.items() if k.startswith("LINKWATCH_ALERT")}
+json.dump({"argv": sys.argv[1:], "env": env, "stdin": event}, open(sys.argv[1], "w"))
+"""
+
+
+def test_exec_hook_gets_alert_text_as_data_never_as_shell(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    evil = EVIL.format(marker=marker)
+    script = tmp_path / "hook.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out.json"
+    hook = ExecNotifier({"argv": [sys.executable, str(script), str(out), "--fixed"]})
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl")
+    with AlertReceiver(cfg, hooks=[hook]) as r:
+        body = message({**alert("2", summary=evil), "labels": {**alert()["labels"], "topic": evil}})
+        assert post(r.url, body)[0] == 200
+        _wait(lambda: out.exists())
+    got = json.loads(out.read_text())
+    assert got["argv"] == [str(out), "--fixed"]
+    assert got["env"]["LINKWATCH_ALERT_ANNOTATION_SUMMARY"] == evil
+    assert got["env"]["LINKWATCH_ALERT_LABEL_TOPIC"] == evil
+    assert got["env"]["LINKWATCH_ALERT_LABEL_BROKER"] == "2"
+    assert got["env"]["LINKWATCH_ALERT_NAME"] == "LinkwatchSlowBroker"
+    assert got["stdin"]["labels"]["topic"] == evil
+    assert not marker.exists()
+
+
+def test_exec_hook_failure_and_bad_options(tmp_path: Path) -> None:
+    event = AlertEvent("firing", {"alertname": "A"}, {}, "2026-11-21T05:00:00Z", "", "fp")
+    assert (
+        ExecNotifier({"argv": [sys.executable, "-c", "raise SystemExit(3)"]}).handle(event)
+        is HookResult.FAILED
+    )
+    assert (
+        ExecNotifier({"argv": [sys.executable, "-c", "import time; time.sleep(5)"], "timeout_s": 0.3}).handle(
+            event
+        )
+        is HookResult.FAILED
+    )
+    for bad in ({}, {"argv": "echo hi"}, {"argv": []}, {"argv": ["ok", 3]}, {"argv": ["x"], "timeout_s": 0}):
+        with pytest.raises(ConfigError):
+            ExecNotifier(bad)
+
+
+class _Target(BaseHTTPRequestHandler):
+    """A real loopback HTTP endpoint that fails its first ``fail_first`` POSTs with 500."""
+
+    fail_first = 0
+    bodies: ClassVar[list[dict]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        status = 500 if len(type(self).bodies) <= type(self).fail_first else 200
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("fail_first", "retries", "result", "posts"),
+    [(0, 2, "done", 1), (2, 2, "done", 3), (9, 2, "failed", 3), (9, 0, "failed", 1)],
+)
+def test_webhook_hook_retries_are_bounded(fail_first: int, retries: int, result: str, posts: int) -> None:
+    handler = type("T", (_Target,), {"fail_first": fail_first, "bodies": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        hook = WebhookNotifier({"url": url, "retries": retries, "backoff_s": 0.01, "timeout_s": 2})
+        event = AlertEvent(
+            "firing", {"alertname": "A", "broker": "1"}, {"stage": "send"}, "2026-11-21T05:00:00Z", "", "fp"
+        )
+        assert hook.handle(event).value == result
+        assert len(handler.bodies) == posts
+        assert handler.bodies[0]["labels"] == {"alertname": "A", "broker": "1"}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_declared_hook_loads_and_unknown_names_fail() -> None:
+    declared = available_hooks()
+    assert set(declared) >= {"log", "webhook", "exec", "memory"}
+    options = {"webhook": {"url": "http://127.0.0.1:1/x"}, "exec": {"argv": ["true"]}}
+    for name in declared:
+        assert load_hook(name, options.get(name)).name == name
+    with pytest.raises(ConfigError, match=NOTIFIERS_GROUP):
+        load_hook("pagerduty-typo")
+
+
+def test_receiver_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="token"):
+        AlertReceiver(ReceiverConfig(port=0, audit_log=tmp_path / "a.jsonl"))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    assert ReceiverConfig(token_file=token_file).resolved_token() == TOKEN.encode()
+
+
+def test_copy_of_message_is_unchanged_by_parsing(receiver: AlertReceiver) -> None:
+    body = message(alert("2"))
+    before = copy.deepcopy(body)
+    post(receiver.url, body)
+    assert body == before
+
+
+def _wait(cond, timeout_s: float = 5.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
