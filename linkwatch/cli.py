@@ -17,6 +17,8 @@ from linkwatch.errors import LinkwatchError
 # (subcommand, module under linkwatch.commands, help)
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
+    ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
+    ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
     ("alerts", "alerts", "Alertmanager webhook receiver and the alert rules' checks."),
 ]
 
