@@ -1,0 +1,367 @@
+"""Prometheus + Alertmanager + ``linkwatch alerts serve`` as plain processes on loopback.
+
+For the integration test and the demo: :class:`AlertStack` writes the configs into its own
+work dir (Prometheus scraping the given targets with the shipped rules; Alertmanager from the
+shipped ``config/alertmanager.example.yml`` pointed at the receiver), starts the three, and
+stops them (SIGTERM, then SIGKILL) — it never leaves a process behind. ``fast=True`` shortens
+the rules' ``for:`` and range windows and Alertmanager's grouping waits so a test sees an
+alert within a minute; the rule logic is otherwise the shipped one.
+:class:`AlertingDemoComponent` wraps it for ``linkwatch demo``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alerts.audit import AuditLog
+from alerts.rules_check import rule_files
+from linkwatch.errors import SetupError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ALERTMANAGER_EXAMPLE = REPO_ROOT / "config" / "alertmanager.example.yml"
+# Fast mode: shipped window -> test window (the :5m/:2m names stay; only the ranges shrink).
+FAST_WINDOWS = {"10m": "40s", "5m": "30s", "2m": "20s"}
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """One /metrics endpoint: its job (linkwatch-agent, linkwatch-lag, linkwatch-analyzer),
+    ``host:port`` and target labels (agents: ``cluster`` and ``broker``)."""
+
+    job: str
+    address: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binary(*names: str) -> str:
+    for name in names:
+        found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+        if found:
+            return found
+    raise SetupError(
+        f"{names[0]} not found: install the Debian packages prometheus and prometheus-alertmanager"
+    )
+
+
+def fast_rules(dst: Path, for_s: int = 10) -> list[Path]:
+    """Copies of the shipped rule files with every ``for:`` set to ``for_s`` seconds and the
+    range windows shortened (:data:`FAST_WINDOWS`)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    out = []
+    for src in rule_files():
+        doc = yaml.safe_load(src.read_text())
+        for group in doc["groups"]:
+            for rule in group["rules"]:
+                rule["expr"] = re.sub(
+                    r"\[(\d+m)\]", lambda m: f"[{FAST_WINDOWS.get(m[1], m[1])}]", rule["expr"]
+                )
+                if "for" in rule:
+                    rule["for"] = f"{for_s}s"
+        path = dst / src.name
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out.append(path)
+    return out
+
+
+def prometheus_config(
+    targets: list[ScrapeTarget], rules: list[Path], alertmanager: str, scrape_s: float, eval_s: float
+) -> dict[str, Any]:
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    for t in targets:
+        jobs.setdefault(t.job, []).append({"targets": [t.address], "labels": dict(t.labels)})
+    return {
+        "global": {
+            "scrape_interval": _ms(scrape_s),
+            "evaluation_interval": _ms(eval_s),
+            "scrape_timeout": _ms(scrape_s),
+        },
+        "rule_files": [str(p) for p in rules],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
+        # honor_labels: the exporters' own cluster/broker labels win over the target labels.
+        "scrape_configs": [
+            {"job_name": job, "honor_labels": True, "static_configs": sc} for job, sc in jobs.items()
+        ],
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
+
+
+def alertmanager_config(receiver_url: str, token_file: Path, fast: bool) -> dict[str, Any]:
+    """The shipped example, pointed at ``receiver_url`` (and with short waits when ``fast``)."""
+    if not ALERTMANAGER_EXAMPLE.exists():
+        raise SetupError(f"{ALERTMANAGER_EXAMPLE} missing (run from the linkwatch source tree)")
+    cfg = yaml.safe_load(ALERTMANAGER_EXAMPLE.read_text())
+    for receiver in cfg["receivers"]:
+        for hook in receiver.get("webhook_configs", []):
+            hook["url"] = receiver_url
+            hook["http_config"]["authorization"]["credentials_file"] = str(token_file)
+    if fast:
+        routes = [cfg["route"], *cfg["route"].get("routes", [])]
+        for route in routes:
+            route.update({"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"})
+        cfg["global"]["resolve_timeout"] = "10s"
+    return cfg
+
+
+class Process:
+    """A child process with its output in a log file; ``stop`` always reaps it."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_http(self, url: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SetupError(f"{self.name} exited ({self.proc.returncode}); see {self.log_path}")
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+            time.sleep(0.2)
+        raise SetupError(f"{self.name} not ready at {url} after {timeout_s}s; see {self.log_path}")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+class AlertStack:
+    """Receiver, Alertmanager and Prometheus, started in that order, stopped in reverse."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        targets: list[ScrapeTarget],
+        fast: bool = False,
+        scrape_s: float = 15.0,
+        eval_s: float = 15.0,
+        for_s: int = 10,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.targets = targets
+        self.fast = fast
+        self.scrape_s, self.eval_s, self.for_s = scrape_s, eval_s, for_s
+        self.token = secrets.token_urlsafe(24)
+        self.ports = {"receiver": free_port(), "alertmanager": free_port(), "prometheus": free_port()}
+        self.processes: list[Process] = []
+        self.audit = AuditLog(self.workdir / "receiver" / "audit.jsonl")
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['prometheus']}"
+
+    @property
+    def alertmanager_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['alertmanager']}"
+
+    @property
+    def receiver_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['receiver']}/alerts"
+
+    def start(self) -> AlertStack:
+        try:
+            self._start_receiver()
+            self._start_alertmanager()
+            self._start_prometheus()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for p in reversed(self.processes):
+            p.stop()
+        self.processes.clear()
+
+    def __enter__(self) -> AlertStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _dir(self, name: str) -> Path:
+        d = self.workdir / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _start_receiver(self) -> None:
+        d = self._dir("receiver")
+        token_file = d / "token"
+        token_file.write_text(self.token)
+        token_file.chmod(0o600)
+        cfg = {
+            "port": self.ports["receiver"],
+            "token_file": str(token_file),
+            "audit_log": str(self.audit.path),
+        }
+        (d / "receiver.yml").write_text(yaml.safe_dump(cfg))
+        argv = [sys.executable, "-m", "linkwatch.cli", "alerts", "serve", "--config", str(d / "receiver.yml")]
+        p = Process("linkwatch alerts serve", argv, d / "receiver.log")
+        self.processes.append(p)
+        p.wait_http(f"http://127.0.0.1:{self.ports['receiver']}/healthz")
+
+    def _start_alertmanager(self) -> None:
+        d = self._dir("alertmanager")
+        cfg = alertmanager_config(self.receiver_url, self.workdir / "receiver" / "token", self.fast)
+        (d / "alertmanager.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        argv = [
+            binary("prometheus-alertmanager", "alertmanager"),
+            f"--config.file={d / 'alertmanager.yml'}",
+            f"--storage.path={d / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.ports['alertmanager']}",
+            "--cluster.listen-address=",  # no HA gossip port
+        ]
+        p = Process("alertmanager", argv, d / "alertmanager.log")
+        self.processes.append(p)
+        p.wait_http(f"{self.alertmanager_url}/-/ready")
+
+    def _start_prometheus(self) -> None:
+        d = self._dir("prometheus")
+        rules = fast_rules(d / "rules", self.for_s) if self.fast else rule_files()
+        cfg = prometheus_config(
+            self.targets, rules, f"127.0.0.1:{self.ports['alertmanager']}", self.scrape_s, self.eval_s
+        )
+        (d / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        argv = [
+            binary("prometheus"),
+            f"--config.file={d / 'prometheus.yml'}",
+            f"--storage.tsdb.path={d / 'data'}",
+            "--storage.tsdb.retention.time=2h",
+            f"--web.listen-address=127.0.0.1:{self.ports['prometheus']}",
+        ]
+        p = Process("prometheus", argv, d / "prometheus.log")
+        self.processes.append(p)
+        p.wait_http(f"{self.prometheus_url}/-/ready")
+
+    # --- what tests and the demo look at ----------------------------------------------------
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query through Prometheus's HTTP API; the result vector."""
+        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            doc = json.loads(r.read())
+        if doc.get("status") != "success":
+            raise ValueError(f"query {expr!r} failed: {doc}")
+        return doc["data"]["result"]
+
+    def prometheus_alerts(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alerts", timeout=10) as r:
+            return json.loads(r.read())["data"]["alerts"]
+
+    def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
+        """Push alerts straight into Alertmanager (API v2), as Prometheus would."""
+        req = urllib.request.Request(
+            f"{self.alertmanager_url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            r.read()
+
+    def received(self, alertname: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        """Alert records in the receiver's audit log (new events only)."""
+        return [
+            r
+            for r in self.audit.read()
+            if r["event"] == "alert"
+            and not r["duplicate"]
+            and (alertname is None or r["alertname"] == alertname)
+            and (status is None or r["status"] == status)
+        ]
+
+    def wait_received(
+        self, cond: Callable[[list[dict[str, Any]]], bool], timeout_s: float, alertname: str | None = None
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = self.received(alertname)
+            if cond(got) or time.monotonic() > deadline:
+                return got
+            time.sleep(1.0)
+
+
+def format_alert(record: dict[str, Any]) -> str:
+    labels = record["labels"]
+    where = " ".join(
+        f"{k}={labels[k]}" for k in ("cluster", "broker", "request", "group", "topic") if labels.get(k)
+    )
+    stage = record["annotations"].get("stage", "")
+    return f"{record['status']:8} {record['alertname']} {where}" + (f" stage={stage}" if stage else "")
+
+
+class AlertingDemoComponent:
+    """The alerting part of ``linkwatch demo`` (see ``linkwatch.demo.DemoComponent``).
+
+    ``targets`` is called at start with the cluster and returns the /metrics endpoints to
+    scrape (the agents', the lag collector's, the analyzer's).
+    """
+
+    name = "alerts"
+
+    def __init__(
+        self, workdir: Path, targets: Callable[[Any], list[ScrapeTarget]], fast: bool = True
+    ) -> None:
+        self.workdir = workdir
+        self.targets = targets
+        self.fast = fast
+        self.stack: AlertStack | None = None
+
+    def start(self, cluster: Any) -> None:
+        self.stack = AlertStack(
+            self.workdir, self.targets(cluster), fast=self.fast, scrape_s=2, eval_s=2
+        ).start()
+
+    def lines(self) -> list[str]:
+        if self.stack is None:
+            return ["alerts: not started"]
+        with contextlib.suppress(Exception):
+            got = self.stack.received()
+            head = (
+                f"alerts: Prometheus {self.stack.prometheus_url}  Alertmanager {self.stack.alertmanager_url}"
+            )
+            return [head, *(format_alert(r) for r in got[-8:])] if got else [head, "no alert received yet"]
+        return ["alerts: (audit log unreadable)"]
+
+    def stop(self) -> None:
+        if self.stack is not None:
+            self.stack.stop()
