@@ -1,1 +1,8 @@
-"""Grafana dashboards as code (grafana-foundation-sdk), generated JSON and the push command."""
+"""Grafana dashboards as code (grafana-foundation-sdk, Grafana 11.6 line).
+
+* :mod:`dashboards.build` — the five dashboards (cluster overview, broker latency breakdown,
+  slow nodes, skew and balance, consumers) and :func:`~dashboards.build.write_all`, which
+  generates ``dashboards/*.json``.
+* :mod:`dashboards.push` — pushing them to a Grafana with grafana-client.
+* ``dashboards/provisioning/`` — Grafana file-provisioning YAML (dashboards + data source).
+"""

@@ -20,6 +20,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
     ("alerts", "alerts", "Alertmanager webhook receiver and the alert rules' checks."),
+    ("dashboards", "dashboards", "Generate the Grafana dashboards and push them to a Grafana."),
 ]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])

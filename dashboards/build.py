@@ -1,0 +1,456 @@
+"""The linkwatch dashboards, built with grafana-foundation-sdk.
+
+Every panel reads the metric contract (``docs/metrics.md``) or the shared recording rules
+(``alerts/rules/recording.yml``). Quantiles are taken from summed histogram buckets (the
+recording rules), never by averaging percentiles. Template variables: ``datasource``,
+``cluster``, ``broker``, ``topic``, ``group`` (multi-value, "All" = ``.*``, used with ``=~``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import stat, table, timeseries
+from grafana_foundation_sdk.builders.common import GraphThresholdsStyleConfig, StackingConfig
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import GraphThresholdsStyleMode, StackingMode
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    VariableRefresh,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+OUT_DIR = Path(__file__).resolve().parent
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+SLOW_LINE_S = 0.3  # the slow-node line: p99 above 300 ms
+
+C = 'cluster=~"$cluster"'
+CB = 'cluster=~"$cluster", broker=~"$broker"'
+
+Panel = Any  # a foundation-sdk panel builder
+
+
+def q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> Dataquery:
+    d = Dataquery().expr(expr).legend_format(legend or "__auto").ref_id(ref)
+    if instant:
+        d = d.instant().format(PromQueryFormat.TABLE)
+    return d
+
+
+def ts(
+    title: str, unit: str, *queries: Dataquery, desc: str = "", span: int = 12, stacked: bool = False
+) -> Panel:
+    p = timeseries.Panel().title(title).unit(unit).datasource(DS).span(span).height(8)
+    if desc:
+        p = p.description(desc)
+    if stacked:
+        p = p.stacking(StackingConfig().mode(StackingMode.NORMAL)).fill_opacity(40)
+    for query in queries:
+        p = p.with_target(query)
+    return p
+
+
+def with_line(p: Panel, value: float, color: str = "red") -> Panel:
+    """Draw a threshold line (e.g. the 300 ms slow line) on a time series panel."""
+    steps = [Threshold(value=None, color="green"), Threshold(value=value, color=color)]
+    return p.thresholds(db.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(steps)).thresholds_style(
+        GraphThresholdsStyleConfig().mode(GraphThresholdsStyleMode.LINE)
+    )
+
+
+def st(title: str, unit: str, query: Dataquery, span: int = 6, red_at: float | None = None) -> Panel:
+    p = stat.Panel().title(title).unit(unit).datasource(DS).span(span).height(4).with_target(query)
+    if red_at is not None:
+        steps = [Threshold(value=None, color="green"), Threshold(value=red_at, color="red")]
+        p = p.thresholds(db.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(steps))
+    return p
+
+
+def tb(title: str, query: Dataquery, span: int = 12) -> Panel:
+    return table.Panel().title(title).datasource(DS).span(span).height(8).with_target(query)
+
+
+def variables(d: db.Dashboard, *names: str) -> db.Dashboard:
+    d = d.with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+    sources = {
+        "cluster": 'label_values(up{job=~"linkwatch.*"}, cluster)',
+        "broker": 'label_values(linkwatch_broker_leader_count{cluster=~"$cluster"}, broker)',
+        "topic": 'label_values(linkwatch_consumer_lag_messages{cluster=~"$cluster"}, topic)',
+        "group": 'label_values(linkwatch_consumer_group_status{cluster=~"$cluster"}, group)',
+    }
+    for name in ("cluster", *names):
+        v = (
+            db.QueryVariable(name)
+            .label(name.capitalize())
+            .query(sources[name])
+            .datasource(DS)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        )
+        d = d.with_variable(v)
+    return d
+
+
+def base(uid: str, title: str, *var_names: str) -> db.Dashboard:
+    d = (
+        db.Dashboard(title)
+        .uid(uid)
+        .tags(["linkwatch", "kafka"])
+        .refresh("30s")
+        .time("now-1h", "now")
+        .timezone("browser")
+    )
+    return variables(d, *var_names)
+
+
+def cluster_overview() -> db.Dashboard:
+    d = base("linkwatch-cluster-overview", "linkwatch / Cluster overview")
+    d = d.with_row(db.Row("Health"))
+    d = d.with_panel(st("Agents up", "none", q(f'sum(up{{job="linkwatch-agent", {C}}})')))
+    d = d.with_panel(
+        st(
+            "Under-replicated partitions",
+            "none",
+            q(f"sum(linkwatch_broker_under_replicated_partitions{{{C}}})"),
+            red_at=1,
+        )
+    )
+    d = d.with_panel(
+        st("Offline partitions", "none", q(f"sum(linkwatch_broker_offline_partitions{{{C}}})"), red_at=1)
+    )
+    d = d.with_panel(st("Active findings", "none", q(f"sum(linkwatch_finding_active{{{C}}})"), red_at=1))
+    d = d.with_row(db.Row("Requests"))
+    d = d.with_panel(
+        ts(
+            "Request rate by type",
+            "reqps",
+            q(f"sum by (request) (linkwatch:broker_request_rate:5m{{{C}}})", "{{request}}"),
+        )
+    )
+    d = d.with_panel(
+        with_line(
+            ts(
+                "p99 by request type, whole cluster",
+                "s",
+                q(f"linkwatch:cluster_request_p99_seconds:5m{{{C}}}", "{{request}}"),
+                desc="From the brokers' histogram buckets summed over the cluster (not averaged percentiles).",
+            ),
+            SLOW_LINE_S,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Active findings by rule",
+            "none",
+            q(f"sum by (rule, severity) (linkwatch_finding_active{{{C}}})", "{{rule}} ({{severity}})"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Under-replicated / under-min-ISR partitions",
+            "none",
+            q(
+                f"sum by (broker) (linkwatch_broker_under_replicated_partitions{{{C}}})",
+                "URP broker {{broker}}",
+            ),
+            q(
+                f"sum by (broker) (linkwatch_broker_under_min_isr_partitions{{{C}}})",
+                "under min ISR {{broker}}",
+                "B",
+            ),
+        )
+    )
+    return d
+
+
+def broker_latency() -> db.Dashboard:
+    d = base("linkwatch-broker-latency", "linkwatch / Broker latency breakdown", "broker")
+    for request in ("Produce", "FetchConsumer", "FetchFollower"):
+        d = d.with_panel(
+            ts(
+                f"{request}: mean time per stage (stacked)",
+                "s",
+                q(
+                    f'linkwatch:broker_request_stage_mean_seconds:5m{{{CB}, request="{request}", stage!="total"}}',
+                    "broker {{broker}} {{stage}}",
+                ),
+                span=8,
+                stacked=True,
+            )
+        )
+    d = d.with_panel(
+        with_line(
+            ts(
+                "p99 per broker",
+                "s",
+                q(
+                    f'linkwatch:broker_request_p99_seconds:5m{{{CB}, request=~"Produce|FetchConsumer|FetchFollower"}}',
+                    "broker {{broker}} {{request}}",
+                ),
+                desc="Red line: the 300 ms slow-node line. Fetch totals include the long-poll wait (remote stage).",
+            ),
+            SLOW_LINE_S,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Request handler and network processor idle",
+            "percentunit",
+            q(f"linkwatch_broker_request_handler_idle_ratio{{{CB}}}", "handlers broker {{broker}}"),
+            q(f"linkwatch_broker_network_processor_idle_ratio{{{CB}}}", "network broker {{broker}}", "B"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Request / response queue size",
+            "none",
+            q(f"linkwatch_broker_request_queue_size{{{CB}}}", "request queue {{broker}}"),
+            q(f"linkwatch_broker_response_queue_size{{{CB}}}", "response queue {{broker}}", "B"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "JMX exact window mean per stage (Produce)",
+            "s",
+            q(
+                f'linkwatch_broker_jmx_stage_mean_seconds{{{CB}, request="Produce"}}',
+                "broker {{broker}} {{stage}}",
+            ),
+        )
+    )
+    return d
+
+
+def slow_nodes() -> db.Dashboard:
+    d = base("linkwatch-slow-nodes", "linkwatch / Slow nodes", "broker")
+    d = d.with_panel(
+        ts(
+            "Slow-broker score (analyzer)",
+            "none",
+            q(f"linkwatch_slow_broker_score{{{CB}}}", "broker {{broker}} {{request}}"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Slow-node findings over time",
+            "none",
+            q(
+                f'sum by (broker, stage) (linkwatch_finding_active{{{C}, rule=~"slow_broker|cluster_slow"}})',
+                "broker {{broker}} stage {{stage}}",
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "p99 over the peers' median",
+            "none",
+            q(
+                f"linkwatch:broker_request_p99_seconds:5m{{{CB}}}"
+                " / on (cluster, request) group_left linkwatch:cluster_broker_p99_median_seconds:5m",
+                "broker {{broker}} {{request}}",
+            ),
+            desc="Above 2 for 5 minutes (with p99 > 300 ms) is the slow-broker alert.",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Stage at fault: p99 excess over the peers' median",
+            "s",
+            q(
+                f"linkwatch:broker_request_stage_excess_seconds:5m{{{CB}}}",
+                "broker {{broker}} {{request}} {{stage}}",
+            ),
+        )
+    )
+    d = d.with_panel(
+        tb(
+            "Stage at fault now (largest excess per broker and request)",
+            q(
+                f"topk by (cluster, broker, request) (1, linkwatch:broker_request_stage_excess_seconds:5m{{{CB}}})",
+                instant=True,
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Slow requests (exemplars captured) per second",
+            "reqps",
+            q(
+                f"sum by (broker, request) (rate(linkwatch_broker_slow_requests_total{{{CB}}}[$__rate_interval]))",
+                "broker {{broker}} {{request}}",
+            ),
+        )
+    )
+    return d
+
+
+def skew_balance() -> db.Dashboard:
+    d = base("linkwatch-skew-balance", "linkwatch / Skew and balance", "broker", "topic")
+    d = d.with_panel(
+        ts(
+            "Partition imbalance per topic (max/avg - 1)",
+            "none",
+            q(f'linkwatch_imbalance_ratio{{{C}, scope="topic", topic=~"$topic"}}', "{{topic}} {{measure}}"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Broker and log-dir imbalance (max/avg - 1)",
+            "none",
+            q(f'linkwatch_imbalance_ratio{{{C}, scope=~"broker|log_dir"}}', "{{scope}} {{measure}}"),
+        )
+    )
+    d = d.with_panel(
+        tb(
+            "Hot partitions (largest)",
+            q(f'topk(10, linkwatch_partition_size_bytes{{{CB}, topic=~"$topic"}})', instant=True),
+        )
+    )
+    d = d.with_panel(
+        tb(
+            "Hot keys (share of the topic's records)",
+            q(f'topk(10, linkwatch_hot_key_share_ratio{{{C}, topic=~"$topic"}})', instant=True),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Disk usage per log dir",
+            "percentunit",
+            q(f"linkwatch:logdir_used_ratio{{{CB}}}", "{{broker}} {{log_dir}}"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Disk I/O busy per log dir",
+            "percentunit",
+            q(f"linkwatch_logdir_io_util_ratio{{{CB}}}", "{{broker}} {{log_dir}} {{device}}"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Partition bytes per log dir",
+            "bytes",
+            q(f"linkwatch_logdir_partition_bytes{{{CB}}}", "{{broker}} {{log_dir}}"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Leaders and partitions per broker",
+            "none",
+            q(f"linkwatch_broker_leader_count{{{CB}}}", "leaders {{broker}}"),
+            q(f"linkwatch_broker_partition_count{{{CB}}}", "partitions {{broker}}", "B"),
+        )
+    )
+    return d
+
+
+def consumers() -> db.Dashboard:
+    d = base("linkwatch-consumers", "linkwatch / Consumers", "broker", "topic", "group")
+    G = f'{C}, group=~"$group"'
+    d = d.with_panel(
+        ts(
+            "Lag in messages",
+            "none",
+            q(f'linkwatch_consumer_group_lag_messages{{{G}, agg="sum"}}', "{{group}}"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Lag in seconds",
+            "s",
+            q(f'linkwatch_consumer_group_lag_seconds{{{G}, agg="max"}}', "{{group}}"),
+        )
+    )
+    d = d.with_panel(
+        tb(
+            "Status per group",
+            q(f"max by (group, status) (linkwatch_consumer_group_status{{{G}}}) == 1", instant=True),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Page-cache window vs lag (cold-read risk when lag is above the window)",
+            "s",
+            q(f"linkwatch_host_page_cache_window_seconds{{{CB}}}", "page-cache window broker {{broker}}"),
+            q(f'linkwatch_consumer_group_lag_seconds{{{G}, agg="max"}}', "lag {{group}}", "B"),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Partitions at cold-read risk",
+            "none",
+            q(
+                f'sum by (group, topic) (linkwatch_consumer_cold_read_risk{{{G}, topic=~"$topic"}})',
+                "{{group}} {{topic}}",
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Client wait-fetch p99 vs broker send p99 (FetchConsumer)",
+            "s",
+            q(
+                "histogram_quantile(0.99, sum by (group, le) "
+                f"(rate(linkwatch_client_wait_fetch_seconds_bucket{{{G}}}[$__rate_interval])))",
+                "client wait-fetch {{group}}",
+            ),
+            q(
+                f'linkwatch:broker_request_stage_p99_seconds:5m{{{CB}, request="FetchConsumer", stage="send"}}',
+                "broker {{broker}} send",
+                "B",
+            ),
+            desc="A broker send time far above the client's wait means the client does not fetch promptly.",
+        )
+    )
+    return d
+
+
+DASHBOARDS: dict[str, Callable[[], db.Dashboard]] = {
+    "cluster-overview": cluster_overview,
+    "broker-latency": broker_latency,
+    "slow-nodes": slow_nodes,
+    "skew-balance": skew_balance,
+    "consumers": consumers,
+}
+
+
+def to_json(d: db.Dashboard) -> str:
+    model = d.build()
+    for i, panel in enumerate(model.panels or [], start=1):
+        panel.id_val = i  # unique panel ids (links and the "view panel" URL use them)
+    return JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
+
+
+def write_all(out_dir: Path = OUT_DIR) -> list[Path]:
+    """Generate every dashboard into ``out_dir/<name>.json``; returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, make in DASHBOARDS.items():
+        path = out_dir / f"{name}.json"
+        path.write_text(to_json(make()))
+        paths.append(path)
+    return paths
+
+
+def panel_queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, expr) of every target in a dashboard's JSON (rows included)."""
+    out = []
+    for panel in dash.get("panels", []):
+        for inner in [panel, *panel.get("panels", [])]:
+            for target in inner.get("targets", []) or []:
+                if target.get("expr"):
+                    out.append((inner.get("title", ""), target["expr"]))
+    return out
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
