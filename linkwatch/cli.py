@@ -40,7 +40,8 @@ _mount()
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone_mode=False: click returns the exit code of typer.Exit instead of exiting.
+        code = app(args=argv, standalone_mode=False)
     except LinkwatchError as e:
         print(f"linkwatch: error: {e}", file=sys.stderr)
         return 2
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return e.exit_code
         raise
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":
