@@ -32,7 +32,7 @@ import yaml
 
 from alerts.audit import AuditLog
 from alerts.rules_check import rule_files
-from linkwatch.errors import SetupError
+from linkwatch.errors import ConfigError, SetupError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ALERTMANAGER_EXAMPLE = REPO_ROOT / "config" / "alertmanager.example.yml"
@@ -48,6 +48,16 @@ class ScrapeTarget:
     job: str
     address: str
     labels: dict[str, str] = field(default_factory=dict)
+
+
+def parse_scrape_target(spec: str) -> ScrapeTarget:
+    """``JOB=HOST:PORT[,label=value...]`` -> :class:`ScrapeTarget`."""
+    head, *rest = spec.split(",")
+    job, sep, address = head.partition("=")
+    labels = dict(item.split("=", 1) for item in rest if "=" in item)
+    if not sep or ":" not in address or len(labels) != len(rest):
+        raise ConfigError("--scrape", [f"{spec!r}: expected JOB=HOST:PORT[,label=value...]"])
+    return ScrapeTarget(job=job, address=address, labels=labels)
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 
 import typer
@@ -41,6 +42,45 @@ def serve(
         typer.echo(f"listening on {receiver.url}; audit log {cfg.audit_log}")
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
+
+
+ScrapeOpt = typer.Option(
+    [],
+    "--scrape",
+    help="JOB=HOST:PORT[,label=value...], e.g. linkwatch-agent=127.0.0.1:9308,cluster=local,broker=1",
+)
+DirOpt = typer.Option(
+    Path("/tmp/linkwatch-alerts-stack"), "--dir", help="Work dir for configs, data and logs."
+)
+FastOpt = typer.Option(
+    True, "--fast/--shipped-timings", help="Short for:/windows/waits (demo) or the shipped ones."
+)
+
+
+@app.command()
+def stack(scrape: list[str] = ScrapeOpt, dir: Path = DirOpt, fast: bool = FastOpt) -> None:
+    """Run Prometheus + Alertmanager + the receiver on loopback and print the alerts received until Ctrl-C."""
+    from alerts.stack import AlertStack, format_alert, parse_scrape_target
+
+    targets = [parse_scrape_target(s) for s in scrape]
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM too
+    with AlertStack(dir, targets, fast=fast, scrape_s=2 if fast else 15, eval_s=2 if fast else 15) as s:
+        typer.echo(
+            f"Prometheus {s.prometheus_url}  Alertmanager {s.alertmanager_url}  receiver {s.receiver_url}"
+        )
+        typer.echo(f"audit log {s.audit.path}")
+        shown = 0
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                got = s.received()
+                for record in got[shown:]:
+                    typer.echo(format_alert(record))
+                shown = len(got)
+                time.sleep(1.0)
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 @app.command()
