@@ -372,6 +372,20 @@ class AlertingDemoComponent:
             return [head, *(format_alert(r) for r in got[-8:])] if got else [head, "no alert received yet"]
         return ["alerts: (audit log unreadable)"]
 
+    def summary(self) -> list[str]:
+        """What to print at the end: every alert received, the dashboards and how to push them."""
+        from dashboards.build import OUT_DIR, write_all
+
+        lines = ["alerts received by linkwatch alerts serve:"]
+        got = self.stack.received() if self.stack is not None else []
+        lines += [f"  {format_alert(r)}" for r in got] or ["  (none)"]
+        lines.append("dashboards:")
+        lines += [f"  {p}" for p in write_all(OUT_DIR)]
+        lines.append(
+            "push them: linkwatch dashboards push --url http://<grafana>:3000 --token $GRAFANA_TOKEN"
+        )
+        return lines
+
     def stop(self) -> None:
         if self.stack is not None:
             self.stack.stop()
