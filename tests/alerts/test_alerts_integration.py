@@ -32,8 +32,19 @@ from linkwatch.testbed import faults
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, ensure_topic
 
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 pytestmark = [
     pytest.mark.cluster,
+    pytest.mark.skipif(
+        not _have("agent.runner"), reason="agent exporter (agent.runner) is not on this branch yet"
+    ),
     pytest.mark.skipif(
         shutil.which("prometheus") is None or shutil.which("prometheus-alertmanager") is None,
         reason="Debian prometheus / prometheus-alertmanager missing",
@@ -44,13 +55,6 @@ CLUSTER = "it"
 TOPIC = "alerts-it"
 GROUP = "alerts-it-group"
 STAGES = {"requestQueue", "local", "remote", "responseQueue", "send"}
-
-
-def _have(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 HAVE_AGENT = _have("agent.runner")
@@ -119,8 +123,6 @@ def _start_lag(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
 
 @pytest.fixture(scope="module")
 def live(cluster3: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    if not HAVE_AGENT:
-        pytest.skip("agent exporter (agent.runner) is not on this branch yet")
     from kafka import KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=cluster3.bootstrap, client_id="alerts-it")
