@@ -29,6 +29,6 @@ def app(
         f"[bold]done[/] sent {summary['sent']} acked {summary['acked']} errors {summary['errors']} "
         f"consumed {summary['consumed']}"
     )
-    for phase, by_broker in summary["median_p99_ms_by_phase"].items():  # type: ignore[union-attr]
+    for phase, by_broker in summary["median_p50_ms_by_phase"].items():  # type: ignore[union-attr]
         cells = "  ".join(f"broker {b}: {v:.0f} ms" for b, v in sorted(by_broker.items()))
-        console.print(f"  median ack p99 {phase:>6} the fault: {cells}")
+        console.print(f"  typical ack p50 {phase:>6} the fault: {cells}")
