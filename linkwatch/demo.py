@@ -88,8 +88,10 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
             started.append(comp)
             comp.start(state)
         keys = KeyDistribution.parse(opts.keys)
-        producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=1).start()
         consumer = ConsumerLoad(state.bootstrap, opts.topic, "demo-consumer").start()
+        if not consumer.assigned.wait(60):
+            console.print("[yellow]the demo consumer has not joined its group after 60 s; going on[/]")
+        producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=1).start()
         victim = state.node(opts.slow_broker)
         fault_at, clear_at = opts.duration_s / 3, 2 * opts.duration_s / 3
         begin = time.monotonic()
