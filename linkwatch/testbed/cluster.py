@@ -267,6 +267,23 @@ class LocalCluster:
             raise
         return state
 
+    def start_existing(self, state: ClusterState) -> ClusterState:
+        """Start again the nodes of ``state`` after ``down(keep_data=True)``: same ids, dirs,
+        ports and data (a broker restart). Returns the state with the new pids, saved."""
+        java = _java()
+        runtime = jars.resolve()
+        self._check_ports()
+        for node in state.nodes:
+            node.pid = self._start(java, runtime, node)
+        state.started_at = time.time()
+        state.save()
+        try:
+            self._wait_ready(state)
+        except BaseException:
+            self.down(keep_data=True)
+            raise
+        return state
+
     def down(self, keep_data: bool = False, timeout_s: float = 20.0) -> list[int]:
         """Stop every node (TERM, then KILL after ``timeout_s``); remove the data unless asked.
 
