@@ -60,6 +60,8 @@ class JmxConfig(StrictModel):
     exporter_url: str | None = None  # e.g. http://127.0.0.1:9404/metrics (Prometheus JMX exporter)
     interval_s: float = Field(10.0, gt=0)
     timeout_s: float = Field(5.0, gt=0)
+    # Handler pools marking RequestHandlerAvgIdlePercent: 2 on a combined broker+controller node.
+    request_handler_pools: int = Field(1, ge=1, le=2)
 
 
 class AgentConfig(StrictModel):

@@ -63,7 +63,30 @@ class Agent:
             else None
         )
         self._histogram_requests = frozenset(rl.histogram_requests)
+        self._add_jmx()
         self._stop = threading.Event()
+
+    def _add_jmx(self) -> None:
+        from agent.jmx.collector import ExporterReader, JmxCollector, JolokiaReader
+
+        jmx = self.config.jmx
+        readers = []
+        if jmx.jolokia_url:
+            readers.append(JolokiaReader(jmx.jolokia_url, jmx.timeout_s))
+        if jmx.exporter_url:
+            readers.append(ExporterReader(jmx.exporter_url, jmx.timeout_s))
+        for reader in readers:
+            self.collectors.append(
+                JmxCollector(
+                    reader,
+                    cluster=self.config.cluster,
+                    broker=self.config.broker_id,
+                    health=self.health,
+                    metrics=self.metrics,
+                    interval_s=jmx.interval_s,
+                    request_handler_pools=jmx.request_handler_pools,
+                )
+            )
 
     @property
     def metrics_port(self) -> int | None:
@@ -137,7 +160,7 @@ def config_for_node(node, cluster: str = "local", **overrides) -> AgentConfig:
         "broker_id": node.node_id,
         "request_log": {"path": str(node.request_log)},
         "prometheus": {"port": 0},
-        "jmx": {"jolokia_url": node.jolokia_url},
+        "jmx": {"jolokia_url": node.jolokia_url, "request_handler_pools": 2},  # combined nodes
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

@@ -11,36 +11,18 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kafka import KafkaConsumer
 
 from agent.requestlog.window import ClosedWindow
 from agent.runner import config_for_node, start_agents_in_process
 from linkwatch.records import SAMPLES_TOPIC, decode
-from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from linkwatch.testbed.cluster import ClusterState
+from tests.agent.conftest import Monitoring
 from tests.agent.traffic import create_topic, run_traffic
 
 OUTAGE_S = 20
-
-
-@pytest.fixture(scope="module")
-def monitoring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, ClusterState]]:
-    root = tmp_path_factory.mktemp("monitoring") / "kafka"
-    spec = ClusterSpec(
-        brokers=1,
-        root=root,
-        base_port=find_free_base_port(1, start=30000 + (id(root) % 200) * 100),
-        request_log_level="WARN",
-    )
-    cluster = LocalCluster(spec)
-    state = cluster.up()
-    try:
-        yield cluster, state
-    finally:
-        cluster.down()
 
 
 def consume_keys(bootstrap: str, expected: int, timeout_s: float = 60) -> Counter[str]:
@@ -70,10 +52,10 @@ def test_every_window_arrives_exactly_once_across_an_outage(
     cluster3: ClusterState,
     admin,
     topic_name: str,
-    monitoring: tuple[LocalCluster, ClusterState],
+    monitoring: Monitoring,
     tmp_path: Path,
 ) -> None:
-    mon_cluster, mon_state = monitoring
+    mon_cluster, mon_state = monitoring.cluster, monitoring.state
     create_topic(admin, topic_name)
     configs = [
         config_for_node(
@@ -112,7 +94,7 @@ def test_every_window_arrives_exactly_once_across_an_outage(
         spooled = sum(len(agent.sink.spool) for agent, _ in running)
         down = [agent.health.source_up.get("kafka_output") for agent, _ in running]
         time.sleep(OUTAGE_S / 2)
-        mon_state = mon_cluster.start_existing(mon_state)
+        mon_state = monitoring.state = mon_cluster.start_existing(mon_state)
         traffic.join()
         time.sleep(3)  # the last windows close (grace)
     finally:
