@@ -19,6 +19,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
     ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
+    ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
 ]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
