@@ -22,7 +22,11 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
 ]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="linkwatch: full-link latency monitoring for Apache Kafka (agent, analysis, lag, alerts).",
+)
 
 
 def _mount() -> None:
