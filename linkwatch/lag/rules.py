@@ -91,9 +91,17 @@ class Verdict:
 
 
 def evaluate_partition(
-    window: Sequence[Observation], now_s: float, members_active: bool, th: Thresholds
+    window: Sequence[Observation],
+    now_s: float,
+    members_active: bool,
+    th: Thresholds,
+    progress_since: float | None = None,
 ) -> Verdict:
-    """Status of one partition from its observations (oldest first; the last is the latest)."""
+    """Status of one partition from its observations (oldest first; the last is the latest).
+
+    ``progress_since``: when the caller keeps fewer observations than the window spans, the
+    time it last saw the consumer advance or be caught up (see :func:`progress_ts`).
+    """
     if not window:
         return Verdict(Status.ERR, "no observation yet", {})
     last = window[-1]
@@ -103,7 +111,7 @@ def evaluate_partition(
     return (
         rule_rewind(ok)
         or rule_caught_up(last, th)
-        or rule_no_progress(ok, now_s, members_active, th)
+        or rule_no_progress(ok, now_s, members_active, th, progress_since)
         or rule_growing([o for o in ok if o.ts_s >= now_s - th.window_s], th)
         or rule_progressing(ok)
     )
@@ -149,10 +157,14 @@ def progress_ts(window: Sequence[Observation], allowed_lag: int) -> float | None
 
 
 def rule_no_progress(
-    window: Sequence[Observation], now_s: float, members_active: bool, th: Thresholds
+    window: Sequence[Observation],
+    now_s: float,
+    members_active: bool,
+    th: Thresholds,
+    progress_since: float | None = None,
 ) -> Verdict | None:
     """Rules 3 and 4: no progress for longer than the window while lag > 0 → STOP or STALL."""
-    since = progress_ts(window, th.allowed_lag)
+    since = progress_since if progress_since is not None else progress_ts(window, th.allowed_lag)
     bound = since if since is not None else window[0].ts_s
     idle_s = now_s - bound
     # Without progress anywhere in the window we only know it lasted at least the window span;
