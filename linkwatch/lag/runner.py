@@ -96,8 +96,8 @@ class LagService:
                 bootstrap_servers=config.bootstrap_servers,
                 client_id=f"linkwatch-lag-{config.instance}",
                 linger_ms=50,
-                # Bounded: a broker outage fills this and then sends fail (counted), never OOM.
-                buffer_memory=16 * 1024 * 1024,
+                # Bounded: each pass flushes (with a timeout) before the next, and a send that
+                # cannot get metadata gives up after max_block_ms (counted in publish_errors).
                 max_block_ms=1000,
             )
         self.lease: Lease = AlwaysHeld()
