@@ -7,7 +7,9 @@ does not fault pages in, so the check does not change what it measures.
 :func:`check_cold_read` is the broker-side confirmation for the lag collector's cold-read risk:
 locate the group's committed offset in its segment (:mod:`agent.segments`, segment by binary
 search over base offsets, position by the ``.index`` lookup, the ``.log`` itself is not read)
-and report how much of the ``span_bytes`` from there is resident. *Confirmed* means fewer than
+and report how much of the ``span_bytes`` the group reads next is resident, leaving out the
+first ``skip_bytes`` (the collector's own read of the record at the offset may have loaded
+them). *Confirmed* means fewer than
 ``resident_ratio_below`` of those pages are in memory: the group's next fetches go to disk.
 """
 
@@ -20,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.segments import SegmentError, locate
+from agent.segments import SegmentError, locate, segment_base_offsets, segment_file
 
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -85,6 +87,27 @@ class ColdReadCheck:
     reason: str
 
 
+def log_ranges(
+    pdir: Path, bases: list[int], base: int, start: int, length: int
+) -> list[tuple[Path, int, int]]:
+    """``length`` bytes of the log from (segment ``base``, byte ``start``), continuing into the
+    following segments: [(file, start, length), ...]."""
+    out = []
+    for b in bases[bases.index(base) :]:
+        if length <= 0:
+            break
+        path = segment_file(pdir, b, ".log")
+        size = path.stat().st_size
+        if start < size:
+            n = min(size - start, length)
+            out.append((path, start, n))
+            length -= n
+            start = 0
+        else:
+            start -= size
+    return out
+
+
 def check_cold_read(
     log_dirs: list[str] | list[Path],
     topic: str,
@@ -92,17 +115,35 @@ def check_cold_read(
     offset: int,
     span_bytes: int = 1024 * 1024,
     resident_ratio_below: float = 0.5,
+    skip_bytes: int = 256 * 1024,
 ) -> ColdReadCheck:
+    """Residency of the ``span_bytes`` the group will read after the first ``skip_bytes`` from
+    its committed offset. The skipped part is what reading the record at the offset (for lag in
+    seconds: one fetch plus kernel readahead) may itself have loaded, so it proves nothing."""
     try:
         # Index only: reading the .log here would load the very pages we are about to measure.
         pos = locate(log_dirs, topic, partition, offset, scan=False)
-        r = residency(pos.log_path, pos.position, span_bytes)
+        bases = segment_base_offsets(pos.partition_dir)
+        ranges = log_ranges(pos.partition_dir, bases, pos.base_offset, pos.position + skip_bytes, span_bytes)
+        parts = [residency(path, start, n) for path, start, n in ranges]
     except (SegmentError, OSError) as e:
         return ColdReadCheck(topic, partition, offset, None, None, 0, 0, None, str(e))
-    cold = r.total_pages > 0 and r.ratio < resident_ratio_below
-    words = "confirmed: mostly not in the page cache" if cold else "not confirmed: resident in the page cache"
+    r = Residency(sum(p.resident_pages for p in parts), sum(p.total_pages for p in parts))
+    where = f"{r.resident_pages}/{r.total_pages} pages from byte {pos.position} + {skip_bytes} of {pos.log_path.name} on"
     if r.total_pages == 0:
-        words = "not confirmed: nothing written at that position yet"
+        return ColdReadCheck(
+            topic,
+            partition,
+            offset,
+            pos.log_path.name,
+            pos.position,
+            0,
+            0,
+            None,
+            f"cannot judge: less than {skip_bytes} bytes written after the offset",
+        )
+    cold = r.ratio < resident_ratio_below
+    words = "confirmed: mostly not in the page cache" if cold else "not confirmed: resident in the page cache"
     return ColdReadCheck(
         topic,
         partition,
@@ -112,5 +153,5 @@ def check_cold_read(
         r.resident_pages,
         r.total_pages,
         cold,
-        f"{words} ({r.resident_pages}/{r.total_pages} pages of {pos.log_path.name} from byte {pos.position})",
+        f"{words} ({where})",
     )

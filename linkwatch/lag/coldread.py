@@ -48,6 +48,7 @@ class ColdReadConfig(StrictModel):
     confirm: Literal["none", "local"] = "none"
     log_dirs: dict[int, list[str]] = Field(default_factory=dict)
     span_bytes: int = Field(1024 * 1024, ge=4096)
+    skip_bytes: int = Field(256 * 1024, ge=0)  # what our own read of the record may have loaded
     resident_ratio_below: float = Field(0.5, gt=0, le=1)
     max_confirmations: int = Field(50, ge=0)
 
@@ -212,7 +213,13 @@ class ColdReadWatch:
         if not dirs:
             return None
         return check_cold_read(
-            dirs, r.topic, r.partition, r.committed, self.cfg.span_bytes, self.cfg.resident_ratio_below
+            dirs,
+            r.topic,
+            r.partition,
+            r.committed,
+            self.cfg.span_bytes,
+            self.cfg.resident_ratio_below,
+            self.cfg.skip_bytes,
         )
 
     def _findings(self, risks: list[ColdReadRisk], now_ms: int) -> list[Finding]:

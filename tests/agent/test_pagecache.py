@@ -10,7 +10,7 @@ import pytest
 from kafka import KafkaProducer
 from test_segments import many_segment_topic
 
-from agent.pagecache import PAGE, check_cold_read, residency
+from agent.pagecache import PAGE, check_cold_read, log_ranges, residency
 from agent.segments import partition_dir
 from linkwatch.testbed.cluster import ClusterState
 
@@ -60,6 +60,18 @@ def test_missing_file_is_an_error_the_check_reports(tmp_path: Path) -> None:
     assert check.confirmed is None and "no_partition_dir" in check.reason
 
 
+def test_ranges_continue_into_the_next_segments(tmp_path: Path) -> None:
+    for base, size in ((0, 1000), (10, 500), (20, 300)):
+        (tmp_path / f"{base:020d}.log").write_bytes(b"x" * size)
+    names = lambda rs: [(p.name[-6:], s, n) for p, s, n in rs]  # noqa: E731
+    assert names(log_ranges(tmp_path, [0, 10, 20], 0, 900, 400)) == [("00.log", 900, 100), ("10.log", 0, 300)]
+    assert names(log_ranges(tmp_path, [0, 10, 20], 0, 1200, 10_000)) == [
+        ("10.log", 200, 300),
+        ("20.log", 0, 300),
+    ]
+    assert log_ranges(tmp_path, [0, 10, 20], 10, 5000, 10) == []
+
+
 @pytest.mark.cluster
 def test_evicted_old_segment_is_confirmed_cold_and_fresh_tail_is_resident(
     cluster3: ClusterState, admin, topic_name: str
@@ -69,7 +81,7 @@ def test_evicted_old_segment_is_confirmed_cold_and_fresh_tail_is_resident(
     time.sleep(1.0)  # let the broker's asynchronous flush of rolled segments finish
     for seg in pdir.glob("*.log"):
         evict(seg)
-    cold = check_cold_read(dirs, topic_name, 0, 40)
+    cold = check_cold_read(dirs, topic_name, 0, 40, skip_bytes=0)
     assert cold.confirmed is True, cold.reason
     assert cold.segment is not None and cold.resident_pages < cold.total_pages
     # Fresh writes are in the page cache: a group just behind the end reads from memory.
@@ -78,6 +90,6 @@ def test_evicted_old_segment_is_confirmed_cold_and_fresh_tail_is_resident(
         p.send(topic_name, b"y" * 100, partition=0)
     p.flush()
     p.close()
-    warm = check_cold_read(dirs, topic_name, 0, 30 * 40 + 10)
+    warm = check_cold_read(dirs, topic_name, 0, 30 * 40 + 10, skip_bytes=0)
     assert warm.confirmed is False, warm.reason
     assert warm.resident_pages == warm.total_pages > 0

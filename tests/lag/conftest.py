@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
@@ -11,6 +13,20 @@ from kafka import KafkaAdminClient, KafkaProducer
 from linkwatch.lag.collector import CollectorConfig, LagCollector
 from linkwatch.lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterState
+
+
+@pytest.fixture(scope="session")
+def cluster3(request: pytest.FixtureRequest) -> Iterator[ClusterState]:
+    """The session cluster, or (while developing) an already running one named by
+    ``LINKWATCH_LAG_TEST_CLUSTER=<cluster dir>`` so a loaded machine need not start another."""
+    existing = os.environ.get("LINKWATCH_LAG_TEST_CLUSTER")
+    if existing:
+        state = ClusterState.load(Path(existing))
+        if state is None:
+            raise pytest.UsageError(f"LINKWATCH_LAG_TEST_CLUSTER={existing}: no cluster state there")
+        yield state
+        return
+    yield request.getfixturevalue("cluster3")
 
 
 @pytest.fixture
