@@ -113,7 +113,7 @@ def evaluate_partition(
         or rule_caught_up(last, th)
         or rule_no_progress(ok, now_s, members_active, th, progress_since)
         or rule_growing([o for o in ok if o.ts_s >= now_s - th.window_s], th)
-        or rule_progressing(ok)
+        or rule_progressing(ok, now_s, th, progress_since)
     )
 
 
@@ -220,15 +220,27 @@ def rule_growing(window: Sequence[Observation], th: Thresholds) -> Verdict | Non
     )
 
 
-def rule_progressing(window: Sequence[Observation]) -> Verdict:
-    """Rule 6: behind but making progress."""
+def rule_progressing(
+    window: Sequence[Observation], now_s: float, th: Thresholds, progress_since: float | None = None
+) -> Verdict:
+    """Rule 6: behind, but not (yet) long enough without progress to say more."""
     last = window[-1]
     lags = [o.lag for o in window]
+    numbers = {"committed": last.committed, "end": last.end, "lag": last.lag, "evaluations": len(window)}
+    since = progress_since if progress_since is not None else progress_ts(window, th.allowed_lag)
+    if since is not None and all(o.committed == last.committed for o in window) and now_s - since > 0:
+        idle = now_s - since
+        return Verdict(
+            Status.OK,
+            f"behind by {last.lag}; committed offset unchanged for {idle:.0f}s so far "
+            f"(STOP/STALL only after the {th.window_s:.0f}s window)",
+            {**numbers, "no_progress_s": round(idle, 1)},
+        )
     trend = "not growing throughout the window" if len(lags) > 1 else "first evaluation"
     return Verdict(
         Status.OK,
         f"behind by {last.lag} but progressing ({trend}; lag over window {min(lags)}..{max(lags)})",
-        {"committed": last.committed, "end": last.end, "lag": last.lag, "evaluations": len(window)},
+        numbers,
     )
 
 
@@ -251,7 +263,9 @@ def evaluate_group(partitions: dict[str, Verdict], members_active: bool) -> Grou
     )
     numbers = {"partitions": len(partitions), "by_status": counts, "worst_partition": worst_name}
     if worst.status is Status.OK:
-        return GroupVerdict(Status.OK, f"all {len(partitions)} partitions OK", numbers)
+        behind = sum(1 for v in partitions.values() if v.numbers.get("lag", 0) > 0)
+        tail = f" ({behind} behind; worst {worst_name}: {worst.reason})" if behind else ""
+        return GroupVerdict(Status.OK, f"all {len(partitions)} partitions OK{tail}", numbers)
     n = counts[worst.status.value]
     members = "has members" if members_active else "has no active member"
     return GroupVerdict(

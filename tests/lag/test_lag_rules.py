@@ -34,7 +34,7 @@ CASES = [
         [(100, 100)] * 9 + [(100, 101)],
         False,
         Status.OK,
-        "progressing",
+        "unchanged for 10s so far",
     ),
     (
         "low traffic: record arrives and is consumed between evaluations",
