@@ -20,6 +20,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
     ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
+    ("lag", "lag", "Consumer lag in messages and seconds with an explained status; cold reads; rack spread."),
 ]
 
 app = typer.Typer(
