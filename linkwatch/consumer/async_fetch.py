@@ -260,6 +260,7 @@ class AsyncFetchConsumer:
         self._stats_lock = threading.Lock()
         self.stats: dict[str, int] = {}
         self._leaders: dict[TP, int] = {}
+        self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -281,6 +282,7 @@ class AsyncFetchConsumer:
         self._time_fetches(consumer)
         self._consumer = consumer
         if self._topics:
+            self._await_metadata(consumer)
             consumer.subscribe(self._topics, listener=_Listener(self))
         else:
             tps = [TopicPartition(*tp) for tp in self._partitions]
@@ -289,6 +291,16 @@ class AsyncFetchConsumer:
         self._thread = threading.Thread(target=self._pump, name=f"fetch-pump-{cfg.client_id}", daemon=True)
         self._thread.start()
         return self
+
+    def _await_metadata(self, consumer: KafkaConsumer, timeout_s: float = 10.0) -> None:
+        # A group leader whose metadata lacks a subscribed topic assigns none of its partitions
+        # (and kafka-python does not refresh it for up to metadata_max_age_ms): load it first.
+        deadline = time.monotonic() + timeout_s
+        for topic in self._topics:
+            while not consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not consumer.partitions_for_topic(topic):
+                log.warning("topic %s has no partitions yet; it is assigned once metadata shows it", topic)
 
     def close(self, timeout_s: float = 15.0) -> None:
         """Stop fetching, commit the processed prefix, leave the group. Idempotent."""
@@ -478,8 +490,12 @@ class AsyncFetchConsumer:
                 self._assigned[key] = self._epoch
                 self.tracker.assign(key, self._epoch)
                 self._leaders.pop(key, None)
-                if key in stored and self._consumer is not None:
-                    self._consumer.seek(TopicPartition(*key), stored[key])
+                # kafka-python keeps the fetch position of a partition assigned again; records
+                # delivered but not finished before the revoke must be fetched again.
+                start = stored.get(key, self._resume.get(key))
+                if start is not None and self._consumer is not None:
+                    self._consumer.seek(TopicPartition(*key), start)
+            self._resume.clear()
         self._count("assigned", 0)
 
     def _release(self, tps: Iterable[TopicPartition]) -> dict[TP, int]:
@@ -495,6 +511,9 @@ class AsyncFetchConsumer:
         offsets = {}
         for key in keys:
             revoked = self.tracker.revoke(key)
+            if revoked.resume is not None:
+                with self._buf.cond:
+                    self._resume[key] = revoked.resume
             self._count("at_risk_on_revoke", revoked.at_risk)
             if revoked.commit is not None:
                 offsets[key] = revoked.commit
@@ -526,12 +545,14 @@ class AsyncFetchConsumer:
         try:
             while not self._closing.is_set():
                 self._plan_fetch(consumer)
+                with self._buf.cond:
+                    epochs = dict(self._assigned)
                 try:
                     batch = consumer.poll(timeout_ms=self.config.pump_poll_ms, max_records=1_000_000)
                 except KafkaError as e:
                     self._on_fetch_error(consumer, e)
                     continue
-                self._accept(batch)
+                self._accept(consumer, batch, epochs)
                 now = time.monotonic()
                 if self._commit_now.is_set() or now - last_commit >= self.config.commit_interval_ms / 1000:
                     self._commit(consumer)
@@ -558,15 +579,17 @@ class AsyncFetchConsumer:
         log.warning("fetch error: %s", e)
         time.sleep(0.1)
 
-    def _accept(self, batch: dict[TopicPartition, list[Any]]) -> None:
+    def _accept(
+        self, consumer: KafkaConsumer, batch: dict[TopicPartition, list[Any]], epochs: dict[TP, int]
+    ) -> None:
         if not batch:
             return
         with self._buf.cond:
             for tp, recs in batch.items():
                 key = (tp.topic, tp.partition)
                 epoch = self._assigned.get(key)
-                if epoch is None:
-                    self.timings.metrics.drop("not_assigned", len(recs))
+                if epoch is None or epoch != epochs.get(key):
+                    self._refetch_later(consumer, tp, recs)
                     continue
                 for rec in recs:
                     if not self.tracker.delivered(key, epoch, rec.offset):
@@ -576,6 +599,19 @@ class AsyncFetchConsumer:
             self._buf.cond.notify_all()
             buffered = (self._buf.bytes, len(self._buf.queue))
         self.timings.buffer(*buffered)
+
+    def _refetch_later(self, consumer: KafkaConsumer, tp: TopicPartition, recs: list[Any]) -> None:
+        """Records fetched under an assignment that changed during the poll: not delivered.
+
+        kafka-python already moved its position past them; if the partition is assigned
+        again, seek back so they are fetched (and tracked) under the new assignment.
+        """
+        self.timings.metrics.drop("assignment_changed", len(recs))
+        self._count("refetch_after_rebalance", len(recs))
+        if tp in consumer.assignment():
+            current = consumer._subscription.assignment[tp].position
+            first = recs[0].offset
+            consumer.seek(tp, first if current is None else min(first, current.offset))
 
     def _plan_fetch(self, consumer: KafkaConsumer) -> None:
         """Pause partitions whose buffer share is full; resume the others (bounded in-flight)."""

@@ -83,6 +83,8 @@ class PartitionOffsets:
         while self._pending:
             offset, state = next(iter(self._pending.items()))
             if state != _DONE or (self.stopped_at is not None and offset >= self.stopped_at):
+                if self._next is not None:  # skip holes (compaction, markers) up to the first pending
+                    self._next = max(self._next, offset)
                 return
             self._pending.popitem(last=False)
             self._next = offset + 1
@@ -92,6 +94,13 @@ class PartitionOffsets:
         if self._next is None or (self.committed is not None and self._next <= self.committed):
             return None
         return self._next
+
+    def first_unfinished(self) -> int | None:
+        """Offset of the first delivered record that is not done (None if every one is done)."""
+        for offset, state in self._pending.items():
+            if state != _DONE:
+                return offset
+        return None
 
     def position(self) -> int | None:
         """The processed prefix (next offset to process), regardless of what was committed."""
@@ -117,6 +126,7 @@ class Revoked:
 
     commit: int | None
     at_risk: int
+    resume: int | None = None  # first delivered offset not finished (refetch from here)
 
 
 class CommitTracker:
@@ -137,7 +147,7 @@ class CommitTracker:
         if entry is None:
             return Revoked(None, 0)
         part = entry[1]
-        return Revoked(part.committable(), part.done_beyond_prefix)
+        return Revoked(part.committable(), part.done_beyond_prefix, part.first_unfinished())
 
     def epoch(self, tp: tuple[str, int]) -> int | None:
         with self._lock:
@@ -153,7 +163,10 @@ class CommitTracker:
             part = self._get(tp, epoch)
             if part is None or part.stopped_at is not None:
                 return False
-            part.delivered(offset)
+            try:
+                part.delivered(offset)
+            except ValueError:  # refetched after a seek back: already tracked
+                return False
             return True
 
     def ack(self, tp: tuple[str, int], epoch: int, offset: int) -> Outcome:
