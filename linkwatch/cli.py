@@ -17,6 +17,7 @@ from linkwatch.errors import LinkwatchError
 # (subcommand, module under linkwatch.commands, help)
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
+    ("consume", "consume", "Print, forward or store a topic with the async-fetch consumer."),
 ]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])

@@ -208,6 +208,22 @@ class _Listener(AsyncConsumerRebalanceListener):
         self.owner._release(lost)  # membership is gone: nothing can be committed
 
 
+def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[TP]:
+    """Every partition of ``topic`` (for manual assignment); ConfigError if it has none."""
+    probe = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + timeout_s
+        parts = probe.partitions_for_topic(topic)
+        while not parts and time.monotonic() < deadline:
+            time.sleep(0.2)
+            parts = probe.partitions_for_topic(topic)
+    finally:
+        probe.close()
+    if not parts:
+        raise ConfigError("consume", [f"topic={topic!r}: no such topic (or no partitions)"])
+    return [(topic, p) for p in sorted(parts)]
+
+
 def _kafka_offsets(offsets: dict[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
     return {TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}
 
