@@ -62,6 +62,13 @@ class DemoOptions:
     components: list[Callable[[], DemoComponent]] = field(default_factory=list)
 
 
+def default_components() -> list[Callable[[], DemoComponent]]:
+    """Everything the demo shows besides the cluster and the load, in start order."""
+    from linkwatch.demo_components import AgentsComponent
+
+    return [AgentsComponent]
+
+
 def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
     """Run the demo to the end; return a summary (used by the test and printed by the CLI)."""
     console = console or Console()

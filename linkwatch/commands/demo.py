@@ -22,7 +22,12 @@ def app(
     """Start 3 brokers, run skewed load, inject a slow broker midway, clean up by itself."""
     console = Console()
     opts = demo.DemoOptions(
-        duration_s=duration, rate_per_s=rate, keys=keys, slow_broker=slow_broker, root=dir
+        duration_s=duration,
+        rate_per_s=rate,
+        keys=keys,
+        slow_broker=slow_broker,
+        root=dir,
+        components=demo.default_components(),
     )
     summary = demo.run(opts, console)
     console.print(

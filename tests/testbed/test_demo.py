@@ -29,10 +29,12 @@ def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
         def stop(self) -> None:
             pass
 
-    opts.components.append(RecordPids)
+    opts.components = [*demo.default_components(), RecordPids]
     summary = demo.run(opts, Console(file=out, width=120))
     text = out.getvalue()
     assert "3 brokers up" in text and "PAUSED" in text and "watching 3 brokers" in text
+    # The agents' per-stage p99 table appeared once their first window closed.
+    assert "agent p99 ms, last window" in text and "b2 Produce" in text
     assert summary["acked"] > 0.9 * 24 * 400 * 0.8 and summary["errors"] == 0
     assert summary["consumed"] > 0
     p50 = summary["median_p50_ms_by_phase"]
