@@ -19,11 +19,18 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
     ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
+    ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
+    ("lag", "lag", "Consumer lag in messages and seconds with an explained status; cold reads; rack spread."),
+    ("consume", "consume", "Print, forward or store a topic with the async-fetch consumer."),
     ("alerts", "alerts", "Alertmanager webhook receiver and the alert rules' checks."),
     ("dashboards", "dashboards", "Generate the Grafana dashboards and push them to a Grafana."),
 ]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="linkwatch: full-link latency monitoring for Apache Kafka (agent, analysis, lag, alerts).",
+)
 
 
 def _mount() -> None:

@@ -171,6 +171,7 @@ class ConsumerLoad:
         self.group = group
         self.consumed_by_partition: Counter[int] = Counter()
         self.consumed = 0
+        self.assigned = threading.Event()  # set once the group gave this consumer partitions
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -200,6 +201,8 @@ class ConsumerLoad:
                 for tp, records in consumer.poll(timeout_ms=200).items():
                     self.consumed_by_partition[tp.partition] += len(records)
                     self.consumed += len(records)
+                if not self.assigned.is_set() and consumer.assignment():
+                    self.assigned.set()
         finally:
             consumer.close()
 
