@@ -60,6 +60,15 @@ def parse_scrape_target(spec: str) -> ScrapeTarget:
     return ScrapeTarget(job=job, address=address, labels=labels)
 
 
+def agent_targets(metrics_ports: dict[int, int], cluster: str) -> list[ScrapeTarget]:
+    """Scrape targets for in-process agents, from ``{broker_id: metrics port}`` (e.g.
+    ``linkwatch.demo_components.AgentsComponent.metrics_ports()``)."""
+    return [
+        ScrapeTarget("linkwatch-agent", f"127.0.0.1:{port}", {"cluster": cluster, "broker": str(broker)})
+        for broker, port in sorted(metrics_ports.items())
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -343,7 +352,13 @@ class AlertingDemoComponent:
     """The alerting part of ``linkwatch demo`` (see ``linkwatch.demo.DemoComponent``).
 
     ``targets`` is called at start with the cluster and returns the /metrics endpoints to
-    scrape (the agents', the lag collector's, the analyzer's).
+    scrape (the agents', the lag collector's, the analyzer's). Start it after the agents::
+
+        agents = AgentsComponent()
+        alerting = AlertingDemoComponent(root / "alerts", lambda c: agent_targets(agents.metrics_ports(), "demo"))
+        DemoOptions(components=[lambda: agents, lambda: alerting])
+        ...
+        for line in alerting.summary(): print(line)   # alerts received, dashboards, push command
     """
 
     name = "alerts"

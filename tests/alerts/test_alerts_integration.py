@@ -54,6 +54,7 @@ pytestmark = [
 CLUSTER = "it"
 TOPIC = "alerts-it"
 GROUP = "alerts-it-group"
+ASYNC_GROUP = "alerts-it-async"
 STAGES = {"requestQueue", "local", "remote", "responseQueue", "send"}
 
 
@@ -121,6 +122,41 @@ def _start_lag(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
     return [ScrapeTarget("linkwatch-lag", f"127.0.0.1:{port}", {"cluster": CLUSTER})]
 
 
+def _start_async_consumer(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
+    """The async-fetch consumer with its client-side metrics on a loopback /metrics."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+
+    registry = CollectorRegistry()
+    cfg = ConsumerConfig(
+        bootstrap_servers=cluster.bootstrap, group_id=ASYNC_GROUP, cluster=CLUSTER, client_id="alerts-it"
+    )
+    consumer = AsyncFetchConsumer(cfg, topics=[TOPIC], registry=registry).start()
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+    stop = threading.Event()
+
+    def body() -> None:
+        while not stop.is_set():
+            for d in consumer.poll(timeout_s=0.5):
+                consumer.ack(d)
+
+    thread = threading.Thread(target=body, name="alerts-it-async", daemon=True)
+    thread.start()
+
+    def _stop() -> None:
+        stop.set()
+        thread.join(10)
+        consumer.close()
+        server.shutdown()
+        server.server_close()
+
+    live_stops.append(_stop)
+    return [ScrapeTarget("linkwatch-client", f"127.0.0.1:{server.server_port}", {"cluster": CLUSTER})]
+
+
 @pytest.fixture(scope="module")
 def live(cluster3: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     from kafka import KafkaAdminClient
@@ -138,7 +174,9 @@ def live(cluster3: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> It
             missing.append("lag collector (linkwatch.lag.runner)")
         if not HAVE_ANALYZER_METRICS:
             missing.append("analyzer /metrics (linkwatch_finding_active, scores, imbalance, hot keys)")
-        if not HAVE_CLIENT_METRICS:
+        if HAVE_CLIENT_METRICS:
+            targets += _start_async_consumer(cluster3, stops)
+        else:
             missing.append("async-fetch consumer metrics (linkwatch_client_*)")
         producer = ProducerLoad(
             cluster3.bootstrap, TOPIC, 300.0, KeyDistribution.parse("uniform"), acks=1
@@ -206,7 +244,7 @@ def _substitute(expr: str) -> str:
         "$cluster": CLUSTER,
         "$broker": ".*",
         "$topic": TOPIC,
-        "$group": GROUP,
+        "$group": f"{GROUP}|{ASYNC_GROUP}",
         "$__rate_interval": "5m",
     }
     for var in sorted(values, key=len, reverse=True):
@@ -214,28 +252,53 @@ def _substitute(expr: str) -> str:
     return expr
 
 
-def _needs_missing_exporter(expr: str) -> bool:
-    return bool(
-        (ANALYZER_ONLY.search(expr) and not HAVE_ANALYZER_METRICS)
-        or (CLIENT_ONLY.search(expr) and not HAVE_CLIENT_METRICS)
-    )
+def _raw_metrics(expr: str, recorded: dict[str, str]) -> set[str]:
+    """The exporter metric names an expression reads, through the recording rules."""
+    out: set[str] = set()
+    for name in re.findall(r"\blinkwatch[_:][a-z0-9_:]+", expr):
+        out |= _raw_metrics(recorded[name], recorded) if name in recorded else {name}
+    return out
 
 
 def test_every_dashboard_panel_query_returns_data(live: Live) -> None:
+    """Every panel query returns data. A query whose metrics no exporter publishes yet is
+    reported (xfail, naming the metrics) instead of failing; every other query must return data."""
     stack = live.stack
+    recorded = {r["record"]: r["expr"] for r in _recording_rules()}
     queries = [
         (f"{path.stem} / {title}", _substitute(expr))
         for path in sorted(OUT_DIR.glob("*.json"))
         for title, expr in panel_queries(json.loads(path.read_text()))
     ]
-    unchecked = [(n, e) for n, e in queries if _needs_missing_exporter(e)]
-    queries = [(n, e) for n, e in queries if not _needs_missing_exporter(e)]
     empty = [(name, expr) for name, expr in queries if not stack.query(expr)]
     if empty:  # exporters publish some series only after their first full window: one more look
         time.sleep(15)
         empty = [(name, expr) for name, expr in empty if not stack.query(expr)]
+    exported = set(_label_values(stack, "__name__"))
+    unexported = {n: sorted(_raw_metrics(e, recorded) - exported) for n, e in empty}
+    not_yet = {n: m for n, m in unexported.items() if m}
+    failing = [(n, e) for n, e in empty if n not in not_yet]
     print(f"{len(queries) - len(empty)} of {len(queries)} panel queries returned data")
-    if live.missing:
-        print("not on main yet: " + "; ".join(live.missing))
-        print(f"{len(unchecked)} panel queries not checked: " + "; ".join(n for n, _ in unchecked))
-    assert empty == [], "panel queries without data:\n" + "\n".join(f"{n}: {e}" for n, e in empty)
+    for name, metrics in not_yet.items():
+        print(f"  no exporter publishes {', '.join(metrics)} yet: {name}")
+    assert failing == [], "panel queries without data:\n" + "\n".join(f"{n}: {e}" for n, e in failing)
+    if not_yet:
+        missing = sorted({m for ms in not_yet.values() for m in ms})
+        pytest.xfail(
+            f"{len(not_yet)} panel queries read metrics no exporter publishes yet: {', '.join(missing)}"
+        )
+
+
+def _recording_rules() -> list[dict]:
+    import yaml
+
+    from alerts.rules_check import RULES_DIR
+
+    return yaml.safe_load((RULES_DIR / "recording.yml").read_text())["groups"][0]["rules"]
+
+
+def _label_values(stack: AlertStack, label: str) -> list[str]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{stack.prometheus_url}/api/v1/label/{label}/values", timeout=10) as r:
+        return json.loads(r.read())["data"]
