@@ -58,7 +58,7 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
             am_alert("LinkwatchSlowBroker", cluster="c2", broker="3", request="Produce", severity="warning"),
         ]
     )
-    got = stack.wait_received(lambda r: len(r) >= 3, timeout_s=30)
+    got = stack.wait_received(lambda r: len(r) >= 3, timeout_s=90)
     time.sleep(5)  # two more group intervals: an inhibited alert would have arrived by now
     got = stack.received()
     seen = sorted((r["alertname"], r["labels"]["cluster"], r["labels"].get("broker", "")) for r in got)
@@ -87,7 +87,7 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
             )
         ]
     )
-    resolved = stack.wait_received(lambda r: len(r) >= 2, timeout_s=30, alertname="LinkwatchSlowBroker")
+    resolved = stack.wait_received(lambda r: len(r) >= 2, timeout_s=90, alertname="LinkwatchSlowBroker")
     assert [(r["status"], r["labels"]["broker"]) for r in resolved] == [("firing", "3"), ("resolved", "3")]
 
 
