@@ -22,6 +22,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,7 +61,7 @@ STAGES = {"requestQueue", "local", "remote", "responseQueue", "send"}
 
 HAVE_AGENT = _have("agent.runner")
 HAVE_LAG = _have("linkwatch.lag.runner")
-HAVE_ANALYZER_METRICS = _have("analyzer.exporter")
+HAVE_ANALYZER = _have("analyzer.service")
 HAVE_CLIENT_METRICS = _have("linkwatch.consumer.metrics")
 # Metrics only the analyzer / the async-fetch consumer export: panels reading them are checked
 # only when that exporter is on this branch (and listed as not checked otherwise).
@@ -80,13 +81,17 @@ class Live:
     missing: list[str] = field(default_factory=list)
 
 
-def _start_agents(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
+def _start_agents(cluster: ClusterState, live_stops: list, spool: Path) -> list[ScrapeTarget]:
     from agent.runner import config_for_node, start_agents_in_process
 
-    configs = [
-        config_for_node(n, cluster=CLUSTER, request_log={"window_s": 2, "start_at": "end"})
-        for n in cluster.nodes
-    ]
+    def overrides(node) -> dict:
+        o: dict = {"request_log": {"window_s": 2, "start_at": "end"}}
+        if HAVE_ANALYZER:  # the analyzer reads the agents' samples from Kafka
+            spool_dir = str(spool / str(node.node_id))
+            o["kafka"] = {"enabled": True, "bootstrap_servers": cluster.bootstrap, "spool_dir": spool_dir}
+        return o
+
+    configs = [config_for_node(n, cluster=CLUSTER, **overrides(n)) for n in cluster.nodes]
     started = start_agents_in_process(configs)
     live_stops.extend(agent.stop for agent, _ in started)
     return [
@@ -120,6 +125,40 @@ def _start_lag(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
 
     live_stops.append(_stop)
     return [ScrapeTarget("linkwatch-lag", f"127.0.0.1:{port}", {"cluster": CLUSTER})]
+
+
+def _start_analyzer(cluster: ClusterState, live_stops: list, state_dir: Path) -> list[ScrapeTarget]:
+    import threading
+
+    from analyzer.service import AnalysisService, AnalyzerConfig
+
+    cfg = AnalyzerConfig.model_validate(
+        {
+            "cluster": CLUSTER,
+            "bootstrap": cluster.bootstrap,
+            "window_s": 2,
+            "lookback_windows": 10,
+            "interval_s": 2.0,
+            "trigger_s": 1.0,
+            "state_dir": str(state_dir),
+            "publish_findings": False,
+            "hot_keys": {"topics": [TOPIC]},
+            "prometheus": {"port": 0},
+        }
+    )
+    service = AnalysisService(cfg, sinks=[]).start()
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,), name="alerts-it-analyzer", daemon=True)
+    thread.start()
+
+    def _stop() -> None:
+        stop.set()
+        thread.join(30)
+        service.stop()
+
+    live_stops.append(_stop)
+    port = service._http[0].server_port
+    return [ScrapeTarget("linkwatch-analyzer", f"127.0.0.1:{port}", {"cluster": CLUSTER})]
 
 
 def _start_async_consumer(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
@@ -167,12 +206,14 @@ def live(cluster3: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> It
     stops: list[Any] = []
     missing = []
     try:
-        targets = _start_agents(cluster3, stops)
+        targets = _start_agents(cluster3, stops, tmp_path_factory.mktemp("spool"))
         if HAVE_LAG:
             targets += _start_lag(cluster3, stops)
         else:
             missing.append("lag collector (linkwatch.lag.runner)")
-        if not HAVE_ANALYZER_METRICS:
+        if HAVE_ANALYZER:
+            targets += _start_analyzer(cluster3, stops, tmp_path_factory.mktemp("analyzer"))
+        else:
             missing.append("analyzer /metrics (linkwatch_finding_active, scores, imbalance, hot keys)")
         if HAVE_CLIENT_METRICS:
             targets += _start_async_consumer(cluster3, stops)
