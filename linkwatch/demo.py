@@ -64,9 +64,9 @@ class DemoOptions:
 
 def default_components() -> list[Callable[[], DemoComponent]]:
     """Everything the demo shows besides the cluster and the load, in start order."""
-    from linkwatch.demo_components import AgentsComponent
+    from linkwatch.demo_components import AgentsComponent, LagComponent
 
-    return [AgentsComponent]
+    return [AgentsComponent, LagComponent]
 
 
 def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
@@ -80,7 +80,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
     if cluster.state() is not None:
         cluster.down()  # a demo directory left by a killed earlier demo is ours to clear
     started: list[DemoComponent] = []
-    producer = consumer = pause = None
+    producer = consumer = pause = quitter = None
     summary: dict[str, object] = {}
     try:
         t0 = time.monotonic()
@@ -99,6 +99,8 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         if not consumer.assigned.wait(60):
             console.print("[yellow]the demo consumer has not joined its group after 60 s; going on[/]")
         producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=1).start()
+        # A second group that stops a quarter of the way in: the lag collector must call it STOP.
+        quitter = ConsumerLoad(state.bootstrap, opts.topic, "demo-stops-early").start()
         victim = state.node(opts.slow_broker)
         fault_at, clear_at = opts.duration_s / 3, 2 * opts.duration_s / 3
         begin = time.monotonic()
@@ -109,6 +111,12 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         )
         with live_ctx as live:
             while (elapsed := time.monotonic() - begin) < opts.duration_s:
+                if quitter is not None and elapsed >= opts.duration_s / 4:
+                    quitter.stop()
+                    quitter = None
+                    console.print(
+                        f"[bold]t={elapsed:.0f}s[/] consumer group demo-stops-early stops consuming"
+                    )
                 if pause is None and fault_at <= elapsed < clear_at:
                     pause = faults.PauseDutyCycle(victim.pid, opts.pause_ms, opts.period_ms).start()
                     console.print(
@@ -158,7 +166,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         if pause is not None:
             pause.stop()
         faults.revert_all()
-        for obj in (producer, consumer):
+        for obj in (producer, consumer, quitter):
             if obj is not None:
                 obj.stop()
         for comp in reversed(started):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections import deque
 from pathlib import Path
 
 from linkwatch.records import FETCH_CONSUMER, PRODUCE
@@ -86,3 +87,49 @@ class AgentsComponent:
             thread.join(timeout=10)
         self.agents = []
         self._spool.cleanup()
+
+
+class LagComponent:
+    """The lag collector on the demo cluster: per-group status with its reason, and findings."""
+
+    name = "lag"
+
+    def __init__(self, interval_s: float = 4.0) -> None:
+        self.interval_s = interval_s
+        self._status = ""
+        self._findings: deque[str] = deque(maxlen=4)
+        self._thread = None
+        self._stop = None
+        self.service = None
+
+    def start(self, cluster: ClusterState) -> None:
+        from linkwatch.lag.runner import LagConfig, start_in_thread
+
+        config = LagConfig.model_validate(
+            {
+                "bootstrap_servers": cluster.bootstrap,
+                "cluster": "demo",
+                "interval_s": self.interval_s,
+                "metrics": {"port": 0},
+                # A short window so a stopped group shows STOP within the demo's run.
+                "collector": {"exclude": ["^linkwatch"], "window_s": 20, "min_evaluations": 3},
+            }
+        )
+        self._thread, self._stop, self.service = start_in_thread(config, printer=self._print)
+
+    def _print(self, text: str) -> None:
+        if text.startswith("finding: "):
+            self._findings.append(text)
+        else:
+            self._status = text
+
+    def lines(self) -> list[str]:
+        head = ["lag collector (status per group, and why):"]
+        body = self._status.splitlines() if self._status else ["waiting for the first pass"]
+        return head + [f"  {line}" for line in body] + [f"  {f}" for f in self._findings]
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
