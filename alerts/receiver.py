@@ -107,14 +107,16 @@ class AlertReceiver:
             if self.queue.maxsize - self.queue.qsize() < len(fresh):
                 self.stats["rejected_queue_full"] += 1
                 return 503, {"error": "queue_full", "detail": f"{len(fresh)} new alerts do not fit"}
+            accepted = 0
             for event in msg.alerts:
-                new = event in fresh and self.dedup.first_time(event)
+                new = self.dedup.first_time(event)  # also a repeat within this message is a duplicate
                 self._audit_alert(event, duplicate=not new, remote=remote)
                 if new:
                     self.queue.put_nowait(event)
-        self.stats["accepted"] += len(fresh)
-        self.stats["duplicates"] += len(msg.alerts) - len(fresh)
-        return 200, {"accepted": len(fresh), "duplicates": len(msg.alerts) - len(fresh)}
+                    accepted += 1
+        self.stats["accepted"] += accepted
+        self.stats["duplicates"] += len(msg.alerts) - accepted
+        return 200, {"accepted": accepted, "duplicates": len(msg.alerts) - accepted}
 
     def _audit_alert(self, event: AlertEvent, duplicate: bool, remote: str) -> None:
         self.audit.write(

@@ -233,6 +233,14 @@ def test_duplicates_are_audited_but_not_handed_on(receiver: AlertReceiver, memor
     ]
 
 
+def test_a_repeat_inside_one_message_is_a_duplicate(receiver: AlertReceiver, memory: MemoryNotifier) -> None:
+    assert post(receiver.url, message(alert("2"), alert("2"), alert("3")))[1] == {
+        "accepted": 2,
+        "duplicates": 1,
+    }
+    assert [e.labels["broker"] for e in memory.wait_for(2, timeout_s=5)] == ["2", "3"]
+
+
 def test_dedup_cache_is_bounded(tmp_path: Path, memory: MemoryNotifier) -> None:
     cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", dedup_entries=2)
     with AlertReceiver(cfg, hooks=[memory]) as r:
