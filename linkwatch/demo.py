@@ -62,11 +62,18 @@ class DemoOptions:
     components: list[Callable[[], DemoComponent]] = field(default_factory=list)
 
 
-def default_components() -> list[Callable[[], DemoComponent]]:
-    """Everything the demo shows besides the cluster and the load, in start order."""
-    from linkwatch.demo_components import AgentsComponent, LagComponent
+def default_components(workdir: Path) -> list[Callable[[], DemoComponent]]:
+    """Everything the demo shows besides the cluster and the load, in start order.
 
-    return [AgentsComponent, LagComponent]
+    The agents start first so the alerting stack (Prometheus, Alertmanager, the receiver) knows
+    the ports to scrape; ``workdir`` holds the stack's files.
+    """
+    from alerts.stack import AlertingDemoComponent
+    from linkwatch.demo_components import AgentsComponent, LagComponent, scrape_targets
+
+    agents, lag = AgentsComponent(), LagComponent()
+    alerting = AlertingDemoComponent(workdir / "alerts", lambda _cluster: scrape_targets(agents, lag))
+    return [lambda: agents, lambda: lag, lambda: alerting]
 
 
 def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
@@ -150,7 +157,9 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                 else:
                     console.print(frame)
                 time.sleep(opts.refresh_s)
+        notes = [line for comp in started if hasattr(comp, "summary") for line in _safe_summary(comp)]
         summary = {
+            "notes": notes,
             "sent": producer.stats.sent,
             "acked": producer.stats.acked,
             "errors": producer.stats.errors,
@@ -175,6 +184,13 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         stopped = cluster.down()
         console.print(f"[bold]cleanup[/] stopped {len(stopped)} broker JVM(s), removed {opts.root}")
     return summary
+
+
+def _safe_summary(comp: DemoComponent) -> list[str]:
+    try:
+        return list(comp.summary())  # type: ignore[attr-defined]
+    except Exception as e:
+        return [f"{comp.name}: no summary ({type(e).__name__}: {e})"]
 
 
 def _safe_lines(comp: DemoComponent) -> list[str]:

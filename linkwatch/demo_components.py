@@ -101,6 +101,7 @@ class LagComponent:
         self._thread = None
         self._stop = None
         self.service = None
+        self.metrics_port: int | None = None
 
     def start(self, cluster: ClusterState) -> None:
         from linkwatch.lag.runner import LagConfig, start_in_thread
@@ -116,6 +117,7 @@ class LagComponent:
             }
         )
         self._thread, self._stop, self.service = start_in_thread(config, printer=self._print)
+        self.metrics_port = self.service.serve_metrics()
 
     def _print(self, text: str) -> None:
         if text.startswith("finding: "):
@@ -133,3 +135,13 @@ class LagComponent:
             self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=15)
+
+
+def scrape_targets(agents: AgentsComponent, lag: LagComponent, cluster: str = "demo") -> list:
+    """The /metrics endpoints the demo's Prometheus scrapes: every agent and the lag collector."""
+    from alerts.stack import ScrapeTarget, agent_targets
+
+    targets = agent_targets(agents.metrics_ports(), cluster)
+    if lag.metrics_port:
+        targets.append(ScrapeTarget("linkwatch-lag", f"127.0.0.1:{lag.metrics_port}", {"cluster": cluster}))
+    return targets

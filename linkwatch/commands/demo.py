@@ -27,13 +27,15 @@ def app(
         keys=keys,
         slow_broker=slow_broker,
         root=dir,
-        components=demo.default_components(),
+        components=demo.default_components(dir.parent / f"{dir.name}-stack"),
     )
     summary = demo.run(opts, console)
     console.print(
         f"[bold]done[/] sent {summary['sent']} acked {summary['acked']} errors {summary['errors']} "
         f"consumed {summary['consumed']}"
     )
+    for line in summary["notes"]:  # type: ignore[union-attr]
+        console.print(line)
     for phase, by_broker in summary["median_p50_ms_by_phase"].items():  # type: ignore[union-attr]
         cells = "  ".join(f"broker {b}: {v:.0f} ms" for b, v in sorted(by_broker.items()))
         console.print(f"  typical ack p50 {phase:>6} the fault: {cells}")

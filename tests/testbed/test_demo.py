@@ -29,7 +29,7 @@ def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
         def stop(self) -> None:
             pass
 
-    opts.components = [*demo.default_components(), RecordPids]
+    opts.components = [*demo.default_components(tmp_path / "stack"), RecordPids]
     summary = demo.run(opts, Console(file=out, width=120))
     text = out.getvalue()
     assert "3 brokers up" in text and "PAUSED" in text and "watching 3 brokers" in text
