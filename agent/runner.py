@@ -64,6 +64,7 @@ class Agent:
         )
         self._histogram_requests = frozenset(rl.histogram_requests)
         self._add_jmx()
+        self._add_disk_and_host()
         self._stop = threading.Event()
 
     def _add_jmx(self) -> None:
@@ -87,6 +88,29 @@ class Agent:
                     request_handler_pools=jmx.request_handler_pools,
                 )
             )
+
+    def _add_disk_and_host(self) -> None:
+        from agent.logdirs import HostCollector, LogDirCollector
+
+        cfg = self.config
+        common = {
+            "cluster": cfg.cluster,
+            "broker": cfg.broker_id,
+            "health": self.health,
+            "metrics": self.metrics,
+        }
+        if cfg.log_dirs.paths:
+            self.collectors.append(
+                LogDirCollector(
+                    [str(p) for p in cfg.log_dirs.paths],
+                    interval_s=cfg.log_dirs.interval_s,
+                    partition_records=cfg.log_dirs.partition_records,
+                    top_partitions=cfg.log_dirs.top_partitions,
+                    **common,
+                )
+            )
+        if cfg.host.enabled:
+            self.collectors.append(HostCollector(interval_s=cfg.host.interval_s, **common))
 
     @property
     def metrics_port(self) -> int | None:
@@ -161,6 +185,7 @@ def config_for_node(node, cluster: str = "local", **overrides) -> AgentConfig:
         "request_log": {"path": str(node.request_log)},
         "prometheus": {"port": 0},
         "jmx": {"jolokia_url": node.jolokia_url, "request_handler_pools": 2},  # combined nodes
+        "log_dirs": {"paths": list(node.log_dirs)},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
