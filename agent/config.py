@@ -76,6 +76,11 @@ class HostConfig(StrictModel):
     interval_s: float = Field(10.0, gt=0)
 
 
+class OtlpConfig(StrictModel):
+    endpoint: str | None = None  # e.g. http://127.0.0.1:4318/v1/traces; None: no spans
+    timeout_s: float = Field(10.0, gt=0)
+
+
 class AgentConfig(StrictModel):
     cluster: str = "kafka"
     broker_id: int = Field(ge=0)
@@ -86,6 +91,7 @@ class AgentConfig(StrictModel):
     jmx: JmxConfig = JmxConfig()
     log_dirs: LogDirsConfig = LogDirsConfig()
     host: HostConfig = HostConfig()
+    otlp: OtlpConfig = OtlpConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("cluster")

@@ -65,6 +65,16 @@ class Agent:
         self._histogram_requests = frozenset(rl.histogram_requests)
         self._add_jmx()
         self._add_disk_and_host()
+        self.tracer = None
+        if config.otlp.endpoint:
+            from agent.output.otlp import SlowRequestTracer, make_exporter
+
+            self.tracer = SlowRequestTracer(
+                make_exporter(config.otlp.endpoint, config.otlp.timeout_s),
+                cluster=config.cluster,
+                broker=config.broker_id,
+            )
+            self.listeners.append(lambda win: self.tracer.emit(win.slow_requests))
         self._stop = threading.Event()
 
     def _add_jmx(self) -> None:
@@ -171,6 +181,8 @@ class Agent:
             self.request_log.follower.close()
         if self.sink is not None:
             self.sink.stop()
+        if self.tracer is not None:
+            self.tracer.shutdown()
         if self.http_server is not None:
             self.http_server.shutdown()
             self.http_server.server_close()
