@@ -59,12 +59,11 @@ def load(bootstrap: str, topic: str, seconds: float, rate: int) -> int:
     )
     sent, t0 = 0, time.monotonic()
     while (elapsed := time.monotonic() - t0) < seconds:
-        due = int(elapsed * rate)
-        while sent < due:
-            p.send(topic, value=b"x" * 200)
+        if sent < int(elapsed * rate):
+            p.send(topic, value=b"x" * 200).get(timeout=10)  # one Produce request each
             sent += 1
-        p.flush()
-        time.sleep(0.005)
+        else:
+            time.sleep(0.001)
     p.flush()
     p.close()
     stop.set()

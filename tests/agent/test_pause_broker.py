@@ -56,7 +56,7 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
             windows[b] += s.poll()
         time.sleep(0.5)
     t1 = int(time.time() * 1000)
-    with PauseDutyCycle(cluster3.node(2).pid, pause_ms=500, period_ms=1000):
+    with PauseDutyCycle(cluster3.node(2).pid, pause_ms=800, period_ms=1000):
         deadline = time.monotonic() + PHASE_S
         while time.monotonic() < deadline:
             for b, s in sources.items():
@@ -72,8 +72,8 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
     baseline = {b: max(before[b].values()) for b in windows}
     msg = f"FetchConsumer p99 by stage before={before} during={during}"
     print(msg)
-    assert worst[2] >= 250.0, msg
-    assert worst[2] >= 2 * baseline[2], msg  # raised on broker 2...
+    assert worst[2] >= 400.0, msg
+    assert worst[2] >= 1.5 * baseline[2], msg  # raised on broker 2...
     for other in (1, 3):
         assert worst[2] >= 2 * worst[other], msg  # ...well above the healthy brokers...
         assert worst[other] <= 2 * max(baseline[other], 100.0), msg  # ...which did not rise as much
