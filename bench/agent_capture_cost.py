@@ -3,7 +3,7 @@
     .venv/bin/python bench/agent_capture_cost.py [--seconds 20] [--rate 400]
 
 Runs a real 1-node cluster and drives the same load in every phase (``--rate`` acks=1 produce
-requests/s plus a consumer long-polling with fetch.max.wait 50 ms), reading the broker JVM's
+messages/s plus a consumer fetching back to back with fetch.max.wait 0), reading the broker JVM's
 CPU time (utime+stime, /proc/<pid>/stat) and the request-log lines written:
 
 * cluster A (plain request appender): ``off`` (logger WARN, the baseline), ``always`` (DEBUG),
@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from agent.capture import BrokerLoggerSwitch, slow_only_filter_yaml
+from agent.jmx.collector import JMX_REQUESTS, JolokiaReader, stage_mbean
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 
 
@@ -43,11 +44,18 @@ def lines(path: Path) -> int:
         return 0
 
 
+def requests_served(jmx: JolokiaReader) -> float:
+    """Produce + FetchConsumer + FetchFollower requests the broker completed so far (JMX Count)."""
+    snap = jmx.read()
+    return sum(snap.get((stage_mbean("TotalTimeMs", r), "Count"), 0.0) for r in JMX_REQUESTS)
+
+
 def load(bootstrap: str, topic: str, seconds: float, rate: int) -> int:
     stop = threading.Event()
 
     def consume() -> None:
-        c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"g-{topic}", fetch_max_wait_ms=50)
+        # fetch.max.wait 0: the consumer fetches back to back, hundreds of requests/s
+        c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"g-{topic}", fetch_max_wait_ms=0)
         while not stop.is_set():
             c.poll(timeout_ms=100)
         c.close()
@@ -60,10 +68,10 @@ def load(bootstrap: str, topic: str, seconds: float, rate: int) -> int:
     sent, t0 = 0, time.monotonic()
     while (elapsed := time.monotonic() - t0) < seconds:
         if sent < int(elapsed * rate):
-            p.send(topic, value=b"x" * 200).get(timeout=10)  # one Produce request each
+            p.send(topic, value=b"x" * 200)
             sent += 1
         else:
-            time.sleep(0.001)
+            time.sleep(0.002)
     p.flush()
     p.close()
     stop.set()
@@ -73,6 +81,8 @@ def load(bootstrap: str, topic: str, seconds: float, rate: int) -> int:
 
 def phase(name: str, cluster_state, admin, topic: str, seconds: float, rate: int, during=None) -> dict:
     node = cluster_state.nodes[0]
+    jmx = JolokiaReader(node.jolokia_url, timeout_s=30)
+    r0 = requests_served(jmx)
     c0, l0 = cpu_s(node.pid), lines(node.request_log)
     worker = threading.Thread(target=during, daemon=True) if during else None
     if worker:
@@ -82,9 +92,11 @@ def phase(name: str, cluster_state, admin, topic: str, seconds: float, rate: int
         worker.join()
     time.sleep(1)
     used, written = cpu_s(node.pid) - c0, lines(node.request_log) - l0
-    row = {"policy": name, "sent": sent, "broker_cpu_s": used, "lines": written}
+    served = requests_served(jmx) - r0
+    row = {"policy": name, "sent": served, "broker_cpu_s": used, "lines": written}
     print(
-        f"  {name:10s} produce msgs {sent:6d}  broker CPU {used:6.2f} s  request-log lines {written:7d}",
+        f"  {name:10s} requests served {served:7.0f} (produce msgs {sent})  broker CPU {used:6.2f} s  "
+        f"request-log lines {written:7d}",
         flush=True,
     )
     return row

@@ -56,7 +56,7 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
             windows[b] += s.poll()
         time.sleep(0.5)
     t1 = int(time.time() * 1000)
-    with PauseDutyCycle(cluster3.node(2).pid, pause_ms=800, period_ms=1000):
+    with PauseDutyCycle(cluster3.node(2).pid, pause_ms=500, period_ms=1000):
         deadline = time.monotonic() + PHASE_S
         while time.monotonic() < deadline:
             for b, s in sources.items():
@@ -68,11 +68,11 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
         windows[b] += s.poll() + s.aggregator.close_all()
     before = {b: p99_by_stage(w, t0 - t0 % 5000, t1 - t1 % 5000) for b, w in windows.items()}
     during = {b: p99_by_stage(w, t1 - t1 % 5000 + 5000, t2 - t2 % 5000) for b, w in windows.items()}
-    worst = {b: max(during[b].values()) for b in windows}
-    baseline = {b: max(before[b].values()) for b in windows}
+    worst = {b: max(during[b].values(), default=0.0) for b in windows}
+    baseline = {b: max(before[b].values(), default=0.0) for b in windows}
     msg = f"FetchConsumer p99 by stage before={before} during={during}"
     print(msg)
-    assert worst[2] >= 400.0, msg
+    assert worst[2] >= 250.0, msg
     assert worst[2] >= 1.5 * baseline[2], msg  # raised on broker 2...
     for other in (1, 3):
         assert worst[2] >= 2 * worst[other], msg  # ...well above the healthy brokers...
