@@ -60,21 +60,25 @@ class StageAccumulator:
             return
         self.count += len(values)
         self.sum += math.fsum(values)
-        self.min = min(self.min, min(values))
-        self.max = max(self.max, max(values))
-        positive = [v for v in values if v > _MIN_KEY_VALUE]
-        self.zero += len(values) - len(positive)
-        logs = list(map(math.log2, positive))
-        ceil, mult = math.ceil, _LOG2_MULT
-        # DDSketch's LogarithmicMapping key is ceil(log2(v) * multiplier): the same buckets as
-        # LatencySketch.add (log2 here vs log(v, 2) there may differ in the last ulp only).
-        self.buckets.update([ceil(lv * mult) for lv in logs])
-        # Histogram bound i is 0.25 ms * 2^i: v falls in the first i with log2(v) + 2 <= i.
+        # Stage times have microsecond resolution and repeat a lot (0, small queue times):
+        # bucket each distinct value once, weighted by how often it occurred.
+        distinct = Counter(values)
+        self.min = min(self.min, min(distinct))
+        self.max = max(self.max, max(distinct))
+        buckets, hist = self.buckets, self.hist
         top = len(HISTOGRAM_BOUNDS_MS)
-        hist = self.hist
-        hist[0] += len(values) - len(positive)
-        for i, n in Counter([ceil(lv + 2.0) for lv in logs]).items():
-            hist[0 if i < 0 else (i if i <= top else top)] += n
+        log, log2, ceil, mult, floor_v = math.log, math.log2, math.ceil, _LOG2_MULT, _MIN_KEY_VALUE
+        for v, n in distinct.items():
+            if v > floor_v:
+                # DDSketch's LogarithmicMapping key, same expression: the same buckets as
+                # LatencySketch.add would give.
+                buckets[ceil(log(v, 2) * mult)] += n
+                # Histogram bound i is 0.25 ms * 2^i: v falls in the first i with log2(v) + 2 <= i.
+                i = ceil(log2(v) + 2.0)
+                hist[0 if i < 0 else (i if i <= top else top)] += n
+            else:
+                self.zero += n
+                hist[0] += n
 
     def sketch(self) -> LatencySketch:
         return LatencySketch.from_dict(self.sketch_dict())
