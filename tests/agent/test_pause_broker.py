@@ -15,6 +15,8 @@ from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
 from tests.agent.traffic import create_topic, run_traffic
 
+# Pauses of 500 ms: much longer ones made the kafka-python consumer give up on the paused broker's
+# requests, which then never complete (and are never logged).
 # Consumer fetches: on a healthy broker they wait at most fetch_max_wait_ms (100 ms) in purgatory,
 # whatever broker 2 does; on the paused broker a request in flight is stretched by the pause.
 # (Produce is not compared: acks=all produce on the healthy leaders rightly waits for follower 2.)
@@ -71,7 +73,7 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
         t0 = int(time.time() * 1000)
         poll_for(PHASE_S + 1)
         t1 = int(time.time() * 1000)
-        with PauseDutyCycle(cluster3.node(2).pid, pause_ms=1500, period_ms=2500):
+        with PauseDutyCycle(cluster3.node(2).pid, pause_ms=500, period_ms=1000):
             poll_for(PHASE_S)
         t2 = int(time.time() * 1000)
     finally:
@@ -85,8 +87,8 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
     baseline = {b: max(before[b].values(), default=0.0) for b in windows}
     msg = f"FetchConsumer p99 by stage before={before} during={during}"
     print(msg)
-    assert worst[2] >= 500.0, msg
-    assert worst[2] >= 2 * baseline[2], msg  # raised on broker 2...
+    assert worst[2] >= 250.0, msg
+    assert worst[2] >= 1.5 * baseline[2], msg  # raised on broker 2...
     for other in (1, 3):
         assert worst[2] >= 2 * worst[other], msg  # ...well above the healthy brokers...
         assert worst[other] <= 2 * max(baseline[other], 100.0), msg  # ...which did not rise as much
