@@ -1,0 +1,83 @@
+"""Which of several collector instances publishes findings: a lease by group membership.
+
+Two ``linkwatch lag`` instances may run for availability. Both evaluate every pass (so either
+can take over with its windows already warm) and both export metrics, but only the holder of
+the lease publishes findings. The lease is partition 0 of a one-partition topic, handed out by
+Kafka's own group coordinator: every instance joins consumer group ``group_id`` subscribed to
+``topic``; the member assigned the partition holds the lease. When the holder stops cleanly it
+leaves the group and another member gets the partition at its next pass; when it dies, after
+``session_timeout_ms``. No extra service (ZooKeeper, a database) is needed.
+
+While a rebalance is in progress nobody holds the lease, so a finding may be delayed by one
+pass, never doubled. Findings also carry a key per (group, episode) (``ts_ms`` = episode start),
+so a reader can collapse the rare duplicate at a handover.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
+
+
+class Lease(Protocol):
+    def held(self) -> bool:
+        """True if this instance may publish findings now. Never raises."""
+
+    def close(self) -> None: ...
+
+
+class AlwaysHeld:
+    """The single-instance default: no coordination."""
+
+    def held(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        return None
+
+
+class GroupLease:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str = "linkwatch.lag.lease",
+        group_id: str = "linkwatch-lag-lease",
+        instance: str = "",
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        self.topic = topic
+        self._tp = TopicPartition(topic, 0)
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap_servers,
+            group_id=group_id,
+            client_id=f"linkwatch-lag-{instance}" if instance else "linkwatch-lag",
+            enable_auto_commit=False,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=max(500, session_timeout_ms // 5),
+            max_poll_interval_ms=max(session_timeout_ms * 6, 60_000),
+        )
+        self._consumer.subscribe([topic])
+
+    def held(self) -> bool:
+        try:
+            # poll drives joins and rebalances; the lease topic carries no data we need.
+            self._consumer.poll(timeout_ms=200, max_records=1)
+            return self._tp in self._consumer.assignment()
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        self._consumer.close(autocommit=False)
+
+
+def ensure_lease_topic(admin: Any, topic: str, replication_factor: int, dry_run: bool) -> str:
+    """Create the one-partition lease topic if missing. Returns what was (or would be) done."""
+    existing = {t["name"] for t in admin.describe_topics() if t.get("error_code", 0) == 0}
+    if topic in existing:
+        return f"lease topic {topic} exists"
+    if dry_run:
+        return f"dry run: would create lease topic {topic} (1 partition, RF {replication_factor})"
+    admin.create_topics([NewTopic(topic, 1, replication_factor)])
+    return f"created lease topic {topic} (1 partition, RF {replication_factor})"

@@ -1,0 +1,280 @@
+"""Lag status rules: small pure functions, time and thresholds passed in.
+
+A partition is judged on a sliding window of :class:`Observation` s (one per evaluation pass),
+each taken against a *fresh* end offset read in the same pass as the committed offset, so a
+consumer that stopped while producers go on always shows lag > 0 and can never look OK.
+
+Rules, in order (the first that matches decides; every verdict carries a reason in words and
+the numbers behind it):
+
+0. **ERR** — the latest observation could not be made (offset fetch failed, topic deleted,
+   committed offset below the log start, ...). The error text is the reason.
+1. **REWIND** — the committed offset moved back inside the window and has not yet recovered
+   to where it was before.
+2. **OK** — caught up: lag is at most ``allowed_lag`` now.
+3. **STOP** — lag > 0 and the committed offset has not moved for longer than the window, and
+   the group has no active member. "Not moved" is measured since the last evaluation at which
+   the consumer either advanced or was caught up, so a low-traffic topic whose consumer idles
+   at the end of the log is not STOP when one new record arrives (Burrow issues #38, #128).
+4. **STALL** — the same, but the group still has members: they are connected and holding
+   (committing) the same offset while lag > 0.
+5. **WARN** — the last ``window_s`` holds at least ``min_evaluations`` and lag grew between every pair of consecutive
+   evaluations (never decreased, ended higher than it started) while the consumer advanced: it
+   consumes, but slower than producers write.
+6. **OK** — otherwise (consumer progressing; one slow evaluation or a lag burst it is working
+   off is not a warning).
+
+A group's status is its worst partition status (:data:`SEVERITY`); its reason names how many
+partitions carry it and the worst one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    OK = "OK"
+    WARN = "WARN"
+    STALL = "STALL"
+    STOP = "STOP"
+    REWIND = "REWIND"
+    ERR = "ERR"
+
+
+# Worse is higher. A real problem outranks "could not evaluate" (ERR): a group with one deleted
+# topic and one stopped partition is reported STOP, with the ERR partitions counted in the reason.
+SEVERITY: dict[Status, int] = {
+    Status.OK: 0,
+    Status.ERR: 1,
+    Status.WARN: 2,
+    Status.REWIND: 3,
+    Status.STALL: 4,
+    Status.STOP: 5,
+}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One evaluation of one (group, partition): committed and fresh end offset at ``ts_s``."""
+
+    ts_s: float
+    committed: int
+    end: int
+    error: str | None = None
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - self.committed)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``window_s``: how long a consumer may make no progress before STOP/STALL;
+    ``min_evaluations``: how many evaluations a window needs before WARN can be judged;
+    ``allowed_lag``: lag (messages) that still counts as caught up."""
+
+    window_s: float = 300.0
+    min_evaluations: int = 5
+    allowed_lag: int = 0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reason: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+
+def evaluate_partition(
+    window: Sequence[Observation],
+    now_s: float,
+    members_active: bool,
+    th: Thresholds,
+    progress_since: float | None = None,
+) -> Verdict:
+    """Status of one partition from its observations (oldest first; the last is the latest).
+
+    ``progress_since``: when the caller keeps fewer observations than the window spans, the
+    time it last saw the consumer advance or be caught up (see :func:`progress_ts`).
+    """
+    if not window:
+        return Verdict(Status.ERR, "no observation yet", {})
+    last = window[-1]
+    if last.error is not None:
+        return Verdict(Status.ERR, last.error, {"committed": last.committed, "end": last.end})
+    ok = [o for o in window if o.error is None]
+    return (
+        rule_rewind(ok)
+        or rule_caught_up(last, th)
+        or rule_no_progress(ok, now_s, members_active, th, progress_since)
+        or rule_growing([o for o in ok if o.ts_s >= now_s - th.window_s], th)
+        or rule_progressing(ok, now_s, th, progress_since)
+    )
+
+
+def rule_rewind(window: Sequence[Observation]) -> Verdict | None:
+    """Rule 1: the committed offset went back and is still below its earlier high mark."""
+    high = None
+    for prev, cur in itertools.pairwise(window):
+        if cur.committed < prev.committed:
+            high = max(high or 0, prev.committed)
+    last = window[-1]
+    if high is None or last.committed >= high:
+        return None
+    return Verdict(
+        Status.REWIND,
+        f"committed offset moved back from {high} to {last.committed} and has not recovered",
+        {"from_offset": high, "committed": last.committed, "lag": last.lag},
+    )
+
+
+def rule_caught_up(last: Observation, th: Thresholds) -> Verdict | None:
+    """Rule 2: lag within ``allowed_lag`` against the fresh end offset."""
+    if last.lag > th.allowed_lag:
+        return None
+    return Verdict(
+        Status.OK,
+        f"caught up: committed {last.committed}, end {last.end}",
+        {"committed": last.committed, "end": last.end, "lag": last.lag},
+    )
+
+
+def progress_ts(window: Sequence[Observation], allowed_lag: int) -> float | None:
+    """Time of the latest evaluation at which the consumer advanced or was caught up.
+
+    ``None`` if it did neither anywhere in the window (then the window start is the bound).
+    """
+    for prev, cur in zip(reversed(window[:-1]), reversed(window), strict=False):
+        if cur.committed != prev.committed or cur.lag <= allowed_lag:
+            return cur.ts_s
+    first = window[0]
+    return first.ts_s if first.lag <= allowed_lag else None
+
+
+def rule_no_progress(
+    window: Sequence[Observation],
+    now_s: float,
+    members_active: bool,
+    th: Thresholds,
+    progress_since: float | None = None,
+) -> Verdict | None:
+    """Rules 3 and 4: no progress for longer than the window while lag > 0 → STOP or STALL."""
+    since = progress_since if progress_since is not None else progress_ts(window, th.allowed_lag)
+    bound = since if since is not None else window[0].ts_s
+    idle_s = now_s - bound
+    # Without progress anywhere in the window we only know it lasted at least the window span;
+    # the window must span the full period before we may call it.
+    if idle_s <= th.window_s:
+        return None
+    last = window[-1]
+    numbers = {
+        "committed": last.committed,
+        "end": last.end,
+        "lag": last.lag,
+        "no_progress_s": round(idle_s, 1),
+        "window_s": th.window_s,
+    }
+    if members_active:
+        return Verdict(
+            Status.STALL,
+            f"group has members but committed offset {last.committed} has not moved for "
+            f"{idle_s:.0f}s (window {th.window_s:.0f}s) while lag is {last.lag}",
+            numbers,
+        )
+    return Verdict(
+        Status.STOP,
+        f"no member and no commit progress for {idle_s:.0f}s (window {th.window_s:.0f}s) while "
+        f"{last.lag} messages wait (end offset {last.end}, committed {last.committed})",
+        numbers,
+    )
+
+
+def rule_growing(window: Sequence[Observation], th: Thresholds) -> Verdict | None:
+    """Rule 5: lag grew across the whole (complete) window while the consumer advanced."""
+    if len(window) < th.min_evaluations:
+        return None
+    lags = [o.lag for o in window]
+    if any(b < a for a, b in itertools.pairwise(lags)) or lags[-1] <= lags[0]:
+        return None
+    if min(lags) <= th.allowed_lag:
+        return None
+    first, last = window[0], window[-1]
+    span = max(last.ts_s - first.ts_s, 1e-9)
+    return Verdict(
+        Status.WARN,
+        f"lag grew at every one of the last {len(window)} evaluations, from {lags[0]} to "
+        f"{lags[-1]} in {span:.0f}s: consuming {(last.committed - first.committed) / span:.1f}/s, "
+        f"producing {(last.end - first.end) / span:.1f}/s",
+        {
+            "lag_first": lags[0],
+            "lag_last": lags[-1],
+            "evaluations": len(window),
+            "consume_rate": round((last.committed - first.committed) / span, 2),
+            "produce_rate": round((last.end - first.end) / span, 2),
+        },
+    )
+
+
+def rule_progressing(
+    window: Sequence[Observation], now_s: float, th: Thresholds, progress_since: float | None = None
+) -> Verdict:
+    """Rule 6: behind, but not (yet) long enough without progress to say more."""
+    last = window[-1]
+    lags = [o.lag for o in window]
+    numbers = {"committed": last.committed, "end": last.end, "lag": last.lag, "evaluations": len(window)}
+    since = progress_since if progress_since is not None else progress_ts(window, th.allowed_lag)
+    if since is not None and all(o.committed == last.committed for o in window) and now_s - since > 0:
+        idle = now_s - since
+        return Verdict(
+            Status.OK,
+            f"behind by {last.lag}; committed offset unchanged for {idle:.0f}s so far "
+            f"(STOP/STALL only after the {th.window_s:.0f}s window)",
+            {**numbers, "no_progress_s": round(idle, 1)},
+        )
+    trend = "not growing throughout the window" if len(lags) > 1 else "first evaluation"
+    return Verdict(
+        Status.OK,
+        f"behind by {last.lag} but progressing ({trend}; lag over window {min(lags)}..{max(lags)})",
+        numbers,
+    )
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    status: Status
+    reason: str
+    numbers: dict[str, Any]
+
+
+def evaluate_group(partitions: dict[str, Verdict], members_active: bool) -> GroupVerdict:
+    """Worst partition status, with how many partitions carry it and which is worst."""
+    if not partitions:
+        return GroupVerdict(Status.ERR, "no committed offsets to evaluate", {"partitions": 0})
+    counts: dict[str, int] = {}
+    for v in partitions.values():
+        counts[v.status.value] = counts.get(v.status.value, 0) + 1
+    worst_name, worst = max(
+        partitions.items(), key=lambda kv: (SEVERITY[kv[1].status], kv[1].numbers.get("lag", 0))
+    )
+    numbers = {"partitions": len(partitions), "by_status": counts, "worst_partition": worst_name}
+    if worst.status is Status.OK:
+        behind = sum(1 for v in partitions.values() if v.numbers.get("lag", 0) > 0)
+        tail = f" ({behind} behind; worst {worst_name}: {worst.reason})" if behind else ""
+        return GroupVerdict(Status.OK, f"all {len(partitions)} partitions OK{tail}", numbers)
+    n = counts[worst.status.value]
+    members = "has members" if members_active else "has no active member"
+    return GroupVerdict(
+        worst.status,
+        f"{worst.status.value} on {n} of {len(partitions)} partitions; group {members}; "
+        f"worst {worst_name}: {worst.reason}",
+        numbers,
+    )
+
+
+def worse(a: Status, b: Status) -> Status:
+    return a if SEVERITY[a] >= SEVERITY[b] else b

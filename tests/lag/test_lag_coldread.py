@@ -1,0 +1,135 @@
+"""Cold reads: the page-cache window rule, and a risk confirmed on the broker's files."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer, TopicPartition
+from lagkit import commit, make_topic
+
+from agent.pagecache import check_cold_read
+from agent.segments import partition_dir
+from linkwatch.lag.coldread import (
+    ColdReadConfig,
+    ColdReadWatch,
+    cold_read_risks,
+    page_cache_window_s,
+    proc_page_cache_window,
+)
+from linkwatch.testbed.cluster import ClusterState
+
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("cache", "rate", "window"),
+    [
+        (80 * GIB, 170 * 1024**2, 481.9),  # seed 001: 80 GB at 170 MB/s holds about 8 minutes
+        (10 * GIB, 10 * 1024**2, 1024.0),
+        (10 * GIB, 0.0, math.inf),  # nothing written: nothing is evicted
+    ],
+)
+def test_page_cache_window(cache: float, rate: float, window: float) -> None:
+    assert page_cache_window_s(cache, rate) == pytest.approx(window, rel=1e-3)
+
+
+RISK_CASES = [
+    # (group, topic, partition, committed, lag_seconds, leader), windows, expect a risk
+    (("g", "t", 0, 5, 900.0, 1), {1: 480.0}, True),
+    (("g", "t", 0, 5, 300.0, 1), {1: 480.0}, False),  # within the window
+    (("g", "t", 0, 5, 480.0, 1), {1: 480.0}, False),  # exactly at the window
+    (("g", "t", 0, 5, None, 1), {1: 480.0}, False),  # lag seconds unknown: not judged
+    (("g", "t", 0, 5, 900.0, None), {1: 480.0}, False),  # no leader
+    (("g", "t", 0, 5, 900.0, -1), {1: 480.0}, False),  # offline
+    (("g", "t", 0, 5, 900.0, 2), {1: 480.0}, False),  # no window for that broker
+    (("g", "t", 0, 5, 9e9, 1), {1: math.inf}, False),  # a broker that writes nothing
+]
+
+
+@pytest.mark.parametrize(("row", "windows", "risky"), RISK_CASES)
+def test_cold_read_rule(row: tuple, windows: dict[int, float], risky: bool) -> None:
+    risks = cold_read_risks([row], windows)
+    assert bool(risks) is risky
+    if risky:
+        assert (risks[0].leader, risks[0].window_s) == (1, windows[1])
+
+
+def evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def write_load(stop: threading.Event, path: Path) -> None:
+    """Real writes while /proc is sampled, so the measured write rate is not zero."""
+    block = os.urandom(1024 * 1024)
+    with open(path, "wb") as f:
+        while not stop.is_set():
+            f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+            f.seek(0)
+
+
+@pytest.mark.cluster
+def test_group_reading_old_data_is_a_confirmed_cold_read_risk(
+    cluster3: ClusterState, admin, topic_name: str, group_name: str, make_collector, tmp_path: Path
+) -> None:
+    make_topic(admin, topic_name, **{"segment.ms": "50", "retention.ms": "-1"})
+    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=0, batch_size=2048)
+    month_ago = int(time.time() * 1000) - 30 * 86400 * 1000
+    for chunk in range(10):  # 4 MB of old data, rolled into several segments
+        for _ in range(400):
+            producer.send(topic_name, b"x" * 1000, partition=0, timestamp_ms=month_ago + chunk * 1000)
+        producer.flush()
+        time.sleep(0.06)
+    for _ in range(40):  # fresh data
+        producer.send(topic_name, b"y" * 100, partition=0)
+    producer.flush()
+    producer.close()
+    tp = TopicPartition(topic_name, 0)
+    old, fresh = group_name + "-old", group_name + "-fresh"
+    commit(admin, old, {tp: 45})
+    commit(admin, fresh, {tp: 4000 + 35})
+    leader = admin.describe_topics([topic_name])[0]["partitions"][0]["leader_id"]
+    dirs = cluster3.node(leader).log_dirs
+    pdir = partition_dir(dirs, topic_name, 0)
+    time.sleep(1.0)
+    for seg in sorted(pdir.glob("*.log"))[:-1]:  # the old segments leave the page cache
+        evict(seg)
+    cfg = ColdReadConfig(
+        windows_from="proc", confirm="local", log_dirs={n.node_id: n.log_dirs for n in cluster3.nodes}
+    )
+    watch = ColdReadWatch(cfg, "test", "i1")
+    collector = make_collector([old, fresh])
+    stop = threading.Event()
+    writer = threading.Thread(target=write_load, args=(stop, tmp_path / "load.bin"), daemon=True)
+    writer.start()
+    try:
+        result = collector.run_pass()
+        findings = watch.update(result)
+    finally:
+        stop.set()
+        writer.join()
+    cached, _rate, _window = proc_page_cache_window(0.2)
+    assert cached > 0
+    assert [f.subject for f in findings] == [f"group:{old}"], [f.summary for f in findings]
+    f = findings[0]
+    item = f.evidence["partitions"][0]
+    assert item["leader"] == leader and item["lag_seconds"] > item["page_cache_window_s"] > 0
+    assert item["confirmed"] is True, item["confirmation"]
+    assert f.evidence["confirmed"] == 1 and "1 confirmed on the broker" in f.summary
+    assert watch.at_risk == {(old, topic_name, 0): leader}
+    # The caught-up group reads data still in memory, and nothing is said about it.
+    warm = check_cold_read(dirs, topic_name, 0, 4035, skip_bytes=0)
+    assert warm.confirmed is False and warm.resident_pages == warm.total_pages > 0, warm.reason
+    # Same set next pass: no repeated finding.
+    assert watch.update(collector.run_pass()) == []
