@@ -64,6 +64,23 @@ class JmxConfig(StrictModel):
     request_handler_pools: int = Field(1, ge=1, le=2)
 
 
+class LogDirsConfig(StrictModel):
+    paths: list[Path] = Field(default_factory=list)  # the broker's log.dirs
+    interval_s: float = Field(60.0, gt=0)
+    partition_records: bool = True  # one PartitionSize record per partition per round
+    top_partitions: int = Field(50, ge=0, le=10_000)  # largest partitions exported to Prometheus
+
+
+class HostConfig(StrictModel):
+    enabled: bool = True
+    interval_s: float = Field(10.0, gt=0)
+
+
+class OtlpConfig(StrictModel):
+    endpoint: str | None = None  # e.g. http://127.0.0.1:4318/v1/traces; None: no spans
+    timeout_s: float = Field(10.0, gt=0)
+
+
 class AgentConfig(StrictModel):
     cluster: str = "kafka"
     broker_id: int = Field(ge=0)
@@ -72,6 +89,9 @@ class AgentConfig(StrictModel):
     prometheus: PrometheusConfig = PrometheusConfig()
     kafka: KafkaOutputConfig = KafkaOutputConfig()
     jmx: JmxConfig = JmxConfig()
+    log_dirs: LogDirsConfig = LogDirsConfig()
+    host: HostConfig = HostConfig()
+    otlp: OtlpConfig = OtlpConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("cluster")

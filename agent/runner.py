@@ -64,6 +64,17 @@ class Agent:
         )
         self._histogram_requests = frozenset(rl.histogram_requests)
         self._add_jmx()
+        self._add_disk_and_host()
+        self.tracer = None
+        if config.otlp.endpoint:
+            from agent.output.otlp import SlowRequestTracer, make_exporter
+
+            self.tracer = SlowRequestTracer(
+                make_exporter(config.otlp.endpoint, config.otlp.timeout_s),
+                cluster=config.cluster,
+                broker=config.broker_id,
+            )
+            self.listeners.append(lambda win: self.tracer.emit(win.slow_requests))
         self._stop = threading.Event()
 
     def _add_jmx(self) -> None:
@@ -87,6 +98,29 @@ class Agent:
                     request_handler_pools=jmx.request_handler_pools,
                 )
             )
+
+    def _add_disk_and_host(self) -> None:
+        from agent.logdirs import HostCollector, LogDirCollector
+
+        cfg = self.config
+        common = {
+            "cluster": cfg.cluster,
+            "broker": cfg.broker_id,
+            "health": self.health,
+            "metrics": self.metrics,
+        }
+        if cfg.log_dirs.paths:
+            self.collectors.append(
+                LogDirCollector(
+                    [str(p) for p in cfg.log_dirs.paths],
+                    interval_s=cfg.log_dirs.interval_s,
+                    partition_records=cfg.log_dirs.partition_records,
+                    top_partitions=cfg.log_dirs.top_partitions,
+                    **common,
+                )
+            )
+        if cfg.host.enabled:
+            self.collectors.append(HostCollector(interval_s=cfg.host.interval_s, **common))
 
     @property
     def metrics_port(self) -> int | None:
@@ -147,6 +181,8 @@ class Agent:
             self.request_log.follower.close()
         if self.sink is not None:
             self.sink.stop()
+        if self.tracer is not None:
+            self.tracer.shutdown()
         if self.http_server is not None:
             self.http_server.shutdown()
             self.http_server.server_close()
@@ -161,6 +197,7 @@ def config_for_node(node, cluster: str = "local", **overrides) -> AgentConfig:
         "request_log": {"path": str(node.request_log)},
         "prometheus": {"port": 0},
         "jmx": {"jolokia_url": node.jolokia_url, "request_handler_pools": 2},  # combined nodes
+        "log_dirs": {"paths": list(node.log_dirs)},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

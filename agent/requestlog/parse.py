@@ -184,11 +184,7 @@ class TimestampParser:
         second = text[:19]
         base = self._cache.get(second)
         if base is None:
-            try:
-                tm = time.strptime(second.decode("ascii"), "%Y-%m-%d %H:%M:%S")
-            except (UnicodeDecodeError, ValueError):
-                raise Drop("bad_timestamp", repr(text[:40])) from None
-            base = int(time.mktime(tm)) * 1000
+            base = _epoch_ms(second)
             if len(self._cache) > 4096:
                 self._cache.clear()
             self._cache[second] = base
@@ -196,6 +192,20 @@ class TimestampParser:
         if len(text) < 23 or text[19:20] not in (b",", b".") or not millis.isdigit():
             raise Drop("bad_timestamp", repr(text[:40]))
         return base + int(millis)
+
+
+def _epoch_ms(second: bytes) -> int:
+    """``2025-06-01 12:00:00`` in local time -> epoch ms (validated)."""
+    try:
+        if second[4:5] != b"-" or second[7:8] != b"-" or second[10:11] != b" ":
+            raise ValueError(second)
+        fields = (second[0:4], second[5:7], second[8:10], second[11:13], second[14:16], second[17:19])
+        y, mo, d, h, mi, s = (int(f) for f in fields)
+        if not (1 <= mo <= 12 and 1 <= d <= 31 and h <= 23 and mi <= 59 and s <= 60):
+            raise ValueError(second)
+        return int(time.mktime((y, mo, d, h, mi, s, 0, 0, -1))) * 1000
+    except (ValueError, OverflowError):
+        raise Drop("bad_timestamp", repr(second[:40])) from None
 
 
 class LineParser:
@@ -325,6 +335,10 @@ def partitions_of(body: bytes) -> list[dict[str, Any]]:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         return []
+    return _partitions(obj) if isinstance(obj, dict) else []
+
+
+def _partitions(obj: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     request, response = obj.get("request"), obj.get("response")
     if isinstance(request, dict) and isinstance(request.get("topicData"), list):
@@ -356,13 +370,21 @@ def _topic(obj: dict[str, Any], name_key: str) -> str:
     return f"id:{topic_id}" if topic_id else "?"
 
 
-def client_id_of(body: bytes) -> tuple[str, int]:
-    """(clientId, correlationId) from the header (full parse; exemplars only)."""
+def exemplar_fields(body: bytes) -> tuple[str, int, list[dict[str, Any]]]:
+    """(clientId, correlationId, partitions) with one full parse (slow exemplars only)."""
     try:
-        header = orjson.loads(body).get("requestHeader") or {}
-    except (orjson.JSONDecodeError, AttributeError):
-        return "", -1
-    return str(header.get("clientId") or ""), int(header.get("correlationId", -1))
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "", -1, []
+    if not isinstance(obj, dict):
+        return "", -1, []
+    header = obj.get("requestHeader") or {}
+    correlation = header.get("correlationId", -1)
+    return (
+        str(header.get("clientId") or ""),
+        correlation if isinstance(correlation, int) else -1,
+        _partitions(obj),
+    )
 
 
 def _preview(raw: bytes, limit: int = 160) -> str:

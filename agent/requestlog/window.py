@@ -6,6 +6,11 @@ record keys. A window closes when a line at least ``grace_ms`` past its end has 
 when the caller says the wall clock has passed that point (:meth:`WindowAggregator.close_due`).
 A line for a window that has already closed is dropped as ``late``.
 
+Slow-request exemplars: a request is slow when its total time is at least the threshold; for
+fetches the remote stage (purgatory, waiting up to ``maxWaitMs`` for data by design) is left
+out, so idle long polls are not reported as slow. At most ``max_exemplars`` per window are kept
+(the slowest).
+
 Values are appended to small per-stage lists and folded into DDSketch buckets (the exact key
 arithmetic of :mod:`linkwatch.sketch`) and fixed histogram buckets every :data:`CHUNK` values,
 so memory per (request type, stage) is bounded by the chunk and the number of buckets, whatever
@@ -16,17 +21,17 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
-from agent.requestlog.parse import ParsedRequest, client_id_of, partitions_of
-from linkwatch.records import STAGES, SlowRequest, StageSketch
+from agent.requestlog.parse import ParsedRequest, exemplar_fields
+from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
 from linkwatch.sketch import _MAPPING, MIN_POSITIVE_MS, LatencySketch
 
 CHUNK = 2048
+_FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
 MAX_OPEN_WINDOWS = 4
 # Fixed log-spaced histogram bounds (ms): 0.25 ms x 2^k up to ~33 s; the same on every broker so
 # PromQL can sum buckets across brokers.
@@ -55,16 +60,25 @@ class StageAccumulator:
             return
         self.count += len(values)
         self.sum += math.fsum(values)
-        self.min = min(self.min, min(values))
-        self.max = max(self.max, max(values))
-        log, ceil, mult, floor_v = math.log, math.ceil, _LOG2_MULT, _MIN_KEY_VALUE
-        # Same expression as ddsketch's LogarithmicMapping.key, so buckets match LatencySketch.add.
-        keys = [int(ceil(log(v, 2) * mult)) for v in values if v > floor_v]
-        self.zero += len(values) - len(keys)
-        self.buckets.update(keys)
-        hist, bounds = self.hist, HISTOGRAM_BOUNDS_MS
-        for v in values:
-            hist[bisect_left(bounds, v)] += 1
+        # Stage times have microsecond resolution and repeat a lot (0, small queue times):
+        # bucket each distinct value once, weighted by how often it occurred.
+        distinct = Counter(values)
+        self.min = min(self.min, min(distinct))
+        self.max = max(self.max, max(distinct))
+        buckets, hist = self.buckets, self.hist
+        top = len(HISTOGRAM_BOUNDS_MS)
+        log, log2, ceil, mult, floor_v = math.log, math.log2, math.ceil, _LOG2_MULT, _MIN_KEY_VALUE
+        for v, n in distinct.items():
+            if v > floor_v:
+                # DDSketch's LogarithmicMapping key, same expression: the same buckets as
+                # LatencySketch.add would give.
+                buckets[ceil(log(v, 2) * mult)] += n
+                # Histogram bound i is 0.25 ms * 2^i: v falls in the first i with log2(v) + 2 <= i.
+                i = ceil(log2(v) + 2.0)
+                hist[0 if i < 0 else (i if i <= top else top)] += n
+            else:
+                self.zero += n
+                hist[0] += n
 
     def sketch(self) -> LatencySketch:
         return LatencySketch.from_dict(self.sketch_dict())
@@ -166,7 +180,11 @@ class WindowAggregator:
             acc.fold()
         total = req.stages[6]
         if total >= self.slow_threshold_ms:
-            self._keep_slow(win, req, total)
+            if req.request in _FETCHES:
+                # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
+                total -= req.stages[2]
+            if total >= self.slow_threshold_ms:
+                self._keep_slow(win, req, total)
         if ts > self._watermark:
             self._watermark = ts
             if ts - self.grace_ms >= self._oldest_end() or len(self._windows) > MAX_OPEN_WINDOWS:
@@ -223,7 +241,7 @@ class WindowAggregator:
         return ClosedWindow(start, sketches, slow, dict(win.slow_seen), hists, values)
 
     def _exemplar(self, req: ParsedRequest) -> SlowRequest:
-        client_id, correlation_id = client_id_of(req.line)
+        client_id, correlation_id, partitions = exemplar_fields(req.line)
         return SlowRequest(
             cluster=self.cluster,
             source=self.source,
@@ -234,7 +252,7 @@ class WindowAggregator:
             correlation_id=correlation_id,
             connection=req.connection,
             stages_ms=dict(zip(STAGES, (float(v) for v in req.stages), strict=True)),
-            partitions=partitions_of(req.line),
+            partitions=partitions,
         )
 
     @property

@@ -65,6 +65,8 @@ def test_every_window_arrives_exactly_once_across_an_outage(
             request_log={"window_s": 2, "grace_s": 1, "slow_threshold_ms": 100},
             prometheus={"enabled": False},
             jmx={"jolokia_url": None},
+            log_dirs={"paths": []},  # only window records, so the expected set is exact
+            host={"enabled": False},
             kafka={
                 "enabled": True,
                 "bootstrap_servers": mon_state.bootstrap,

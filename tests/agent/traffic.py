@@ -21,9 +21,18 @@ def create_topic(admin, topic: str, partitions: int = 3, rf: int = 3) -> None:
     raise TimeoutError(f"topic {topic} has no leaders after 30s")
 
 
-def run_traffic(bootstrap: str, topic: str, seconds: float, rate: int = 200, consume: bool = True) -> int:
-    """Produce ~``rate`` messages/s with acks=all for ``seconds`` while a consumer reads them."""
+def run_traffic(
+    bootstrap: str,
+    topic: str,
+    seconds: float,
+    rate: int = 200,
+    consume: bool = True,
+    until: threading.Event | None = None,
+) -> int:
+    """Produce ~``rate`` messages/s with acks=all for ``seconds`` (or until ``until`` is set)
+    while a consumer reads them."""
     stop = threading.Event()
+    until = until or threading.Event()
     consumed = [0]
 
     def consumer_loop() -> None:
@@ -47,7 +56,7 @@ def run_traffic(bootstrap: str, topic: str, seconds: float, rate: int = 200, con
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
     sent = 0
     start = time.monotonic()
-    while time.monotonic() - start < seconds:
+    while time.monotonic() - start < seconds and not until.is_set():
         for i in range(max(1, rate // 20)):
             producer.send(topic, key=str(sent + i).encode(), value=b"v" * 300)
         sent += max(1, rate // 20)
