@@ -583,6 +583,8 @@ class AsyncFetchConsumer:
             with contextlib.suppress(Exception):
                 self._commit(consumer)
             with contextlib.suppress(Exception):
+                self._publish()  # the last (partial) window
+            with contextlib.suppress(Exception):
                 consumer.close(autocommit=False, timeout_ms=10_000)
             with self._buf.cond:
                 self._buf.cond.notify_all()
