@@ -1,6 +1,8 @@
 """Compare AsyncFetchConsumer with kafka-python's KafkaConsumer and confluent-kafka's Consumer.
 
-Same load, same run, one client after the other on a real 3-broker cluster, in three cases:
+Same load, same run, one client after the other on a real 3-broker cluster, in three cases
+(each client is assigned every partition of a fresh 6-partition topic, two led by each broker;
+a group id is set for commits but no group membership, so rebalances do not blur the figures):
 
 * ``healthy``     — 3 healthy brokers;
 * ``slow_broker`` — broker 2 SIGSTOPped for ``--pause-ms`` out of every second (PauseDutyCycle);
@@ -59,7 +61,7 @@ class Client:
 
 def _async(bootstrap: str, topic: str, group: str):
     cfg = ConsumerConfig(bootstrap_servers=bootstrap, group_id=group, client_id="bench-async")
-    c = AsyncFetchConsumer(cfg, topics=[topic]).start()
+    c = AsyncFetchConsumer(cfg, partitions=[(topic, p) for p in range(PARTITIONS)]).start()
 
     def poll() -> list[int]:
         out = []
@@ -76,9 +78,12 @@ def _async(bootstrap: str, topic: str, group: str):
 
 
 def _kafka_python(bootstrap: str, topic: str, group: str):
+    from kafka import TopicPartition
+
     c = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", client_id="bench-kp"
+        bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", client_id="bench-kp"
     )
+    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
 
     def poll() -> list[int]:
         return [r.timestamp for recs in c.poll(timeout_ms=100, max_records=500).values() for r in recs]
@@ -87,7 +92,7 @@ def _kafka_python(bootstrap: str, topic: str, group: str):
 
 
 def _confluent(bootstrap: str, topic: str, group: str):
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer(
         {
@@ -97,7 +102,7 @@ def _confluent(bootstrap: str, topic: str, group: str):
             "client.id": "bench-ck",
         }
     )
-    c.subscribe([topic])
+    c.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])  # -2: beginning
 
     def poll() -> list[int]:
         return [m.timestamp()[1] for m in c.consume(num_messages=500, timeout=0.1) if m.error() is None]
