@@ -84,6 +84,11 @@ def test_stop_partition_path(cluster3, admin, topic_name):
     )
     with AsyncFetchConsumer(cfg, topics=[topic_name]) as consumer:
         done, _ = _run(consumer, expect_done=2, timeout_s=40)
+        deadline = time.monotonic() + 20
+        while not consumer.stopped_partitions() and time.monotonic() < deadline:
+            for d in consumer.poll(0.3):  # the poison record's retries
+                assert d.raw_value == POISON
+                consumer.fail(d, "boom")
         time.sleep(1)
         more = consumer.poll(1.0)  # nothing after the poison record of partition 0
         consumer.commit()
