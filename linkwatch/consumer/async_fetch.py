@@ -272,6 +272,7 @@ class AsyncFetchConsumer:
         self._closing = threading.Event()
         self._commit_now = threading.Event()
         self._commit_waiters: list[threading.Event] = []
+        self._commit_in_flight = False
         self._error: BaseException | None = None
         self._stats_lock = threading.Lock()
         self.stats: dict[str, int] = {}
@@ -378,14 +379,17 @@ class AsyncFetchConsumer:
     def _deliver(self, taken: list[Delivery]) -> list[Delivery]:
         now = time.time()
         out = []
+        e2e = []
         for d in taken:
-            if not self._deserialize(d):
+            if (self._key_deserializer or self._value_deserializer) and not self._deserialize(d):
                 continue
-            self.timings.end_to_end(self._leader(d.tp), d.topic, now - d.timestamp_ms / 1000)
-            if self._tracer is not None and d.header("traceparent") is not None:
+            e2e.append((self._leader(d.tp), d.topic, now - d.timestamp_ms / 1000))
+            if self._tracer is not None and d.headers and d.header("traceparent") is not None:
                 self._link_span(d)
             out.append(d)
-        self._count("delivered", len(out))
+        if e2e:
+            self.timings.end_to_end_many(e2e)
+            self._count("delivered", len(out))
         return out
 
     def _deserialize(self, d: Delivery) -> bool:
@@ -570,8 +574,10 @@ class AsyncFetchConsumer:
                     continue
                 self._accept(consumer, batch, epochs)
                 now = time.monotonic()
-                if self._commit_now.is_set() or now - last_commit >= self.config.commit_interval_ms / 1000:
+                if self._commit_now.is_set():
                     self._commit(consumer)
+                elif now - last_commit >= self.config.commit_interval_ms / 1000:
+                    self._commit(consumer, sync=False)
                     last_commit = now
                 if now - last_publish >= self.config.metrics_window_s:
                     self._publish()
@@ -582,6 +588,8 @@ class AsyncFetchConsumer:
         finally:
             with contextlib.suppress(Exception):
                 self._commit(consumer)
+            with contextlib.suppress(Exception):
+                self._publish()  # the last (partial) window
             with contextlib.suppress(Exception):
                 consumer.close(autocommit=False, timeout_ms=10_000)
             with self._buf.cond:
@@ -607,10 +615,10 @@ class AsyncFetchConsumer:
                 if epoch is None or epoch != epochs.get(key):
                     self._refetch_later(consumer, tp, recs)
                     continue
-                for rec in recs:
-                    if not self.tracker.delivered(key, epoch, rec.offset):
-                        self._count("dropped_stopped")
-                        continue
+                accepted = self.tracker.delivered_many(key, epoch, [rec.offset for rec in recs])
+                if accepted < len(recs):
+                    self._count("dropped_stopped", len(recs) - accepted)
+                for rec in recs[len(recs) - accepted :]:
                     self._buf.put(Delivery(rec, epoch))
             self._buf.cond.notify_all()
             buffered = (self._buf.bytes, len(self._buf.queue))
@@ -666,7 +674,9 @@ class AsyncFetchConsumer:
         if to_resume:
             consumer.resume(*to_resume)
 
-    def _commit(self, consumer: KafkaConsumer) -> None:
+    def _commit(self, consumer: KafkaConsumer, sync: bool = True) -> None:
+        """Commit the processed prefix. Periodic commits are asynchronous so a slow group
+        coordinator never holds up fetching; explicit commit() and close wait for the result."""
         waiters, self._commit_waiters = self._commit_waiters, []
         self._commit_now.clear()
         try:
@@ -674,14 +684,26 @@ class AsyncFetchConsumer:
             if offsets and self.config.group_id:
                 with self._buf.cond:
                     offsets = {tp: off for tp, off in offsets.items() if tp in self._assigned}
-                consumer.commit(_kafka_offsets(offsets), timeout_ms=10_000)
-                self._committed(offsets)
+                if sync:
+                    consumer.commit(_kafka_offsets(offsets), timeout_ms=10_000)
+                    self._committed(offsets)
+                elif not self._commit_in_flight:
+                    self._commit_in_flight = True
+                    consumer.commit_async(_kafka_offsets(offsets), callback=self._on_async_commit)
         except KafkaError as e:
             log.warning("commit failed (retried at the next interval): %s", e)
             self._count("commit_failed")
         finally:
             for w in waiters:
                 w.set()
+
+    def _on_async_commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], response: Any) -> None:
+        self._commit_in_flight = False
+        if isinstance(response, BaseException):
+            log.warning("commit failed (retried at the next interval): %s", response)
+            self._count("commit_failed")
+        else:
+            self._committed({(tp.topic, tp.partition): om.offset for tp, om in offsets.items()})
 
     def _publish(self) -> None:
         records = self.timings.flush()

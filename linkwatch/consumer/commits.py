@@ -169,6 +169,23 @@ class CommitTracker:
                 return False
             return True
 
+    def delivered_many(self, tp: tuple[str, int], epoch: int, offsets: list[int]) -> int:
+        """Register a fetched run of offsets; returns how many *trailing* ones were accepted
+        (leading ones already tracked after a seek back are skipped; none if stopped/stale)."""
+        with self._lock:
+            part = self._get(tp, epoch)
+            if part is None or part.stopped_at is not None:
+                return 0
+            accepted = 0
+            for offset in offsets:
+                try:
+                    part.delivered(offset)
+                    accepted += 1
+                except ValueError:
+                    if accepted:  # a gap inside a run cannot happen; refuse the rest
+                        raise
+            return accepted
+
     def ack(self, tp: tuple[str, int], epoch: int, offset: int) -> Outcome:
         with self._lock:
             part = self._get(tp, epoch)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -96,6 +97,8 @@ class ClientTimings:
         self._e2e: dict[int, LatencySketch] = {}
         self._max_buffer_bytes = 0
         self._window_start = time.time()
+        self._fetch_children: dict[int, Any] = {}
+        self._e2e_children: dict[str, Any] = {}
 
     def wait_fetch(self, seconds: float) -> None:
         self.metrics.wait_fetch.observe(seconds)
@@ -103,14 +106,33 @@ class ClientTimings:
             self._wait.add(seconds * 1000)
 
     def fetch_latency(self, broker: int, seconds: float) -> None:
-        self.metrics.fetch_latency.labels(*self.metrics._values, str(broker)).observe(seconds)
+        child = self._fetch_children.get(broker)
+        if child is None:
+            child = self._fetch_children[broker] = self.metrics.fetch_latency.labels(
+                *self.metrics._values, str(broker)
+            )
+        child.observe(seconds)
         with self._lock:
             self._fetch.setdefault(broker, LatencySketch()).add(seconds * 1000)
 
-    def end_to_end(self, broker: int, topic: str, seconds: float) -> None:
-        self.metrics.end_to_end.labels(*self.metrics._values, topic).observe(max(0.0, seconds))
+    def end_to_end_many(self, items: list[tuple[int, str, float]]) -> None:
+        """Record (broker, topic, seconds) for a batch of deliveries (one lock round)."""
+        for _broker, topic, seconds in items:
+            child = self._e2e_children.get(topic)
+            if child is None:
+                child = self._e2e_children[topic] = self.metrics.end_to_end.labels(
+                    *self.metrics._values, topic
+                )
+            child.observe(max(0.0, seconds))
         with self._lock:
-            self._e2e.setdefault(broker, LatencySketch()).add(max(0.0, seconds) * 1000)
+            for broker, _topic, seconds in items:
+                sketch = self._e2e.get(broker)
+                if sketch is None:
+                    sketch = self._e2e[broker] = LatencySketch()
+                sketch.add(max(0.0, seconds) * 1000)
+
+    def end_to_end(self, broker: int, topic: str, seconds: float) -> None:
+        self.end_to_end_many([(broker, topic, seconds)])
 
     def buffer(self, n_bytes: int, n_records: int) -> None:
         self.metrics.buffer_bytes.set(n_bytes)
