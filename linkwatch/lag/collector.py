@@ -109,6 +109,7 @@ class PassResult:
     groups: dict[str, GroupLag] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # pass-level problems, in words
     admin_calls: int = 0
+    call_seconds: dict[str, float] = field(default_factory=dict)  # admin call name -> time spent
     clamped: int = 0
     duration_s: float = 0.0
     topics: list[dict[str, Any]] = field(default_factory=list)  # describe_topics, for rack spread
@@ -145,11 +146,17 @@ class LagCollector:
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self._calls += 1
-        return fn(*args, **kwargs)
+        started = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            name = getattr(fn, "__name__", "call")
+            self._call_seconds[name] = self._call_seconds.get(name, 0.0) + time.monotonic() - started
 
     def run_pass(self) -> PassResult:
         started = time.monotonic()
         self._calls = 0
+        self._call_seconds: dict[str, float] = {}
         result = PassResult(ts_s=self.clock())
         listed = self._list_groups(result)
         if listed is None:
@@ -188,6 +195,7 @@ class LagCollector:
         } | {g: t for g, t in self._group_topics.items() if g in group_errors and g in states}
         self._forget(seen)
         result.admin_calls = self._calls
+        result.call_seconds = self._call_seconds
         result.duration_s = time.monotonic() - started
         return result
 
