@@ -41,6 +41,8 @@ from linkwatch.lag.timestamps import FoundRecord, OffsetTimeHistory, TimestampRe
 
 log = logging.getLogger(__name__)
 
+# "Unknown": listed last pass, but its broker did not answer ListGroups this time; treated as
+# active so it is never called STOP on missing evidence (STALL remains possible).
 INACTIVE_STATES = frozenset({"Empty", "Dead", ""})
 
 
@@ -134,6 +136,7 @@ class LagCollector:
         self._exclude = [re.compile(p) for p in config.exclude]
         self.history = OffsetTimeHistory(config.history_points, config.max_partitions)
         self._windows: dict[tuple[str, str, int], deque[Observation]] = {}
+        self._known_groups: dict[str, str] = {}
         self._group_topics: dict[str, frozenset[str]] = {}  # topics each group committed last pass
         # Last time each (group, tp) advanced or was caught up: STOP/STALL need to look back
         # further than the few observations kept per partition.
@@ -163,6 +166,12 @@ class LagCollector:
             result.admin_calls = self._calls
             return result
         states = {g["group_id"]: g.get("group_state") or "" for g in listed if self.wanted(g["group_id"])}
+        if result.errors:
+            # A broker that could not list its groups does not make them disappear: keep the
+            # groups of the last pass (their offsets may still be fetchable from elsewhere).
+            for g in self._known_groups.keys() - states.keys():
+                states[g] = "Unknown"
+        self._known_groups = dict(states)
         committed, group_errors = self._committed_offsets(sorted(states))
         meta = self._metadata(result)
         tps = {tp for offsets in committed.values() for tp in offsets}
