@@ -86,7 +86,7 @@ def per_group_pass(admin: KafkaAdminClient, groups: list[str]) -> tuple[int, int
     """The baseline: one OffsetFetch and one ListOffsets per group. Returns (calls, partitions)."""
     calls = n = 0
     for g in groups:
-        committed = admin.list_group_offsets(g)[g]
+        committed = _retry(lambda g=g: admin.list_group_offsets(g))[g]
         ends = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in committed})
         calls += 2
         for tp, oam in committed.items():

@@ -238,13 +238,13 @@ class LagCollector:
         for i in range(0, len(groups), n):
             batch = groups[i : i + n]
             try:
-                answer = self._call(self.admin.list_group_offsets, batch)
+                answer = self._fetch_offsets(batch)
             except Exception as e:
                 log.info("batched offset fetch failed (%s); retrying %d groups one by one", e, len(batch))
                 answer = {}
                 for g in batch:
                     try:
-                        answer.update(self._call(self.admin.list_group_offsets, [g]))
+                        answer.update(self._fetch_offsets([g]))
                     except Exception as ge:
                         errors[g] = f"offset fetch failed: {type(ge).__name__}: {ge}"
             for g, offsets in answer.items():
@@ -259,6 +259,23 @@ class LagCollector:
                     else "no committed offsets (group deleted during the pass, or never committed)"
                 )
         return out, errors
+
+    def _fetch_offsets(self, groups: list[str]) -> dict[str, Any]:
+        try:
+            return self._call(self.admin.list_group_offsets, groups)
+        except Exception:
+            # Coordinators move (broker restart, leader change); kafka-python's admin keeps the
+            # old one cached and would fail again, so forget it and ask once more.
+            self._forget_coordinators(groups)
+            return self._call(self.admin.list_group_offsets, groups)
+
+    def _forget_coordinators(self, groups: list[str]) -> None:
+        cache = getattr(
+            getattr(getattr(self.admin, "_manager", None), "cluster", None), "_coordinators", None
+        )
+        if isinstance(cache, dict):
+            for key in [k for k in cache if isinstance(k, tuple) and len(k) == 2 and k[1] in set(groups)]:
+                cache.pop(key, None)
 
     def _metadata(self, result: PassResult) -> dict[tuple[str, int], dict[str, Any]]:
         try:
