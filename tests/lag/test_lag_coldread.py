@@ -84,7 +84,7 @@ def test_group_reading_old_data_is_a_confirmed_cold_read_risk(
     cluster3: ClusterState, admin, topic_name: str, group_name: str, make_collector, tmp_path: Path
 ) -> None:
     make_topic(admin, topic_name, **{"segment.ms": "50", "retention.ms": "-1"})
-    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=0, batch_size=2048)
+    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=5, batch_size=64 * 1024)
     month_ago = int(time.time() * 1000) - 30 * 86400 * 1000
     for chunk in range(10):  # 4 MB of old data, rolled into several segments
         for _ in range(400):
