@@ -17,10 +17,18 @@ from linkwatch.errors import LinkwatchError
 # (subcommand, module under linkwatch.commands, help)
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
+    ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
+    ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
+    ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
     ("lag", "lag", "Consumer lag in messages and seconds with an explained status; cold reads; rack spread."),
+    ("consume", "consume", "Print, forward or store a topic with the async-fetch consumer."),
 ]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="linkwatch: full-link latency monitoring for Apache Kafka (agent, analysis, lag, alerts).",
+)
 
 
 def _mount() -> None:
@@ -37,7 +45,8 @@ _mount()
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone_mode=False: click returns the exit code of typer.Exit instead of exiting.
+        code = app(args=argv, standalone_mode=False)
     except LinkwatchError as e:
         print(f"linkwatch: error: {e}", file=sys.stderr)
         return 2
@@ -52,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return e.exit_code
         raise
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

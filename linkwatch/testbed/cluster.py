@@ -129,6 +129,8 @@ class ClusterSpec:
     # Optional log4j2 filter block (YAML, indented under Appenders) for slow-only capture.
     request_filter_yaml: str = ""
     extra_properties: dict[str, str] = field(default_factory=dict)
+    # Extra JVM arguments per broker, e.g. another -javaagent (a Prometheus JMX exporter).
+    extra_jvm_args: list[str] = field(default_factory=list)
     start_timeout_s: float = 60.0
 
     def validate(self) -> None:
@@ -264,6 +266,23 @@ class LocalCluster:
             self._wait_ready(state)
         except BaseException:
             self.down(keep_data=True)  # keep the logs the error message points to
+            raise
+        return state
+
+    def start_existing(self, state: ClusterState) -> ClusterState:
+        """Start again the nodes of ``state`` after ``down(keep_data=True)``: same ids, dirs,
+        ports and data (a broker restart). Returns the state with the new pids, saved."""
+        java = _java()
+        runtime = jars.resolve()
+        self._check_ports()
+        for node in state.nodes:
+            node.pid = self._start(java, runtime, node)
+        state.started_at = time.time()
+        state.save()
+        try:
+            self._wait_ready(state)
+        except BaseException:
+            self.down(keep_data=True)
             raise
         return state
 
@@ -420,6 +439,7 @@ class LocalCluster:
             f"-Dkafka.logs.dir={node.logs_dir}",
             f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
             f"-javaagent:{runtime.jolokia_jar}=port={node.ports.jolokia},host={HOST}",
+            *self.spec.extra_jvm_args,
             "-cp",
             runtime.classpath,
             "kafka.Kafka",

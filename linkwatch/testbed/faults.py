@@ -125,12 +125,34 @@ def _alter(admin, resources: list[ConfigResource]) -> None:
 
 def broker_config(admin, broker_id: int, key: str) -> str | None:
     """Current value of one broker config (dynamic overrides included), for checking faults."""
-    resource = ConfigResource(ConfigResourceType.BROKER, str(broker_id), [key])
-    result = admin.describe_configs([resource], config_filter="all")
-    entry = result.get("broker", {}).get(str(broker_id), {}).get(key)
-    if isinstance(entry, dict):
-        return entry.get("value")
-    return entry
+    return _read_config(admin, ConfigResourceType.BROKER, str(broker_id), key)
+
+
+def _read_config(admin, rtype: ConfigResourceType, name: str, key: str) -> str | None:
+    result = admin.describe_configs([ConfigResource(rtype, name, [key])], config_filter="all")
+    by_name = next(iter(result.values()), {}) if result else {}
+    entry = by_name.get(name, {}).get(key)
+    return entry.get("value") if isinstance(entry, dict) else entry
+
+
+def _apply(admin, rtype: ConfigResourceType, names: list[str], configs: dict[str, str | None]) -> None:
+    """Set (or, for None, delete) configs and wait until the brokers report the new values.
+
+    Dynamic configs travel through the metadata log, so an AlterConfigs response comes before
+    the change is in force; callers (and the next step of a fault) rely on it being in force.
+    """
+    ops = {k: (AlterConfigOp.DELETE, None) if v is None else v for k, v in configs.items()}
+    _alter(admin, [ConfigResource(rtype, n, ops) for n in names])
+    deadline = time.monotonic() + 15
+    for name in names:
+        for key, want in configs.items():
+            # A deleted config reads back as its default: None or "" depending on the key.
+            while ((got := _read_config(admin, rtype, name, key)) or None) != want:
+                if time.monotonic() > deadline:
+                    raise SetupError(
+                        f"{rtype.name.lower()} {name} still reports {key}={got!r}, expected {want!r}"
+                    )
+                time.sleep(0.1)
 
 
 def _thread_steps(current: int, target: int) -> list[int]:
@@ -143,15 +165,9 @@ def _thread_steps(current: int, target: int) -> list[int]:
 
 
 def _set_io_threads(admin, broker_id: int, current: int, target: int) -> None:
+    # The broker validates each step against the value in force, hence _apply's wait.
     for n in _thread_steps(current, target):
-        _alter(admin, [ConfigResource(ConfigResourceType.BROKER, str(broker_id), {"num.io.threads": str(n)})])
-        # The broker validates the next step against the value it has applied, which lags the
-        # AlterConfigs response (it goes through the metadata log): wait until it shows.
-        deadline = time.monotonic() + 15
-        while broker_config(admin, broker_id, "num.io.threads") != str(n):
-            if time.monotonic() > deadline:
-                raise SetupError(f"broker {broker_id} did not apply num.io.threads={n} within 15s")
-            time.sleep(0.1)
+        _apply(admin, ConfigResourceType.BROKER, [str(broker_id)], {"num.io.threads": str(n)})
 
 
 @contextlib.contextmanager
@@ -184,22 +200,16 @@ def throttle_replication(admin, broker_id: int, rate_bytes_per_s: int, topics: l
     keys = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
     replicas = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
+    broker = [str(broker_id)]
+
     def undo() -> None:
-        delete = (AlterConfigOp.DELETE, None)
-        _alter(
-            admin, [ConfigResource(ConfigResourceType.BROKER, str(broker_id), dict.fromkeys(keys, delete))]
-        )
-        _alter(
-            admin,
-            [ConfigResource(ConfigResourceType.TOPIC, t, dict.fromkeys(replicas, delete)) for t in topics],
-        )
+        _apply(admin, ConfigResourceType.BROKER, broker, dict.fromkeys(keys))
+        _apply(admin, ConfigResourceType.TOPIC, topics, dict.fromkeys(replicas))
 
     token = _register(f"throttle broker {broker_id}", undo)
     try:
-        _alter(admin, [ConfigResource(ConfigResourceType.BROKER, str(broker_id), dict.fromkeys(keys, rate))])
-        _alter(
-            admin, [ConfigResource(ConfigResourceType.TOPIC, t, dict.fromkeys(replicas, "*")) for t in topics]
-        )
+        _apply(admin, ConfigResourceType.BROKER, broker, dict.fromkeys(keys, rate))
+        _apply(admin, ConfigResourceType.TOPIC, topics, dict.fromkeys(replicas, "*"))
         yield
     finally:
         _unregister(token)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
-from test_segments import many_segment_topic
 
 from agent.pagecache import PAGE, check_cold_read, log_ranges, residency
 from agent.segments import partition_dir
 from linkwatch.testbed.cluster import ClusterState
+from tests.agent.test_segments import many_segment_topic
 
 
 def evict(path: Path) -> None:

@@ -1,0 +1,86 @@
+"""The agent's configuration (one YAML file, validated at load; defaults live here).
+
+Load with :func:`load_agent_config`; environment overrides use the prefix ``LINKWATCH_AGENT_``
+(e.g. ``LINKWATCH_AGENT_PROMETHEUS__PORT=9200``). ``config/agent.sample.yaml`` documents every key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from linkwatch.config import StrictModel, load_config
+from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, SAMPLES_TOPIC
+
+
+class RequestLogConfig(StrictModel):
+    enabled: bool = True
+    path: Path = Path("/var/log/kafka/kafka-request.log")
+    position_file: Path | None = None  # resume here after a restart; None: start_at decides
+    start_at: Literal["end", "beginning"] = "end"
+    window_s: int = Field(10, ge=1, le=300)
+    grace_s: float = Field(2.0, ge=0, le=60)
+    slow_threshold_ms: float = Field(300.0, ge=0)
+    max_exemplars_per_window: int = Field(20, ge=0, le=10_000)
+    max_line_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
+    # Request types exported as Prometheus histograms (sketches go to Kafka for every type).
+    histogram_requests: list[str] = Field(default_factory=lambda: [PRODUCE, FETCH_CONSUMER, FETCH_FOLLOWER])
+
+
+class PrometheusConfig(StrictModel):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(9108, ge=0, le=65535)  # 0: any free port (tests)
+
+
+class KafkaOutputConfig(StrictModel):
+    enabled: bool = False
+    bootstrap_servers: str = ""
+    topic: str = SAMPLES_TOPIC
+    client_id: str = "linkwatch-agent"
+    spool_dir: Path = Path("/var/lib/linkwatch/spool")
+    spool_max_bytes: int = Field(256 << 20, ge=64 << 10)
+    segment_bytes: int = Field(4 << 20, ge=4 << 10)
+    send_timeout_s: float = Field(10.0, gt=0)
+    retry_backoff_s: float = Field(2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _needs_servers(self) -> KafkaOutputConfig:
+        if self.enabled and not self.bootstrap_servers:
+            raise ValueError("kafka.bootstrap_servers is required when kafka.enabled is true")
+        if self.segment_bytes > self.spool_max_bytes:
+            raise ValueError("kafka.segment_bytes must not exceed kafka.spool_max_bytes")
+        return self
+
+
+class JmxConfig(StrictModel):
+    jolokia_url: str | None = None  # e.g. http://127.0.0.1:8778/jolokia
+    exporter_url: str | None = None  # e.g. http://127.0.0.1:9404/metrics (Prometheus JMX exporter)
+    interval_s: float = Field(10.0, gt=0)
+    timeout_s: float = Field(5.0, gt=0)
+    # Handler pools marking RequestHandlerAvgIdlePercent: 2 on a combined broker+controller node.
+    request_handler_pools: int = Field(1, ge=1, le=2)
+
+
+class AgentConfig(StrictModel):
+    cluster: str = "kafka"
+    broker_id: int = Field(ge=0)
+    poll_interval_s: float = Field(0.5, gt=0, le=10)
+    request_log: RequestLogConfig = RequestLogConfig()
+    prometheus: PrometheusConfig = PrometheusConfig()
+    kafka: KafkaOutputConfig = KafkaOutputConfig()
+    jmx: JmxConfig = JmxConfig()
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_name(cls, v: str) -> str:
+        if not v or "/" in v:
+            raise ValueError("must be a non-empty name without '/'")
+        return v
+
+
+def load_agent_config(path: Path | str | None) -> AgentConfig:
+    return load_config(path, AgentConfig, env_prefix="LINKWATCH_AGENT_")

@@ -1,0 +1,1 @@
+"""Outputs read by scrapers: Prometheus ``/metrics``."""

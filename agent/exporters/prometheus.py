@@ -1,0 +1,173 @@
+"""Prometheus ``/metrics`` of one agent, with the names of ``docs/metrics.md``.
+
+:class:`AgentMetrics` is a custom collector over state the agent updates once per closed window
+(histograms) or per collection round (gauges), so scraping never touches the hot path. Stage
+histograms use the fixed log-spaced bounds of
+:data:`agent.requestlog.window.HISTOGRAM_BOUNDS_MS` (in seconds here): identical on every broker,
+so ``sum by (le) (rate(..._bucket[5m]))`` aggregates across brokers, which JMX percentiles cannot.
+The process collector adds the agent's own RSS and CPU (``process_resident_memory_bytes``,
+``process_cpu_seconds_total``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from agent.health import Health
+from agent.requestlog.window import HISTOGRAM_BOUNDS_MS, ClosedWindow
+
+STAGE_HISTOGRAM = "linkwatch_broker_request_stage_seconds"
+BUCKET_LABELS = [*(_b / 1000 for _b in HISTOGRAM_BOUNDS_MS)]
+
+# Gauge name -> (help, extra label names). Sources set values with AgentMetrics.set_gauges.
+GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "linkwatch_broker_jmx_stage_mean_seconds": (
+        "Exact window mean from JMX Δ(Count·Mean)/ΔCount",
+        ("request", "stage"),
+    ),
+    "linkwatch_broker_request_handler_idle_ratio": ("RequestHandlerAvgIdlePercent (0..1)", ()),
+    "linkwatch_broker_network_processor_idle_ratio": ("NetworkProcessorAvgIdlePercent (0..1)", ()),
+    "linkwatch_broker_request_queue_size": ("RequestChannel request queue size", ()),
+    "linkwatch_broker_response_queue_size": ("RequestChannel response queue size", ()),
+    "linkwatch_broker_log_flush_seconds": ("Window mean of LogFlushRateAndTimeMs", ()),
+    "linkwatch_broker_under_replicated_partitions": ("UnderReplicatedPartitions", ()),
+    "linkwatch_broker_under_min_isr_partitions": ("UnderMinIsrPartitionCount", ()),
+    "linkwatch_broker_offline_partitions": ("OfflinePartitionsCount (active controller only)", ()),
+    "linkwatch_broker_leader_count": ("LeaderCount", ()),
+    "linkwatch_broker_partition_count": ("PartitionCount", ()),
+    "linkwatch_logdir_capacity_bytes": ("Capacity of the log dir's file system", ("log_dir",)),
+    "linkwatch_logdir_used_bytes": ("Used bytes of the log dir's file system", ("log_dir",)),
+    "linkwatch_logdir_partition_bytes": ("Sum of partition sizes in the log dir", ("log_dir",)),
+    "linkwatch_logdir_io_util_ratio": ("Device busy time fraction over the window", ("log_dir", "device")),
+    "linkwatch_partition_size_bytes": (
+        "Partition size (largest partitions only)",
+        ("log_dir", "topic", "partition"),
+    ),
+    "linkwatch_host_cpu_ratio": ("Host CPU busy fraction", ()),
+    "linkwatch_host_page_cache_bytes": ("Page cache (Cached in /proc/meminfo)", ()),
+    "linkwatch_host_disk_write_bytes_per_second": ("Host disk write rate", ()),
+    "linkwatch_host_page_cache_window_seconds": ("Page cache bytes / disk write rate", ()),
+}
+
+
+class AgentMetrics(Collector):
+    def __init__(self, cluster: str, broker: int, health: Health) -> None:
+        self.cluster = cluster
+        self.broker = str(broker)
+        self.health = health
+        self._lock = threading.Lock()
+        # (request, stage) -> cumulative per-bucket counts (non-cumulative storage) and sum (ms)
+        self._hist: dict[tuple[str, str], tuple[list[int], float]] = {}
+        self._gauges: dict[str, dict[tuple[str, ...], float]] = {}
+
+    # -- updates (agent thread) ------------------------------------------------------------
+    def add_window(self, window: ClosedWindow, requests: frozenset[str] | None = None) -> None:
+        """Add a closed window's histogram counts (only ``requests`` types, if given)."""
+        with self._lock:
+            for key, (counts, total_ms) in window.histograms.items():
+                if requests is not None and key[0] not in requests:
+                    continue
+                have = self._hist.get(key)
+                if have is None:
+                    self._hist[key] = (list(counts), total_ms)
+                else:
+                    merged = [a + b for a, b in zip(have[0], counts, strict=True)]
+                    self._hist[key] = (merged, have[1] + total_ms)
+
+    def set_gauges(self, name: str, values: Mapping[tuple[str, ...], float]) -> None:
+        """Replace every series of gauge ``name`` (labels in the order of :data:`GAUGES`)."""
+        if name not in GAUGES:
+            raise KeyError(f"{name} is not in the metric contract (docs/metrics.md)")
+        with self._lock:
+            self._gauges[name] = dict(values)
+
+    # -- collection (HTTP thread) ------------------------------------------------------------
+    def collect(self) -> Iterator[object]:
+        base = [self.cluster, self.broker]
+        with self._lock:
+            hist = {k: (list(v[0]), v[1]) for k, v in self._hist.items()}
+            gauges = {k: dict(v) for k, v in self._gauges.items()}
+        h = HistogramMetricFamily(
+            STAGE_HISTOGRAM,
+            "Per-request stage time from the request log",
+            labels=["cluster", "broker", "request", "stage"],
+        )
+        for (request, stage), (counts, total_ms) in sorted(hist.items()):
+            cumulative, running = [], 0
+            for bound, c in zip([*BUCKET_LABELS, float("inf")], counts, strict=True):
+                running += c
+                cumulative.append((_le(bound), running))
+            h.add_metric([*base, request, stage], cumulative, total_ms / 1000)
+        yield h
+        for name, (doc, labels) in GAUGES.items():
+            if name in gauges:
+                g = GaugeMetricFamily(name, doc, labels=["cluster", "broker", *labels])
+                for label_values, value in sorted(gauges[name].items()):
+                    g.add_metric([*base, *label_values], value)
+                yield g
+        yield from self._health(base)
+
+    def _health(self, base: list[str]) -> Iterator[object]:
+        health = self.health
+        slow = CounterMetricFamily(
+            "linkwatch_broker_slow_requests",
+            "Requests above the exemplar threshold",
+            labels=["cluster", "broker", "request"],
+        )
+        for request, n in sorted(health.slow_requests.items()):
+            slow.add_metric([*base, request], n)
+        yield slow
+        lines = CounterMetricFamily(
+            "linkwatch_agent_lines_read", "Request-log lines read", labels=["cluster", "broker"]
+        )
+        lines.add_metric(base, health.lines_read)
+        yield lines
+        dropped = CounterMetricFamily(
+            "linkwatch_agent_dropped",
+            "Lines/records dropped, by reason",
+            labels=["cluster", "broker", "reason"],
+        )
+        for reason, n in sorted(health.dropped.items()):
+            dropped.add_metric([*base, reason], n)
+        yield dropped
+        for name, doc, value in (
+            (
+                "linkwatch_agent_log_behind_bytes",
+                "Bytes of request log not yet read",
+                health.log_behind_bytes,
+            ),
+            ("linkwatch_agent_spool_records", "Records waiting in the on-disk spool", health.spool_records),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["cluster", "broker"])
+            g.add_metric(base, value)
+            yield g
+        up = GaugeMetricFamily(
+            "linkwatch_agent_source_up",
+            "1 if the last read of the source worked",
+            labels=["cluster", "broker", "source"],
+        )
+        for source, ok in sorted(health.source_up.items()):
+            up.add_metric([*base, source], 1.0 if ok else 0.0)
+        yield up
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+def make_registry(metrics: AgentMetrics) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(metrics)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def serve(registry: CollectorRegistry, port: int, addr: str = "127.0.0.1"):
+    """Start ``/metrics`` on ``addr:port`` (loopback unless configured); returns the server."""
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return server

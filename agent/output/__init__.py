@@ -1,0 +1,1 @@
+"""Outputs the agent pushes: Kafka (through the on-disk spool) and OTLP."""

@@ -1,0 +1,1 @@
+"""Request-log source: follow ``kafka-request.log``, parse lines, aggregate 10 s windows."""

@@ -1,0 +1,370 @@
+"""Parse one ``Completed request:{json}`` line of ``kafka-request.log``.
+
+Hot path: a line is ~1-2 KB, mostly the request and response bodies, which the aggregate does
+not need. :func:`parse_line` therefore parses only three small parts with orjson and finds them
+by markers that cannot occur inside a JSON string (each contains an unescaped ``"``):
+
+* the timestamp ``[yyyy-MM-dd HH:mm:ss,SSS]`` that log4j's ``[%d]`` writes (broker local time),
+* the API key name from the ``requestHeader`` object,
+* the tail object starting at the last ``,"connection":`` (connection and every stage time).
+
+A Fetch is a follower fetch when the request body has ``replicaState`` (v15+) or
+``replicaId >= 0`` (v<=14); both come before ``maxWaitMs`` in the schema, so only that prefix is
+looked at. Anything the fast path cannot read is re-parsed in full; if that fails too the line
+is dropped with a reason (:class:`Drop`). Request bodies (topic-partitions and sizes) are parsed
+only for slow-request exemplars (:func:`partitions_of`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
+
+MARKER = b" Completed request:"
+# Stage keys of the log line, in the order of linkwatch.records.STAGES.
+STAGE_KEYS = (
+    "requestQueueTimeMs",
+    "localTimeMs",
+    "remoteTimeMs",
+    "throttleTimeMs",
+    "responseQueueTimeMs",
+    "sendTimeMs",
+    "totalTimeMs",
+)
+TOTAL_INDEX = 6
+
+# ApiKeys of Kafka 4.1 (enum names as written in requestApiKeyName).
+API_KEYS = frozenset(
+    [
+        "PRODUCE",
+        "FETCH",
+        "LIST_OFFSETS",
+        "METADATA",
+        "LEADER_AND_ISR",
+        "STOP_REPLICA",
+        "UPDATE_METADATA",
+        "CONTROLLED_SHUTDOWN",
+        "OFFSET_COMMIT",
+        "OFFSET_FETCH",
+        "FIND_COORDINATOR",
+        "JOIN_GROUP",
+        "HEARTBEAT",
+        "LEAVE_GROUP",
+        "SYNC_GROUP",
+        "DESCRIBE_GROUPS",
+        "LIST_GROUPS",
+        "SASL_HANDSHAKE",
+        "API_VERSIONS",
+        "CREATE_TOPICS",
+        "DELETE_TOPICS",
+        "DELETE_RECORDS",
+        "INIT_PRODUCER_ID",
+        "OFFSET_FOR_LEADER_EPOCH",
+        "ADD_PARTITIONS_TO_TXN",
+        "ADD_OFFSETS_TO_TXN",
+        "END_TXN",
+        "WRITE_TXN_MARKERS",
+        "TXN_OFFSET_COMMIT",
+        "DESCRIBE_ACLS",
+        "CREATE_ACLS",
+        "DELETE_ACLS",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "ALTER_REPLICA_LOG_DIRS",
+        "DESCRIBE_LOG_DIRS",
+        "SASL_AUTHENTICATE",
+        "CREATE_PARTITIONS",
+        "CREATE_DELEGATION_TOKEN",
+        "RENEW_DELEGATION_TOKEN",
+        "EXPIRE_DELEGATION_TOKEN",
+        "DESCRIBE_DELEGATION_TOKEN",
+        "DELETE_GROUPS",
+        "ELECT_LEADERS",
+        "INCREMENTAL_ALTER_CONFIGS",
+        "ALTER_PARTITION_REASSIGNMENTS",
+        "LIST_PARTITION_REASSIGNMENTS",
+        "OFFSET_DELETE",
+        "DESCRIBE_CLIENT_QUOTAS",
+        "ALTER_CLIENT_QUOTAS",
+        "DESCRIBE_USER_SCRAM_CREDENTIALS",
+        "ALTER_USER_SCRAM_CREDENTIALS",
+        "VOTE",
+        "BEGIN_QUORUM_EPOCH",
+        "END_QUORUM_EPOCH",
+        "DESCRIBE_QUORUM",
+        "ALTER_PARTITION",
+        "UPDATE_FEATURES",
+        "ENVELOPE",
+        "FETCH_SNAPSHOT",
+        "DESCRIBE_CLUSTER",
+        "DESCRIBE_PRODUCERS",
+        "BROKER_REGISTRATION",
+        "BROKER_HEARTBEAT",
+        "UNREGISTER_BROKER",
+        "DESCRIBE_TRANSACTIONS",
+        "LIST_TRANSACTIONS",
+        "ALLOCATE_PRODUCER_IDS",
+        "CONSUMER_GROUP_HEARTBEAT",
+        "CONSUMER_GROUP_DESCRIBE",
+        "CONTROLLER_REGISTRATION",
+        "GET_TELEMETRY_SUBSCRIPTIONS",
+        "PUSH_TELEMETRY",
+        "ASSIGN_REPLICAS_TO_DIRS",
+        "LIST_CONFIG_RESOURCES",
+        "DESCRIBE_TOPIC_PARTITIONS",
+        "SHARE_GROUP_HEARTBEAT",
+        "SHARE_GROUP_DESCRIBE",
+        "SHARE_FETCH",
+        "SHARE_ACKNOWLEDGE",
+        "ADD_RAFT_VOTER",
+        "REMOVE_RAFT_VOTER",
+        "UPDATE_RAFT_VOTER",
+        "INITIALIZE_SHARE_GROUP_STATE",
+        "READ_SHARE_GROUP_STATE",
+        "WRITE_SHARE_GROUP_STATE",
+        "DELETE_SHARE_GROUP_STATE",
+        "READ_SHARE_GROUP_STATE_SUMMARY",
+        "STREAMS_GROUP_HEARTBEAT",
+        "STREAMS_GROUP_DESCRIBE",
+        "DESCRIBE_SHARE_GROUP_OFFSETS",
+        "ALTER_SHARE_GROUP_OFFSETS",
+        "DELETE_SHARE_GROUP_OFFSETS",
+    ]
+)
+
+
+def request_type_name(api_key_name: str) -> str:
+    """``DESCRIBE_CONFIGS`` -> ``DescribeConfigs`` (the ``request`` label Kafka's JMX uses)."""
+    return "".join(part.capitalize() for part in api_key_name.split("_"))
+
+
+# Enum name -> RequestMetrics name; FETCH is split by the caller.
+REQUEST_TYPES: dict[str, str] = {name: request_type_name(name) for name in API_KEYS}
+
+
+class Drop(Exception):
+    """A line that cannot be used; ``reason`` labels ``linkwatch_agent_dropped_total``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    """What the aggregate needs from one line. ``stages`` follows :data:`STAGE_KEYS`."""
+
+    ts_ms: int
+    request: str
+    stages: tuple[float, ...]
+    connection: str
+    line: bytes  # the JSON part, kept so a slow request can be parsed in full
+
+    @property
+    def total_ms(self) -> float:
+        return self.stages[TOTAL_INDEX]
+
+
+class TimestampParser:
+    """``2025-06-01 12:00:00,123`` (local time) -> epoch ms, caching the per-second part."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self) -> None:
+        self._cache: dict[bytes, int] = {}
+
+    def __call__(self, text: bytes) -> int:
+        # text is the 23 bytes between '[' and ']'
+        second = text[:19]
+        base = self._cache.get(second)
+        if base is None:
+            try:
+                tm = time.strptime(second.decode("ascii"), "%Y-%m-%d %H:%M:%S")
+            except (UnicodeDecodeError, ValueError):
+                raise Drop("bad_timestamp", repr(text[:40])) from None
+            base = int(time.mktime(tm)) * 1000
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[second] = base
+        millis = text[20:23]
+        if len(text) < 23 or text[19:20] not in (b",", b".") or not millis.isdigit():
+            raise Drop("bad_timestamp", repr(text[:40]))
+        return base + int(millis)
+
+
+class LineParser:
+    """Stateful only for the timestamp cache; one per followed file."""
+
+    __slots__ = ("max_line_bytes", "ts")
+
+    def __init__(self, max_line_bytes: int = 1 << 20) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.ts = TimestampParser()
+
+    def parse(self, line: bytes) -> ParsedRequest:
+        """Parse one line (without its newline) or raise :class:`Drop`."""
+        if len(line) > self.max_line_bytes:
+            raise Drop("too_long", f"{len(line)} bytes > {self.max_line_bytes}")
+        at = line.find(MARKER, 0, 80)
+        if at < 0:
+            raise Drop("not_a_request_line", _preview(line))
+        if line[:1] != b"[" or line[24:25] != b"]":
+            raise Drop("bad_timestamp", _preview(line))
+        ts_ms = self.ts(line[1:24])
+        start = at + len(MARKER)
+        end = line.rfind(b"}")
+        if end <= start or line[start : start + 1] != b"{":
+            raise Drop("truncated", _preview(line))
+        body = line[start : end + 1]
+        if not body.isascii():
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise Drop("not_utf8", f"{e}: {_preview(body)}") from None
+        try:
+            api, stages, connection = _fast(body)
+        except (ValueError, KeyError, TypeError, IndexError):
+            api, stages, connection = _slow(body, complete=line.endswith(b")"))
+        if api == "FETCH":
+            request = FETCH_FOLLOWER if _is_follower_fetch(body) else FETCH_CONSUMER
+        else:
+            request = REQUEST_TYPES.get(api)  # type: ignore[assignment]
+            if request is None:
+                raise Drop("unknown_request_type", api[:64])
+        return ParsedRequest(ts_ms, request, stages, connection, body)
+
+
+_NAME = b'"requestApiKeyName":"'
+_CONN = b',"connection":'
+_SEC = b',"securityProtocol":'
+
+
+def _fast(body: bytes) -> tuple[str, tuple[float, ...], str]:
+    i = body.index(_NAME, 0, 4096) + len(_NAME)
+    api = body[i : body.index(b'"', i)].decode("ascii")
+    c = body.rindex(_CONN)
+    s = body.find(_SEC, c)
+    tail = orjson.loads(b"{" + body[c + 1 : s if s > 0 else len(body) - 1] + b"}")
+    return api, _stages(tail), tail["connection"]
+
+
+def _stages(obj: dict[str, Any]) -> tuple[float, ...]:
+    out = (
+        obj["requestQueueTimeMs"],
+        obj["localTimeMs"],
+        obj["remoteTimeMs"],
+        obj["throttleTimeMs"],
+        obj["responseQueueTimeMs"],
+        obj["sendTimeMs"],
+        obj["totalTimeMs"],
+    )
+    sum(out)  # TypeError unless every stage time is a number
+    return out
+
+
+def _slow(body: bytes, complete: bool) -> tuple[str, tuple[float, ...], str]:
+    """Full parse. ``complete``: the line ended like a log line (``... (logger)``), so a JSON
+    error means bad JSON rather than a line cut short."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Drop("not_utf8", _preview(body)) from None
+        raise Drop("bad_json" if complete else "truncated", f"{e}: {_preview(body)}") from None
+    if not isinstance(obj, dict):
+        raise Drop("bad_json", _preview(body))
+    header = obj.get("requestHeader")
+    api = header.get("requestApiKeyName") if isinstance(header, dict) else None
+    if not isinstance(api, str):
+        raise Drop("missing_field", "requestHeader.requestApiKeyName")
+    missing = [k for k in STAGE_KEYS if k not in obj]
+    if missing:
+        raise Drop("missing_field", ",".join(missing))
+    try:
+        stages = _stages(obj)
+    except TypeError:
+        raise Drop("bad_field", _preview(body)) from None
+    connection = obj.get("connection")
+    return api, stages, connection if isinstance(connection, str) else ""
+
+
+_REQUEST = b'},"request":{'
+_MAXWAIT = b'"maxWaitMs"'
+_REPLICA_ID = b'"replicaId":'
+
+
+def _is_follower_fetch(body: bytes) -> bool:
+    r = body.find(_REQUEST)
+    if r < 0:
+        return False
+    w = body.find(_MAXWAIT, r, r + 2048)
+    head = body[r : w if w > 0 else r + 2048]
+    if b'"replicaState":' in head:
+        return True
+    i = head.find(_REPLICA_ID)
+    if i < 0:
+        return False
+    return head[i + len(_REPLICA_ID) : i + len(_REPLICA_ID) + 1] != b"-"
+
+
+def partitions_of(body: bytes) -> list[dict[str, Any]]:
+    """Topic-partitions and record sizes of a Produce or Fetch (for exemplars; full parse).
+
+    Produce sizes come from the request (bytes written), Fetch sizes from the response (bytes
+    returned). Topics are names, or ``id:<topicId>`` when the client sent topic IDs.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return []
+    out: list[dict[str, Any]] = []
+    request, response = obj.get("request"), obj.get("response")
+    if isinstance(request, dict) and isinstance(request.get("topicData"), list):
+        for t in request["topicData"]:
+            topic = _topic(t, "name")
+            for p in t.get("partitionData") or []:
+                out.append(
+                    {"topic": topic, "partition": p.get("index", -1), "bytes": p.get("recordsSizeInBytes", 0)}
+                )
+    elif isinstance(response, dict) and isinstance(response.get("responses"), list):
+        for t in response["responses"]:
+            topic = _topic(t, "topic")
+            for p in t.get("partitions") or []:
+                out.append(
+                    {
+                        "topic": topic,
+                        "partition": p.get("partitionIndex", -1),
+                        "bytes": p.get("recordsSizeInBytes", 0),
+                    }
+                )
+    return out[:64]
+
+
+def _topic(obj: dict[str, Any], name_key: str) -> str:
+    name = obj.get(name_key)
+    if isinstance(name, str) and name:
+        return name
+    topic_id = obj.get("topicId")
+    return f"id:{topic_id}" if topic_id else "?"
+
+
+def client_id_of(body: bytes) -> tuple[str, int]:
+    """(clientId, correlationId) from the header (full parse; exemplars only)."""
+    try:
+        header = orjson.loads(body).get("requestHeader") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return "", -1
+    return str(header.get("clientId") or ""), int(header.get("correlationId", -1))
+
+
+def _preview(raw: bytes, limit: int = 160) -> str:
+    text = raw[:limit].decode("utf-8", "replace")
+    return text + ("…" if len(raw) > limit else "")

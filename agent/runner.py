@@ -1,0 +1,195 @@
+"""One agent per broker: wires sources to outputs and runs the loop.
+
+:class:`Agent` is the library entry point (the CLI and the demo call it): ``start`` opens the
+outputs, ``step`` does one poll round and never raises for bad data or an unreachable output,
+``run`` loops until asked to stop, ``stop`` flushes what can be flushed. Each source and output
+is isolated: one failing is counted and logged and the others go on.
+
+For the demo, :func:`start_agents_in_process` runs one agent per node of a local cluster in
+threads and :func:`start_agent_process` runs ``linkwatch agent --config`` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from agent.config import AgentConfig
+from agent.exporters.prometheus import AgentMetrics, make_registry, serve
+from agent.health import Health
+from agent.requestlog.source import RequestLogSource
+from agent.requestlog.window import ClosedWindow, WindowAggregator
+from linkwatch.records import Record
+
+log = logging.getLogger("linkwatch.agent")
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.health = Health()
+        self.metrics = AgentMetrics(config.cluster, config.broker_id, self.health)
+        self.registry = make_registry(self.metrics)
+        self.http_server = None
+        self.sink = None
+        self.listeners: list[Callable[[ClosedWindow], None]] = []
+        self.collectors: list = []  # periodic collectors: .due(now) / .collect(now) -> records
+        rl = config.request_log
+        self.aggregator = WindowAggregator(
+            cluster=config.cluster,
+            broker=config.broker_id,
+            window_s=rl.window_s,
+            grace_s=rl.grace_s,
+            slow_threshold_ms=rl.slow_threshold_ms,
+            max_exemplars=rl.max_exemplars_per_window,
+        )
+        self.request_log = (
+            RequestLogSource(
+                rl.path,
+                self.aggregator,
+                self.health,
+                position_file=rl.position_file,
+                start_at_end=rl.start_at == "end",
+                max_line_bytes=rl.max_line_bytes,
+            )
+            if rl.enabled
+            else None
+        )
+        self._histogram_requests = frozenset(rl.histogram_requests)
+        self._add_jmx()
+        self._stop = threading.Event()
+
+    def _add_jmx(self) -> None:
+        from agent.jmx.collector import ExporterReader, JmxCollector, JolokiaReader
+
+        jmx = self.config.jmx
+        readers = []
+        if jmx.jolokia_url:
+            readers.append(JolokiaReader(jmx.jolokia_url, jmx.timeout_s))
+        if jmx.exporter_url:
+            readers.append(ExporterReader(jmx.exporter_url, jmx.timeout_s))
+        for reader in readers:
+            self.collectors.append(
+                JmxCollector(
+                    reader,
+                    cluster=self.config.cluster,
+                    broker=self.config.broker_id,
+                    health=self.health,
+                    metrics=self.metrics,
+                    interval_s=jmx.interval_s,
+                    request_handler_pools=jmx.request_handler_pools,
+                )
+            )
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.http_server.server_port if self.http_server is not None else None
+
+    def start(self) -> Agent:
+        cfg = self.config
+        if cfg.prometheus.enabled:
+            self.http_server = serve(self.registry, cfg.prometheus.port, cfg.prometheus.host)
+        if cfg.kafka.enabled:
+            from agent.output.kafka import KafkaSink
+
+            self.sink = KafkaSink(cfg.kafka, self.health).start()
+        return self
+
+    def step(self, now_ms: int | None = None) -> list[ClosedWindow]:
+        """One round: read the request log, publish closed windows, run due collectors."""
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        closed: list[ClosedWindow] = []
+        if self.request_log is not None:
+            try:
+                closed = self.request_log.poll(now_ms)
+            except OSError as e:  # e.g. permission denied on the log: report, keep running
+                self.health.set_up(RequestLogSource.NAME, False, str(e))
+        records: list[Record] = []
+        for win in closed:
+            self.metrics.add_window(win, self._histogram_requests)
+            records += win.sketches
+            records += win.slow_requests
+            for listener in self.listeners:
+                self._isolated(listener, win)
+        for collector in self.collectors:
+            if collector.due(now_ms):
+                got = self._isolated(collector.collect, now_ms)
+                records += got or []
+        if records and self.sink is not None:
+            self.sink.submit(records)
+        return closed
+
+    def _isolated(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            name = getattr(fn, "__qualname__", repr(fn))
+            self.health.drop("plugin_error", f"{name}: {type(e).__name__}: {e}")
+            return None
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.step()
+            self._stop.wait(max(0.0, self.config.poll_interval_s - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.request_log is not None:
+            self.request_log.follower.save_position()
+            self.request_log.follower.close()
+        if self.sink is not None:
+            self.sink.stop()
+        if self.http_server is not None:
+            self.http_server.shutdown()
+            self.http_server.server_close()
+            self.http_server = None
+
+
+def config_for_node(node, cluster: str = "local", **overrides) -> AgentConfig:
+    """An agent config for a node of a :class:`linkwatch.testbed.cluster.ClusterState`."""
+    data = {
+        "cluster": cluster,
+        "broker_id": node.node_id,
+        "request_log": {"path": str(node.request_log)},
+        "prometheus": {"port": 0},
+        "jmx": {"jolokia_url": node.jolokia_url, "request_handler_pools": 2},  # combined nodes
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return AgentConfig.model_validate(data)
+
+
+def start_agents_in_process(configs: list[AgentConfig]) -> list[tuple[Agent, threading.Thread]]:
+    """Start one :class:`Agent` per config in a daemon thread each; stop with ``agent.stop()``."""
+    out = []
+    for cfg in configs:
+        agent = Agent(cfg).start()
+        thread = threading.Thread(target=agent.run, name=f"agent-{cfg.broker_id}", daemon=True)
+        thread.start()
+        out.append((agent, thread))
+    return out
+
+
+def start_agent_process(
+    config: AgentConfig, config_path: Path, log_path: Path | None = None
+) -> subprocess.Popen:
+    """Write ``config`` to ``config_path`` and run ``linkwatch agent --config`` on it."""
+    config_path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
+    return subprocess.Popen(
+        [sys.executable, "-m", "linkwatch.cli", "agent", "--config", str(config_path)],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )

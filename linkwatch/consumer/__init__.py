@@ -1,0 +1,13 @@
+"""Async-fetch consumer (on kafka-python): background fetching from every broker into a bounded
+buffer, processed-offset commits, a transactional SQLite sink, client-side timings.
+
+* :mod:`.async_fetch` — :class:`AsyncFetchConsumer`, :class:`ConsumerConfig`, :class:`Delivery`
+* :mod:`.commits` — contiguous processed-offset tracker (pure)
+* :mod:`.sink` — :class:`SqliteSink`: output and offsets in one transaction
+* :mod:`.metrics` — wait-for-fetch, fetch latency per broker, end-to-end, buffer occupancy
+"""
+
+from linkwatch.consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig, Delivery
+from linkwatch.consumer.commits import CommitTracker, Outcome, PartitionOffsets
+
+__all__ = ["AsyncFetchConsumer", "CommitTracker", "ConsumerConfig", "Delivery", "Outcome", "PartitionOffsets"]

@@ -1,0 +1,698 @@
+"""``AsyncFetchConsumer``: fetch from every broker continuously into a bounded buffer.
+
+Why: kafka-python's ``KafkaConsumer`` (like the Java client) only *initiates* fetches from
+``poll()``, and only once the records of the previous responses were drained. While the
+application is busy, responses sit in the client and no new fetch goes out, so data ready on
+the brokers waits, end-to-end latency grows, and the brokers' ``ResponseSendTimeMs`` /
+``FetchConsumer`` send stage blames the broker for the client.
+
+How (kafka-python 3.0.12): one *pump* thread owns a ``KafkaConsumer`` and calls its ``poll``
+continuously, draining every completed fetch into this module's buffer. Each poll sends a
+FetchRequest to every leader that has no fetch in flight, so each broker is fetched from
+independently: a slow or dead broker keeps only its own request pending and delays only its
+own partitions. The buffer is bounded (bytes, records): before each poll the pump pauses the
+partitions whose share of the buffer is full (or that have too many uncommitted records, or
+beyond ``max_partitions_in_flight``) and resumes them when the application catches up.
+
+Memory bound: buffer ≤ ``buffer_max_bytes`` + one fetch response per fetchable partition
+(``max_partition_fetch_bytes`` each, and at most ``fetch_max_bytes`` per broker).
+
+The application thread calls :meth:`poll`, then :meth:`ack` or :meth:`fail` for each record;
+only the contiguous prefix of acked offsets is committed (:mod:`.commits`). On a rebalance the
+done prefix of revoked partitions is committed before they go, and their buffered records are
+dropped. With an :class:`~.sink.OffsetStore` the consumer starts each assigned partition at the
+store's offset instead of the group's.
+
+Threads: the application thread (poll/ack/fail), the pump thread (the only caller of the
+``KafkaConsumer``), and kafka-python's IO thread (fetch responses, rebalance callbacks). The
+buffer and the tracker are shared under locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, Protocol
+
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+
+from linkwatch.config import StrictModel
+from linkwatch.consumer.commits import CommitTracker, Outcome
+from linkwatch.consumer.metrics import ClientTimings
+from linkwatch.errors import ConfigError
+from linkwatch.records import SAMPLES_TOPIC
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+RECORD_OVERHEAD_BYTES = 64  # per-record bookkeeping counted against buffer_max_bytes
+
+
+class ConsumerConfig(StrictModel):
+    """Configuration of :class:`AsyncFetchConsumer` (section ``consumer`` of the config file)."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str | None = None
+    client_id: str = "linkwatch-consumer"
+    cluster: str = "default"
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    # The buffer between the fetch pump and the application.
+    buffer_max_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    buffer_max_records: int = Field(20_000, gt=0)
+    max_partitions_in_flight: int = Field(0, ge=0, description="0 = every assigned partition")
+    max_uncommitted_per_partition: int = Field(10_000, gt=0)
+    # Failures: retried up to max_retries, then dead-lettered or the partition stops.
+    max_retries: int = Field(3, ge=0)
+    on_exhausted: Literal["dead_letter", "stop_partition"] = "dead_letter"
+    dead_letter_topic: str | None = Field(None, description="default: <topic>.dead-letter")
+    commit_interval_ms: int = Field(1000, gt=0)
+    # Passed to kafka-python.
+    fetch_max_wait_ms: int = Field(500, ge=0)
+    fetch_min_bytes: int = Field(1, ge=1)
+    fetch_max_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    max_partition_fetch_bytes: int = Field(1024 * 1024, gt=0)
+    session_timeout_ms: int = Field(45_000, gt=0)
+    heartbeat_interval_ms: int = Field(3_000, gt=0)
+    pump_poll_ms: int = Field(20, gt=0)
+    # Client timings as ClientFetch records on linkwatch.samples.
+    metrics_window_s: int = Field(10, gt=0)
+    publish_samples: bool = False
+
+
+class Delivery:
+    """One record handed to the application. Ack or fail it exactly once per delivery."""
+
+    __slots__ = (
+        "attempts",
+        "epoch",
+        "headers",
+        "key",
+        "offset",
+        "partition",
+        "raw_key",
+        "raw_value",
+        "size",
+        "timestamp_ms",
+        "topic",
+        "value",
+    )
+
+    def __init__(self, rec: Any, epoch: int) -> None:
+        self.topic: str = rec.topic
+        self.partition: int = rec.partition
+        self.offset: int = rec.offset
+        self.timestamp_ms: int = rec.timestamp
+        self.raw_key: bytes | None = rec.key
+        self.raw_value: bytes | None = rec.value
+        self.key: Any = rec.key
+        self.value: Any = rec.value
+        self.headers: list[tuple[str, bytes]] = list(rec.headers or ())
+        self.epoch = epoch
+        self.attempts = 0
+        self.size = (rec.serialized_key_size or 0) + max(rec.serialized_value_size, 0) + RECORD_OVERHEAD_BYTES
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+    def header(self, name: str) -> bytes | None:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return None
+
+    def __repr__(self) -> str:
+        return f"Delivery({self.topic}-{self.partition}@{self.offset})"
+
+
+class OffsetStore(Protocol):
+    """Where processed offsets live next to the output (see :class:`~.sink.SqliteSink`)."""
+
+    def offsets(self) -> dict[TP, int]:
+        """Next offset to process per partition (only partitions the store has seen)."""
+        ...
+
+
+Deserializer = Callable[[bytes | None], Any]
+
+
+class _Buffer:
+    """FIFO of deliveries in arrival order with per-partition accounting (all under ``cond``)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.queue: deque[Delivery] = deque()
+        self.bytes = 0
+        self.tp_bytes: dict[TP, int] = {}
+        self.tp_records: dict[TP, int] = {}
+        self.peak_bytes = 0
+
+    def _count(self, d: Delivery, sign: int) -> None:
+        self.bytes += sign * d.size
+        self.tp_bytes[d.tp] = self.tp_bytes.get(d.tp, 0) + sign * d.size
+        self.tp_records[d.tp] = self.tp_records.get(d.tp, 0) + sign
+
+    def put(self, d: Delivery, front: bool = False) -> None:
+        (self.queue.appendleft if front else self.queue.append)(d)
+        self._count(d, 1)
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def take(self, n: int) -> list[Delivery]:
+        out = []
+        while self.queue and len(out) < n:
+            d = self.queue.popleft()
+            self._count(d, -1)
+            out.append(d)
+        return out
+
+    def drop(self, tps: set[TP]) -> int:
+        keep = deque(d for d in self.queue if d.tp not in tps)
+        dropped = len(self.queue) - len(keep)
+        self.queue = keep
+        for tp in tps:
+            self.bytes -= self.tp_bytes.pop(tp, 0)
+            self.tp_records.pop(tp, None)
+        return dropped
+
+
+class _Listener(AsyncConsumerRebalanceListener):
+    """Rebalance callbacks; they run on kafka-python's IO thread and must not block it."""
+
+    def __init__(self, owner: AsyncFetchConsumer) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        offsets = self.owner._release(revoked)
+        if offsets and self.owner._consumer is not None:
+            coordinator = self.owner._consumer._coordinator
+            try:
+                await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets), 10_000)
+                self.owner._committed(offsets)
+            except Exception as e:  # the new owner re-processes from the last commit
+                log.warning("commit before revoke failed: %s", e)
+                self.owner._count("commit_failed")
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        self.owner._adopt(assigned)
+
+    async def on_partitions_lost(self, lost: Iterable[TopicPartition]) -> None:
+        self.owner._release(lost)  # membership is gone: nothing can be committed
+
+
+def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[TP]:
+    """Every partition of ``topic`` (for manual assignment); ConfigError if it has none."""
+    probe = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + timeout_s
+        parts = probe.partitions_for_topic(topic)
+        while not parts and time.monotonic() < deadline:
+            time.sleep(0.2)
+            parts = probe.partitions_for_topic(topic)
+    finally:
+        probe.close()
+    if not parts:
+        raise ConfigError("consume", [f"topic={topic!r}: no such topic (or no partitions)"])
+    return [(topic, p) for p in sorted(parts)]
+
+
+def _kafka_offsets(offsets: dict[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}
+
+
+class AsyncFetchConsumer:
+    """Background-fetching consumer with processed-offset commits. See the module docstring.
+
+    Use as a context manager, or call :meth:`start` and :meth:`close`. Either ``topics``
+    (group membership; needs ``group_id``) or ``partitions`` (manual assignment).
+    """
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        *,
+        topics: Sequence[str] = (),
+        partitions: Sequence[TP] = (),
+        value_deserializer: Deserializer | None = None,
+        key_deserializer: Deserializer | None = None,
+        offset_store: OffsetStore | None = None,
+        registry: CollectorRegistry | None = None,
+        tracer: Any = None,
+    ) -> None:
+        if bool(topics) == bool(partitions):
+            raise ConfigError("consumer", ["give either topics (subscribe) or partitions (assign)"])
+        if topics and not config.group_id:
+            raise ConfigError("consumer", ["group_id: required to subscribe to topics"])
+        self.config = config
+        self._topics = list(topics)
+        self._partitions = [tuple(p) for p in partitions]
+        self._value_deserializer = value_deserializer
+        self._key_deserializer = key_deserializer
+        self._store = offset_store
+        self._tracer = tracer
+        self.timings = ClientTimings(
+            config.cluster, config.client_id, config.group_id or "", config.metrics_window_s, registry
+        )
+        self.tracker = CommitTracker(config.max_retries)
+        self._buf = _Buffer()
+        self._assigned: dict[TP, int] = {}  # tp -> epoch; guarded by _buf.cond
+        self._epoch = 0
+        self._consumer: KafkaConsumer | None = None
+        self._producer: KafkaProducer | None = None
+        self._producer_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._commit_now = threading.Event()
+        self._commit_waiters: list[threading.Event] = []
+        self._error: BaseException | None = None
+        self._stats_lock = threading.Lock()
+        self.stats: dict[str, int] = {}
+        self._leaders: dict[TP, int] = {}
+        self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> AsyncFetchConsumer:
+        cfg = self.config
+        consumer = KafkaConsumer(
+            bootstrap_servers=cfg.bootstrap_servers.split(","),
+            group_id=cfg.group_id,
+            client_id=cfg.client_id,
+            enable_auto_commit=False,
+            auto_offset_reset=cfg.auto_offset_reset,
+            fetch_max_wait_ms=cfg.fetch_max_wait_ms,
+            fetch_min_bytes=cfg.fetch_min_bytes,
+            fetch_max_bytes=cfg.fetch_max_bytes,
+            max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+        )
+        self._time_fetches(consumer)
+        self._consumer = consumer
+        if self._topics:
+            self._await_metadata(consumer)
+            consumer.subscribe(self._topics, listener=_Listener(self))
+        else:
+            tps = [TopicPartition(*tp) for tp in self._partitions]
+            consumer.assign(tps)
+            self._adopt(tps)
+        self._thread = threading.Thread(target=self._pump, name=f"fetch-pump-{cfg.client_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _await_metadata(self, consumer: KafkaConsumer, timeout_s: float = 10.0) -> None:
+        # A group leader whose metadata lacks a subscribed topic assigns none of its partitions
+        # (and kafka-python does not refresh it for up to metadata_max_age_ms): load it first.
+        deadline = time.monotonic() + timeout_s
+        for topic in self._topics:
+            while not consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not consumer.partitions_for_topic(topic):
+                log.warning("topic %s has no partitions yet; it is assigned once metadata shows it", topic)
+
+    def close(self, timeout_s: float = 15.0) -> None:
+        """Stop fetching, commit the processed prefix, leave the group. Idempotent."""
+        self._closing.set()
+        with self._buf.cond:
+            self._buf.cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                self._producer.close(timeout=5)
+
+    def __enter__(self) -> AsyncFetchConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def assignment(self) -> set[TP]:
+        with self._buf.cond:
+            return set(self._assigned)
+
+    def buffered(self) -> tuple[int, int]:
+        """(bytes, records) in the buffer now."""
+        with self._buf.cond:
+            return self._buf.bytes, len(self._buf.queue)
+
+    @property
+    def peak_buffer_bytes(self) -> int:
+        return self._buf.peak_bytes
+
+    def stopped_partitions(self) -> dict[TP, int]:
+        """Partitions stopped by an exhausted record (``on_exhausted: stop_partition``) -> offset."""
+        return self.tracker.stopped()
+
+    # ----------------------------------------------------------------- application side
+
+    def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Delivery]:
+        """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one.
+
+        Raises the pump's error if it died. Records whose deserializer fails are not returned:
+        they go the exhausted path at once (dead letter or stop), counted ``deserialize_error``.
+        """
+        started = time.monotonic()
+        with self._buf.cond:
+            while not self._buf.queue and self._error is None and not self._closing.is_set():
+                remaining = timeout_s - (time.monotonic() - started)
+                if remaining <= 0:
+                    break
+                self._buf.cond.wait(remaining)
+            if self._error is not None:
+                raise self._error
+            taken = self._buf.take(max_records)
+            buffered = (self._buf.bytes, len(self._buf.queue))
+        self.timings.wait_fetch(time.monotonic() - started)
+        self.timings.buffer(*buffered)
+        return self._deliver(taken)
+
+    def _deliver(self, taken: list[Delivery]) -> list[Delivery]:
+        now = time.time()
+        out = []
+        for d in taken:
+            if not self._deserialize(d):
+                continue
+            self.timings.end_to_end(self._leader(d.tp), d.topic, now - d.timestamp_ms / 1000)
+            if self._tracer is not None and d.header("traceparent") is not None:
+                self._link_span(d)
+            out.append(d)
+        self._count("delivered", len(out))
+        return out
+
+    def _deserialize(self, d: Delivery) -> bool:
+        try:
+            if self._key_deserializer is not None:
+                d.key = self._key_deserializer(d.raw_key)
+            if self._value_deserializer is not None:
+                d.value = self._value_deserializer(d.raw_value)
+            return True
+        except Exception as e:
+            self.timings.metrics.drop("deserialize_error")
+            self._count("deserialize_error")
+            self._exhausted(d, f"deserialize: {e!r}")
+            return False
+
+    def ack(self, d: Delivery) -> Outcome:
+        """The record is done. Stale acks (partition revoked since) are counted and ignored."""
+        outcome = self.tracker.ack(d.tp, d.epoch, d.offset)
+        self._count(f"ack_{outcome.value}")
+        return outcome
+
+    def fail(self, d: Delivery, error: str = "") -> Outcome:
+        """The record failed: redelivered first in line until ``max_retries``, then exhausted."""
+        outcome = self.tracker.fail(d.tp, d.epoch, d.offset)
+        if outcome is Outcome.RETRY:
+            d.attempts += 1
+            self._count("retried")
+            with self._buf.cond:
+                if self._assigned.get(d.tp) == d.epoch:
+                    self._buf.put(d, front=True)
+                    self._buf.cond.notify()
+        elif outcome is Outcome.EXHAUSTED:
+            self._exhausted(d, error)
+        else:
+            self._count(f"fail_{outcome.value}")
+        return outcome
+
+    def _exhausted(self, d: Delivery, error: str) -> None:
+        if self.config.on_exhausted == "dead_letter" and self._dead_letter(d, error):
+            self.tracker.ack(d.tp, d.epoch, d.offset)
+            return
+        self.tracker.stop(d.tp, d.epoch, d.offset)
+        self._count("partitions_stopped")
+        log.error("partition %s-%s stopped at offset %s: %s", d.topic, d.partition, d.offset, error)
+        with self._buf.cond:
+            self._buf.drop({d.tp})
+
+    def _dead_letter(self, d: Delivery, error: str) -> bool:
+        topic = self.config.dead_letter_topic or f"{d.topic}.dead-letter"
+        headers = [
+            *d.headers,
+            ("linkwatch.source", f"{d.topic}-{d.partition}@{d.offset}".encode()),
+            ("linkwatch.error", error[:1000].encode("utf-8", "replace")),
+        ]
+        try:
+            with self._producer_lock:
+                if self._producer is None:
+                    self._producer = KafkaProducer(
+                        bootstrap_servers=self.config.bootstrap_servers.split(","), acks="all"
+                    )
+            self._producer.send(topic, value=d.raw_value, key=d.raw_key, headers=headers).get(timeout=30)
+        except Exception as e:
+            log.error("dead-letter send of %r to %s failed: %s", d, topic, e)
+            self._count("dead_letter_failed")
+            return False
+        self.timings.metrics.dead_letter.inc()
+        self._count("dead_lettered")
+        return True
+
+    def commit(self, timeout_s: float = 10.0) -> None:
+        """Ask the pump to commit the processed prefix now and wait (at most ``timeout_s``)."""
+        done = threading.Event()
+        self._commit_waiters.append(done)
+        self._commit_now.set()
+        done.wait(timeout_s)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self.stats[key] = self.stats.get(key, 0) + n
+
+    def _leader(self, tp: TP) -> int:
+        leader = self._leaders.get(tp)
+        if leader is None and self._consumer is not None:
+            leader = self._consumer._cluster.leader_for_partition(TopicPartition(*tp))
+            if leader is not None and leader >= 0:
+                self._leaders[tp] = leader
+        return leader if leader is not None else -1
+
+    def _link_span(self, d: Delivery) -> None:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier = {"traceparent": (d.header("traceparent") or b"").decode("ascii", "replace")}
+        state = d.header("tracestate")
+        if state is not None:
+            carrier["tracestate"] = state.decode("ascii", "replace")
+        parent = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)).get_span_context()
+        if not parent.is_valid:
+            self._count("bad_traceparent")
+            return
+        attrs = {
+            "messaging.system": "kafka",
+            "messaging.destination.name": d.topic,
+            "messaging.destination.partition.id": str(d.partition),
+            "messaging.kafka.offset": d.offset,
+        }
+        span = self._tracer.start_span(f"{d.topic} receive", links=[trace.Link(parent)], attributes=attrs)
+        span.end()
+
+    # ----------------------------------------------------------------- assignment (IO / pump thread)
+
+    def _adopt(self, tps: Iterable[TopicPartition]) -> None:
+        stored = self._store.offsets() if self._store is not None else {}
+        with self._buf.cond:
+            for tp in tps:
+                key = (tp.topic, tp.partition)
+                self._epoch += 1
+                self._assigned[key] = self._epoch
+                self.tracker.assign(key, self._epoch)
+                self._leaders.pop(key, None)
+                # kafka-python keeps the fetch position of a partition assigned again; records
+                # delivered but not finished before the revoke must be fetched again.
+                start = stored.get(key, self._resume.get(key))
+                if start is not None and self._consumer is not None:
+                    self._consumer.seek(TopicPartition(*key), start)
+            self._resume.clear()
+        self._count("assigned", 0)
+
+    def _release(self, tps: Iterable[TopicPartition]) -> dict[TP, int]:
+        """Forget revoked partitions; return the done prefix to commit for them."""
+        keys = {(tp.topic, tp.partition) for tp in tps}
+        with self._buf.cond:
+            for key in keys:
+                self._assigned.pop(key, None)
+            dropped = self._buf.drop(keys)
+        if dropped:
+            self.timings.metrics.drop("revoked", dropped)
+            self._count("dropped_revoked", dropped)
+        offsets = {}
+        for key in keys:
+            revoked = self.tracker.revoke(key)
+            if revoked.resume is not None:
+                with self._buf.cond:
+                    self._resume[key] = revoked.resume
+            self._count("at_risk_on_revoke", revoked.at_risk)
+            if revoked.commit is not None:
+                offsets[key] = revoked.commit
+        self._count("revocations", len(keys))
+        return offsets if self.config.group_id else {}
+
+    def _committed(self, offsets: dict[TP, int]) -> None:
+        self.tracker.mark_committed(offsets)
+        self._count("commits")
+
+    # ----------------------------------------------------------------- the pump thread
+
+    def _time_fetches(self, consumer: KafkaConsumer) -> None:
+        # Per-broker fetch round trip: the fetcher's response callback receives node id and send
+        # time (kafka-python 3.0.12 internals; the callback is looked up on the instance).
+        fetcher = consumer._fetcher
+        original = fetcher._handle_fetch_response
+
+        def timed(node_id: int, fetch_offsets: Any, send_time: float, response: Any) -> Any:
+            self.timings.fetch_latency(node_id, time.monotonic() - send_time)
+            return original(node_id, fetch_offsets, send_time, response)
+
+        fetcher._handle_fetch_response = timed
+
+    def _pump(self) -> None:
+        assert self._consumer is not None
+        consumer = self._consumer
+        last_commit = last_publish = time.monotonic()
+        try:
+            while not self._closing.is_set():
+                self._plan_fetch(consumer)
+                with self._buf.cond:
+                    epochs = dict(self._assigned)
+                try:
+                    batch = consumer.poll(timeout_ms=self.config.pump_poll_ms, max_records=1_000_000)
+                except KafkaError as e:
+                    self._on_fetch_error(consumer, e)
+                    continue
+                self._accept(consumer, batch, epochs)
+                now = time.monotonic()
+                if self._commit_now.is_set() or now - last_commit >= self.config.commit_interval_ms / 1000:
+                    self._commit(consumer)
+                    last_commit = now
+                if now - last_publish >= self.config.metrics_window_s:
+                    self._publish()
+                    last_publish = now
+        except BaseException as e:
+            log.exception("fetch pump stopped")
+            self._error = e
+        finally:
+            with contextlib.suppress(Exception):
+                self._commit(consumer)
+            with contextlib.suppress(Exception):
+                consumer.close(autocommit=False, timeout_ms=10_000)
+            with self._buf.cond:
+                self._buf.cond.notify_all()
+
+    def _on_fetch_error(self, consumer: KafkaConsumer, e: KafkaError) -> None:
+        """Errors surfaced by poll (corrupt or oversized records, …): count, skip, go on."""
+        name = type(e).__name__
+        self.timings.metrics.drop(name)
+        self._count(f"fetch_error_{name}")
+        log.warning("fetch error: %s", e)
+        time.sleep(0.1)
+
+    def _accept(
+        self, consumer: KafkaConsumer, batch: dict[TopicPartition, list[Any]], epochs: dict[TP, int]
+    ) -> None:
+        if not batch:
+            return
+        with self._buf.cond:
+            for tp, recs in batch.items():
+                key = (tp.topic, tp.partition)
+                epoch = self._assigned.get(key)
+                if epoch is None or epoch != epochs.get(key):
+                    self._refetch_later(consumer, tp, recs)
+                    continue
+                for rec in recs:
+                    if not self.tracker.delivered(key, epoch, rec.offset):
+                        self._count("dropped_stopped")
+                        continue
+                    self._buf.put(Delivery(rec, epoch))
+            self._buf.cond.notify_all()
+            buffered = (self._buf.bytes, len(self._buf.queue))
+        self.timings.buffer(*buffered)
+
+    def _refetch_later(self, consumer: KafkaConsumer, tp: TopicPartition, recs: list[Any]) -> None:
+        """Records fetched under an assignment that changed during the poll: not delivered.
+
+        kafka-python already moved its position past them; if the partition is assigned
+        again, seek back so they are fetched (and tracked) under the new assignment.
+        """
+        self.timings.metrics.drop("assignment_changed", len(recs))
+        self._count("refetch_after_rebalance", len(recs))
+        if tp in consumer.assignment():
+            current = consumer._subscription.assignment[tp].position
+            first = recs[0].offset
+            consumer.seek(tp, first if current is None else min(first, current.offset))
+
+    def _plan_fetch(self, consumer: KafkaConsumer) -> None:
+        """Pause partitions whose buffer share is full; resume the others (bounded in-flight)."""
+        cfg = self.config
+        stopped = self.tracker.stopped()
+        with self._buf.cond:
+            assigned = list(self._assigned)
+            n = max(1, len(assigned))
+            share_bytes = max(1, cfg.buffer_max_bytes // n)
+            share_records = max(1, cfg.buffer_max_records // n)
+            full = self._buf.bytes >= cfg.buffer_max_bytes or len(self._buf.queue) >= cfg.buffer_max_records
+            load = {tp: self._buf.tp_bytes.get(tp, 0) for tp in assigned}
+            records = {tp: self._buf.tp_records.get(tp, 0) for tp in assigned}
+        want = (
+            []
+            if full
+            else [
+                tp
+                for tp in assigned
+                if tp not in stopped
+                and load[tp] < share_bytes
+                and records[tp] < share_records
+                and self.tracker.uncommitted(tp) < cfg.max_uncommitted_per_partition
+            ]
+        )
+        if cfg.max_partitions_in_flight and len(want) > cfg.max_partitions_in_flight:
+            want.sort(key=lambda tp: load[tp])  # emptiest first: those the application waits on
+            want = want[: cfg.max_partitions_in_flight]
+        wanted = {TopicPartition(*tp) for tp in want}
+        assigned_tps = {TopicPartition(*tp) for tp in assigned}
+        paused = consumer.paused()
+        to_pause = (assigned_tps - wanted) - paused
+        to_resume = wanted & paused
+        if to_pause:
+            consumer.pause(*to_pause)
+        if to_resume:
+            consumer.resume(*to_resume)
+
+    def _commit(self, consumer: KafkaConsumer) -> None:
+        waiters, self._commit_waiters = self._commit_waiters, []
+        self._commit_now.clear()
+        try:
+            offsets = self.tracker.committable()
+            if offsets and self.config.group_id:
+                with self._buf.cond:
+                    offsets = {tp: off for tp, off in offsets.items() if tp in self._assigned}
+                consumer.commit(_kafka_offsets(offsets), timeout_ms=10_000)
+                self._committed(offsets)
+        except KafkaError as e:
+            log.warning("commit failed (retried at the next interval): %s", e)
+            self._count("commit_failed")
+        finally:
+            for w in waiters:
+                w.set()
+
+    def _publish(self) -> None:
+        records = self.timings.flush()
+        if not self.config.publish_samples:
+            return
+        try:
+            with self._producer_lock:
+                if self._producer is None:
+                    self._producer = KafkaProducer(bootstrap_servers=self.config.bootstrap_servers.split(","))
+            for rec in records:
+                self._producer.send(SAMPLES_TOPIC, value=rec.to_json(), key=rec.dedup_key().encode())
+        except KafkaError as e:
+            log.warning("publishing client timings failed: %s", e)
+            self.timings.metrics.drop("samples_send_failed", len(records))

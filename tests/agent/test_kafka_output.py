@@ -1,0 +1,120 @@
+"""Shipping to a separate 1-node monitoring cluster through the spool, across an outage of it.
+
+The monitoring cluster is stopped (``down(keep_data=True)``) for OUTAGE_S seconds while traffic
+and the agents go on, then started again on the same data: every window must arrive, each
+exactly once by record key. The outage is kept short (~20 s, not a minute) to fit the test time
+budget; the spool does not depend on its length, only on its bound.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from kafka import KafkaConsumer
+
+from agent.requestlog.window import ClosedWindow
+from agent.runner import config_for_node, start_agents_in_process
+from linkwatch.records import SAMPLES_TOPIC, decode
+from linkwatch.testbed.cluster import ClusterState
+from tests.agent.conftest import Monitoring
+from tests.agent.traffic import create_topic, run_traffic
+
+OUTAGE_S = 20
+
+
+def consume_keys(bootstrap: str, expected: int, timeout_s: float = 60) -> Counter[str]:
+    consumer = KafkaConsumer(
+        SAMPLES_TOPIC, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    keys: Counter[str] = Counter()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                for r in records:
+                    record = decode(r.value)
+                    assert r.key.decode() == record.dedup_key()
+                    keys[r.key.decode()] += 1
+            if len(keys) >= expected:
+                time.sleep(2)  # late duplicates, if any, would show now
+                for records in consumer.poll(timeout_ms=1000).values():
+                    keys.update(r.key.decode() for r in records)
+                break
+    finally:
+        consumer.close()
+    return keys
+
+
+def test_every_window_arrives_exactly_once_across_an_outage(
+    cluster3: ClusterState,
+    admin,
+    topic_name: str,
+    monitoring: Monitoring,
+    tmp_path: Path,
+) -> None:
+    mon_cluster, mon_state = monitoring.cluster, monitoring.state
+    create_topic(admin, topic_name)
+    configs = [
+        config_for_node(
+            node,
+            cluster="test",
+            poll_interval_s=0.2,
+            request_log={"window_s": 2, "grace_s": 1, "slow_threshold_ms": 100},
+            prometheus={"enabled": False},
+            jmx={"jolokia_url": None},
+            kafka={
+                "enabled": True,
+                "bootstrap_servers": mon_state.bootstrap,
+                "spool_dir": str(tmp_path / f"spool-{node.node_id}"),
+                "send_timeout_s": 3,
+                "retry_backoff_s": 1,
+            },
+        )
+        for node in cluster3.nodes
+    ]
+    running = start_agents_in_process(configs)
+    expected: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def remember(win: ClosedWindow) -> None:
+        with lock:
+            expected.update(r.dedup_key() for r in [*win.sketches, *win.slow_requests])
+
+    for agent, _ in running:
+        agent.listeners.append(remember)
+    traffic = threading.Thread(target=run_traffic, args=(cluster3.bootstrap, topic_name, OUTAGE_S + 12, 100))
+    traffic.start()
+    try:
+        time.sleep(5)
+        mon_cluster.down(keep_data=True)
+        time.sleep(OUTAGE_S / 2)
+        spooled = sum(len(agent.sink.spool) for agent, _ in running)
+        down = [agent.health.source_up.get("kafka_output") for agent, _ in running]
+        time.sleep(OUTAGE_S / 2)
+        mon_state = monitoring.state = mon_cluster.start_existing(mon_state)
+        traffic.join()
+        time.sleep(3)  # the last windows close (grace)
+    finally:
+        for agent, _ in running:
+            agent._stop.set()
+        for _, thread in running:
+            thread.join(timeout=10)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(len(a.sink.spool) for a, _ in running):
+            time.sleep(0.5)
+        for agent, _ in running:
+            agent.stop()
+    assert spooled > 0, "nothing was spooled while the monitoring cluster was down"
+    assert down == [False, False, False]
+    assert all(v == 1 for v in expected.values())
+    got = consume_keys(mon_state.bootstrap, len(expected))
+    missing = set(expected) - set(got)
+    duplicated = {k: n for k, n in got.items() if n > 1}
+    assert not missing, f"{len(missing)} of {len(expected)} records never arrived, e.g. {sorted(missing)[:3]}"
+    assert not duplicated, f"duplicates: {list(duplicated.items())[:3]}"
+    assert set(got) == set(expected)
+    dropped = sum(sum(a.health.dropped.values()) for a, _ in running)
+    assert dropped == 0

@@ -1,0 +1,79 @@
+"""A real slow broker: pausing broker 2 raises broker 2's stage latencies in the agent's output,
+and not the other brokers' (stages that do not wait on broker 2)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from agent.health import Health
+from agent.requestlog.source import RequestLogSource
+from agent.requestlog.window import ClosedWindow, WindowAggregator
+from linkwatch.records import FETCH_CONSUMER
+from linkwatch.sketch import LatencySketch
+from linkwatch.testbed.cluster import ClusterState
+from linkwatch.testbed.faults import PauseDutyCycle
+from tests.agent.traffic import create_topic, run_traffic
+
+# Consumer fetches: on a healthy broker they wait at most fetch_max_wait_ms (100 ms) in purgatory,
+# whatever broker 2 does; on the paused broker a request in flight is stretched by the pause.
+# (Produce is not compared: acks=all produce on the healthy leaders rightly waits for follower 2.)
+COMPARED = {
+    (FETCH_CONSUMER, stage) for stage in ("requestQueue", "local", "remote", "responseQueue", "total")
+}
+PHASE_S = 10
+
+
+def p99_by_stage(windows: list[ClosedWindow], since_ms: int, until_ms: int) -> dict[str, float]:
+    merged: dict[str, LatencySketch] = {}
+    for w in windows:
+        if not since_ms <= w.start_ms < until_ms:
+            continue
+        for s in w.sketches:
+            if (s.request, s.stage) in COMPARED:
+                merged.setdefault(s.stage, LatencySketch()).merge(LatencySketch.from_dict(s.sketch))
+    return {stage: sk.quantile(0.99) or 0.0 for stage, sk in merged.items()}
+
+
+def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, topic_name: str) -> None:
+    create_topic(admin, topic_name)
+    sources = {
+        n.node_id: RequestLogSource(
+            n.request_log, WindowAggregator(cluster="t", broker=n.node_id, window_s=5, grace_s=1), Health()
+        )
+        for n in cluster3.nodes
+    }
+    windows: dict[int, list[ClosedWindow]] = {b: [] for b in sources}
+    traffic = threading.Thread(
+        target=run_traffic, args=(cluster3.bootstrap, topic_name, 2 * PHASE_S + 6, 200)
+    )
+    traffic.start()
+    time.sleep(4)  # warm-up (new topic, group join), not measured
+    t0 = int(time.time() * 1000)
+    deadline = time.monotonic() + PHASE_S + 1
+    while time.monotonic() < deadline:
+        for b, s in sources.items():
+            windows[b] += s.poll()
+        time.sleep(0.5)
+    t1 = int(time.time() * 1000)
+    with PauseDutyCycle(cluster3.node(2).pid, pause_ms=500, period_ms=1000):
+        deadline = time.monotonic() + PHASE_S
+        while time.monotonic() < deadline:
+            for b, s in sources.items():
+                windows[b] += s.poll()
+            time.sleep(0.5)
+    t2 = int(time.time() * 1000)
+    traffic.join()
+    for b, s in sources.items():
+        windows[b] += s.poll() + s.aggregator.close_all()
+    before = {b: p99_by_stage(w, t0 - t0 % 5000, t1 - t1 % 5000) for b, w in windows.items()}
+    during = {b: p99_by_stage(w, t1 - t1 % 5000 + 5000, t2 - t2 % 5000) for b, w in windows.items()}
+    worst = {b: max(during[b].values()) for b in windows}
+    baseline = {b: max(before[b].values()) for b in windows}
+    msg = f"FetchConsumer p99 by stage before={before} during={during}"
+    print(msg)
+    assert worst[2] >= 250.0, msg
+    assert worst[2] >= 2 * baseline[2], msg  # raised on broker 2...
+    for other in (1, 3):
+        assert worst[2] >= 2 * worst[other], msg  # ...well above the healthy brokers...
+        assert worst[other] <= 2 * max(baseline[other], 100.0), msg  # ...which did not rise as much
