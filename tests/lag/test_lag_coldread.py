@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer, TopicPartition
-from lagkit import commit, make_topic
 
 from agent.pagecache import check_cold_read
 from agent.segments import partition_dir
@@ -22,6 +21,7 @@ from linkwatch.lag.coldread import (
     proc_page_cache_window,
 )
 from linkwatch.testbed.cluster import ClusterState
+from tests.lag.lagkit import commit, make_topic
 
 GIB = 1024**3
 

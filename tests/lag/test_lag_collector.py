@@ -8,11 +8,11 @@ import time
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from lagkit import commit, end_offsets, make_topic
 
 from linkwatch.lag.collector import GroupLag, LagCollector, PassResult
 from linkwatch.lag.rules import Status
 from linkwatch.testbed.cluster import ClusterState
+from tests.lag.lagkit import commit, end_offsets, make_topic
 
 pytestmark = pytest.mark.cluster
 

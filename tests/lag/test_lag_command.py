@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from kafka import TopicPartition
-from lagkit import commit, make_topic
 
 from linkwatch.cli import main
 from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
 from linkwatch.lag.runner import LagConfig, start_in_thread
+from tests.lag.lagkit import commit, make_topic
 
 SAMPLE = Path(__file__).resolve().parents[2] / "config" / "lag.sample.yaml"
 

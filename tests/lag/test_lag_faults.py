@@ -8,13 +8,13 @@ import uuid
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
-from lagkit import commit, end_offsets
 
 from linkwatch.lag.collector import CollectorConfig, LagCollector
 from linkwatch.lag.rules import Status
 from linkwatch.lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
+from tests.lag.lagkit import commit, end_offsets
 
 pytestmark = pytest.mark.cluster
 

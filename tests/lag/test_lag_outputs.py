@@ -7,7 +7,6 @@ import urllib.request
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from lagkit import commit, make_topic
 from prometheus_client.parser import text_string_to_metric_families
 
 from linkwatch.lag.collector import GroupLag, PassResult
@@ -16,6 +15,7 @@ from linkwatch.lag.outputs import FindingTracker
 from linkwatch.lag.rules import GroupVerdict, Status
 from linkwatch.lag.runner import LagConfig, LagService
 from linkwatch.records import ConsumerLag, Finding, decode
+from tests.lag.lagkit import commit, make_topic
 
 
 def pass_with(ts_s: float, statuses: dict[str, Status], errors: list[str] | None = None) -> PassResult:
