@@ -92,3 +92,26 @@ def test_demo_thread_prints_statuses_and_stops(cluster3, admin, topic_name, prod
     assert not thread.is_alive()
     assert any(line.startswith(group_name) and "all 1 partitions OK" in line for line in lines), lines
     assert service.last is not None and service.last.groups[group_name].lag_max == 0
+
+
+@pytest.mark.cluster
+def test_demo_component_shows_group_statuses(cluster3, admin, topic_name, producer, group_name) -> None:
+    from linkwatch.lag.demo import LagComponent
+
+    make_topic(admin, topic_name)
+    producer.send(topic_name, b"v", partition=0)
+    producer.flush()
+    commit(admin, group_name, {TopicPartition(topic_name, 0): 0})
+    comp = LagComponent(interval_s=0.5, publish=False)
+    try:
+        assert comp.lines() == ["lag: waiting for the first pass"]
+        comp.start(cluster3)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(line.startswith(group_name) for line in comp.lines()):
+            time.sleep(0.2)
+        lines = comp.lines()
+    finally:
+        comp.stop()
+        comp.stop()  # safe twice
+    assert lines[0].startswith("lag (pass")
+    assert any(line.startswith(group_name) and "lag max 1 sum 1" in line for line in lines), lines
