@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
-from kafka.admin import NewTopic
+from kafka.admin import NewTopic, OffsetSpec
 
 from linkwatch.lag.collector import CollectorConfig, LagCollector
 from linkwatch.lag.rules import Status
@@ -36,6 +36,20 @@ def group_coordinated_by(admin: KafkaAdminClient, avoid: int) -> str:
         g = f"g-{uuid.uuid4().hex[:10]}"
         if leaders[coordinator_partition(g, len(leaders))] != avoid:
             return g
+
+
+def wait_broker_back(admin: KafkaAdminClient, broker: int, prefix: str) -> None:
+    """Leave the session cluster as we found it: the broker leads a new partition again."""
+    probe = f"{prefix}-probe"
+    admin.create_topics([NewTopic(probe, replica_assignments={0: [broker]})])
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if admin.list_partition_offsets({TopicPartition(probe, 0): OffsetSpec.LATEST}):
+                return
+        except Exception:
+            time.sleep(0.5)
+    raise AssertionError(f"broker {broker} did not come back within 90 s")
 
 
 def test_stopped_broker_fails_only_its_items(
@@ -68,6 +82,7 @@ def test_stopped_broker_fails_only_its_items(
     finally:
         reader.close()
         quick.close()
+        wait_broker_back(admin, 3, topic_name)
     assert took < 60, took
     assert healthy in result.groups and hurt in result.groups, result.errors
     assert result.groups[healthy].verdict.status is Status.OK, (
