@@ -41,10 +41,13 @@ def group_coordinated_by(admin: KafkaAdminClient, avoid: int) -> str:
 def wait_broker_back(admin: KafkaAdminClient, broker: int, prefix: str) -> None:
     """Leave the session cluster as we found it: the broker leads a new partition again."""
     probe = f"{prefix}-probe"
-    admin.create_topics([NewTopic(probe, replica_assignments={0: [broker]})])
+    created = False
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
+            if not created:  # refused while the broker is still fenced
+                admin.create_topics([NewTopic(probe, replica_assignments={0: [broker]})])
+                created = True
             if admin.list_partition_offsets({TopicPartition(probe, 0): OffsetSpec.LATEST}):
                 return
         except Exception:
