@@ -179,7 +179,9 @@ class ConsumerLag(Record):
     end_offset: int
     lag_messages: int
     lag_seconds: float | None
-    lag_seconds_method: str  # "record_timestamp" | "interpolated" | "unknown"
+    # "record_timestamp" | "interpolated" | "next_record" | "lower_bound" | "caught_up" | "unknown"
+    # (see linkwatch.lag.timestamps)
+    lag_seconds_method: str
     status: str
     reason: str
     leader: int | None = None

@@ -41,6 +41,8 @@ from linkwatch.lag.timestamps import FoundRecord, OffsetTimeHistory, TimestampRe
 
 log = logging.getLogger(__name__)
 
+# "Unknown": listed last pass, but its broker did not answer ListGroups this time; treated as
+# active so it is never called STOP on missing evidence (STALL remains possible).
 INACTIVE_STATES = frozenset({"Empty", "Dead", ""})
 
 
@@ -109,6 +111,7 @@ class PassResult:
     groups: dict[str, GroupLag] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # pass-level problems, in words
     admin_calls: int = 0
+    call_seconds: dict[str, float] = field(default_factory=dict)  # admin call name -> time spent
     clamped: int = 0
     duration_s: float = 0.0
     topics: list[dict[str, Any]] = field(default_factory=list)  # describe_topics, for rack spread
@@ -133,6 +136,7 @@ class LagCollector:
         self._exclude = [re.compile(p) for p in config.exclude]
         self.history = OffsetTimeHistory(config.history_points, config.max_partitions)
         self._windows: dict[tuple[str, str, int], deque[Observation]] = {}
+        self._known_groups: dict[str, str] = {}
         self._group_topics: dict[str, frozenset[str]] = {}  # topics each group committed last pass
         # Last time each (group, tp) advanced or was caught up: STOP/STALL need to look back
         # further than the few observations kept per partition.
@@ -145,17 +149,29 @@ class LagCollector:
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self._calls += 1
-        return fn(*args, **kwargs)
+        started = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            name = getattr(fn, "__name__", "call")
+            self._call_seconds[name] = self._call_seconds.get(name, 0.0) + time.monotonic() - started
 
     def run_pass(self) -> PassResult:
         started = time.monotonic()
         self._calls = 0
+        self._call_seconds: dict[str, float] = {}
         result = PassResult(ts_s=self.clock())
         listed = self._list_groups(result)
         if listed is None:
             result.admin_calls = self._calls
             return result
         states = {g["group_id"]: g.get("group_state") or "" for g in listed if self.wanted(g["group_id"])}
+        if result.errors:
+            # A broker that could not list its groups does not make them disappear: keep the
+            # groups of the last pass (their offsets may still be fetchable from elsewhere).
+            for g in self._known_groups.keys() - states.keys():
+                states[g] = "Unknown"
+        self._known_groups = dict(states)
         committed, group_errors = self._committed_offsets(sorted(states))
         meta = self._metadata(result)
         tps = {tp for offsets in committed.values() for tp in offsets}
@@ -188,6 +204,7 @@ class LagCollector:
         } | {g: t for g, t in self._group_topics.items() if g in group_errors and g in states}
         self._forget(seen)
         result.admin_calls = self._calls
+        result.call_seconds = self._call_seconds
         result.duration_s = time.monotonic() - started
         return result
 
@@ -221,13 +238,13 @@ class LagCollector:
         for i in range(0, len(groups), n):
             batch = groups[i : i + n]
             try:
-                answer = self._call(self.admin.list_group_offsets, batch)
+                answer = self._fetch_offsets(batch)
             except Exception as e:
                 log.info("batched offset fetch failed (%s); retrying %d groups one by one", e, len(batch))
                 answer = {}
                 for g in batch:
                     try:
-                        answer.update(self._call(self.admin.list_group_offsets, [g]))
+                        answer.update(self._fetch_offsets([g]))
                     except Exception as ge:
                         errors[g] = f"offset fetch failed: {type(ge).__name__}: {ge}"
             for g, offsets in answer.items():
@@ -242,6 +259,23 @@ class LagCollector:
                     else "no committed offsets (group deleted during the pass, or never committed)"
                 )
         return out, errors
+
+    def _fetch_offsets(self, groups: list[str]) -> dict[str, Any]:
+        try:
+            return self._call(self.admin.list_group_offsets, groups)
+        except Exception:
+            # Coordinators move (broker restart, leader change); kafka-python's admin keeps the
+            # old one cached and would fail again, so forget it and ask once more.
+            self._forget_coordinators(groups)
+            return self._call(self.admin.list_group_offsets, groups)
+
+    def _forget_coordinators(self, groups: list[str]) -> None:
+        cache = getattr(
+            getattr(getattr(self.admin, "_manager", None), "cluster", None), "_coordinators", None
+        )
+        if isinstance(cache, dict):
+            for key in [k for k in cache if isinstance(k, tuple) and len(k) == 2 and k[1] in set(groups)]:
+                cache.pop(key, None)
 
     def _metadata(self, result: PassResult) -> dict[tuple[str, int], dict[str, Any]]:
         try:

@@ -46,6 +46,7 @@ class GroupLease:
         group_id: str = "linkwatch-lag-lease",
         instance: str = "",
         session_timeout_ms: int = 10_000,
+        interval_s: float = 10.0,
     ) -> None:
         self.topic = topic
         self._tp = TopicPartition(topic, 0)
@@ -56,7 +57,9 @@ class GroupLease:
             enable_auto_commit=False,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(500, session_timeout_ms // 5),
-            max_poll_interval_ms=max(session_timeout_ms * 6, 60_000),
+            # Also the rebalance timeout: how long a handover may wait for members to rejoin.
+            # ``held`` polls once per pass, so it must exceed the pass interval comfortably.
+            max_poll_interval_ms=max(session_timeout_ms * 3, int(interval_s * 3000)),
         )
         self._consumer.subscribe([topic])
 

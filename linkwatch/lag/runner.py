@@ -112,6 +112,7 @@ class LagService:
                 config.instance,
                 ha.session_timeout_ms,
             )
+        self._http: Any = None
         self.publish_errors = 0
         self.findings_sent = 0
         self.last: PassResult | None = None
@@ -150,6 +151,7 @@ class LagService:
         """Start the /metrics endpoint (loopback by default); returns the bound port."""
         m = self.config.metrics
         server, _ = start_http_server(m.port, addr=m.host, registry=self.registry)
+        self._http = server
         return int(server.server_address[1])
 
     def run(
@@ -176,6 +178,10 @@ class LagService:
                 log.debug("close: %s", e)
         if self.producer is not None:
             self.producer.close(timeout=5)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
 
 
 def format_statuses(result: PassResult) -> str:

@@ -18,12 +18,12 @@ from linkwatch.testbed.cluster import ClusterState
 @pytest.fixture(scope="session")
 def cluster3(request: pytest.FixtureRequest) -> Iterator[ClusterState]:
     """The session cluster, or (while developing) an already running one named by
-    ``LINKWATCH_LAG_TEST_CLUSTER=<cluster dir>`` so a loaded machine need not start another."""
-    existing = os.environ.get("LINKWATCH_LAG_TEST_CLUSTER")
+    ``LINKWATCH_DEV_LAG_CLUSTER=<cluster dir>`` so a loaded machine need not start another."""
+    existing = os.environ.get("LINKWATCH_DEV_LAG_CLUSTER")
     if existing:
         state = ClusterState.load(Path(existing))
         if state is None:
-            raise pytest.UsageError(f"LINKWATCH_LAG_TEST_CLUSTER={existing}: no cluster state there")
+            raise pytest.UsageError(f"LINKWATCH_DEV_LAG_CLUSTER={existing}: no cluster state there")
         yield state
         return
     yield request.getfixturevalue("cluster3")

@@ -12,7 +12,7 @@ from kafka.structs import OffsetAndMetadata
 
 def make_topic(admin: KafkaAdminClient, name: str, partitions: int = 1, rf: int = 1, **configs: str) -> str:
     admin.create_topics([NewTopic(name, partitions, rf, topic_configs=configs)])
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 45
     while time.monotonic() < deadline:
         try:
             ends = admin.list_partition_offsets(

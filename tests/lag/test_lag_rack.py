@@ -52,6 +52,25 @@ def test_internal_topics_and_single_replicas_can_be_left_out() -> None:
     assert spread([pp((2,))], RACKS, RackConfig(single_replica_is_finding=False)).single_replica == {}
 
 
+def wait_full_isr(admin, topics: list[str]) -> None:
+    """New followers need a moment (longer on a busy machine) before they join the ISR."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            described = admin.describe_topics(topics)
+            parts = [p for t in described for p in t.get("partitions", [])]
+            if (
+                len(described) == len(topics)
+                and parts
+                and all(len(p["isr_nodes"]) == len(p["replica_nodes"]) for p in parts)
+            ):
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"ISR of {topics} did not fill within 60 s")
+
+
 @pytest.mark.cluster
 def test_rack_findings_on_the_real_cluster(cluster3: ClusterState, admin, topic_name: str) -> None:
     one = topic_name + "-rf1"
@@ -64,7 +83,7 @@ def test_rack_findings_on_the_real_cluster(cluster3: ClusterState, admin, topic_
             NewTopic(spread3, 3, 3),
         ]
     )
-    time.sleep(1.0)
+    wait_full_isr(admin, [one, pair, spread3])
     # Brokers 1 and 2 are in racks a and b; say they share a rack, as if both sat under one switch.
     watch = RackWatch(RackConfig(racks={2: "rack-a"}), "test", "i1")
 
