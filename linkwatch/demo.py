@@ -69,7 +69,8 @@ def default_components(workdir: Path) -> list[Callable[[], DemoComponent]]:
     the ports to scrape; ``workdir`` holds the stack's files.
     """
     from alerts.stack import AlertingDemoComponent
-    from linkwatch.demo_components import AgentsComponent, LagComponent, scrape_targets
+    from linkwatch.demo_components import AgentsComponent, scrape_targets
+    from linkwatch.lag.demo import LagComponent
 
     agents, lag = AgentsComponent(), LagComponent()
     alerting = AlertingDemoComponent(workdir / "alerts", lambda _cluster: scrape_targets(agents, lag))

@@ -1,4 +1,7 @@
-"""What the demo runs beside the cluster: one agent per broker, and what the other parts add.
+"""What the demo runs beside the cluster: one agent per broker, and the scrape targets.
+
+The lag collector's component is ``linkwatch.lag.demo.LagComponent``; the alerting stack's is
+``alerts.stack.AlertingDemoComponent``.
 
 Each class follows :class:`linkwatch.demo.DemoComponent`: ``start(cluster)``, ``lines()`` (cheap,
 never raises), ``stop()`` (safe after a failed start).
@@ -8,7 +11,6 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections import deque
 from pathlib import Path
 
 from linkwatch.records import FETCH_CONSUMER, PRODUCE
@@ -89,55 +91,7 @@ class AgentsComponent:
         self._spool.cleanup()
 
 
-class LagComponent:
-    """The lag collector on the demo cluster: per-group status with its reason, and findings."""
-
-    name = "lag"
-
-    def __init__(self, interval_s: float = 4.0) -> None:
-        self.interval_s = interval_s
-        self._status = ""
-        self._findings: deque[str] = deque(maxlen=4)
-        self._thread = None
-        self._stop = None
-        self.service = None
-        self.metrics_port: int | None = None
-
-    def start(self, cluster: ClusterState) -> None:
-        from linkwatch.lag.runner import LagConfig, start_in_thread
-
-        config = LagConfig.model_validate(
-            {
-                "bootstrap_servers": cluster.bootstrap,
-                "cluster": "demo",
-                "interval_s": self.interval_s,
-                "metrics": {"port": 0},
-                # A short window so a stopped group shows STOP within the demo's run.
-                "collector": {"exclude": ["^linkwatch"], "window_s": 20, "min_evaluations": 3},
-            }
-        )
-        self._thread, self._stop, self.service = start_in_thread(config, printer=self._print)
-        self.metrics_port = self.service.serve_metrics()
-
-    def _print(self, text: str) -> None:
-        if text.startswith("finding: "):
-            self._findings.append(text)
-        else:
-            self._status = text
-
-    def lines(self) -> list[str]:
-        head = ["lag collector (status per group, and why):"]
-        body = self._status.splitlines() if self._status else ["waiting for the first pass"]
-        return head + [f"  {line}" for line in body] + [f"  {f}" for f in self._findings]
-
-    def stop(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-
-
-def scrape_targets(agents: AgentsComponent, lag: LagComponent, cluster: str = "demo") -> list:
+def scrape_targets(agents: AgentsComponent, lag, cluster: str = "demo") -> list:
     """The /metrics endpoints the demo's Prometheus scrapes: every agent and the lag collector."""
     from alerts.stack import ScrapeTarget, agent_targets
 
