@@ -91,6 +91,7 @@ def test_engine_appear_ongoing_clear_and_isolation() -> None:
                 [f.subject for f in ch.cleared],
             )
         )
+        later.append([f.subject for f in engine.check_later])
     assert summary == [(["broker:1"], [], []), ([], ["broker:1"], []), ([], [], ["broker:1"])]
     assert [(f.subject, f.active, f.ts_ms) for f in sink.emitted] == [
         ("broker:1", True, 1),
