@@ -89,7 +89,9 @@ def kafka_connector_jars(cache_dir: Path = DEFAULT_CACHE_DIR, version: str = SPA
 def _copy_dependencies(root: Path, lib: Path, version: str) -> None:
     args = ["dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
     for token_version in dict.fromkeys([version, TOKEN_PROVIDER_FALLBACK]):
-        pom = _POM.format(connector=CONNECTOR, version=version, token=TOKEN_PROVIDER, token_version=token_version)
+        pom = _POM.format(
+            connector=CONNECTOR, version=version, token=TOKEN_PROVIDER, token_version=token_version
+        )
         (root / "pom.xml").write_text(pom)
         try:
             _mvn(args, root)
