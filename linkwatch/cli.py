@@ -17,6 +17,8 @@ from linkwatch.errors import LinkwatchError
 # (subcommand, module under linkwatch.commands, help)
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
+    ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
+    ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
 ]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
@@ -36,7 +38,8 @@ _mount()
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone_mode=False: click returns the exit code of typer.Exit instead of exiting.
+        code = app(args=argv, standalone_mode=False)
     except LinkwatchError as e:
         print(f"linkwatch: error: {e}", file=sys.stderr)
         return 2
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return e.exit_code
         raise
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,34 @@
+"""``linkwatch demo``: the main job on an embedded local cluster (see linkwatch.demo)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from linkwatch import demo
+
+
+def app(
+    duration: float = typer.Option(90.0, help="Seconds of load; the fault covers the middle third."),
+    rate: float = typer.Option(1500.0, help="Messages per second produced."),
+    keys: str = typer.Option("zipf:1.2", help="Key distribution: none, uniform or zipf:<exponent>."),
+    slow_broker: int = typer.Option(2, help="Broker whose JVM is paused in a duty cycle midway."),
+    dir: Path = typer.Option(
+        Path("/tmp/linkwatch-demo"), "--dir", help="Cluster directory (removed at the end)."
+    ),
+) -> None:
+    """Start 3 brokers, run skewed load, inject a slow broker midway, clean up by itself."""
+    console = Console()
+    opts = demo.DemoOptions(
+        duration_s=duration, rate_per_s=rate, keys=keys, slow_broker=slow_broker, root=dir
+    )
+    summary = demo.run(opts, console)
+    console.print(
+        f"[bold]done[/] sent {summary['sent']} acked {summary['acked']} errors {summary['errors']} "
+        f"consumed {summary['consumed']}"
+    )
+    for phase, by_broker in summary["median_p50_ms_by_phase"].items():  # type: ignore[union-attr]
+        cells = "  ".join(f"broker {b}: {v:.0f} ms" for b, v in sorted(by_broker.items()))
+        console.print(f"  typical ack p50 {phase:>6} the fault: {cells}")

@@ -1,0 +1,192 @@
+"""The main job on an embedded default: a local 3-broker cluster, skewed load, a slow broker.
+
+Timeline for ``duration_s`` seconds: start the cluster, produce Zipf-keyed load and consume it,
+show live per-broker throughput and produce latency, pause one broker's JVM in a duty cycle
+for the middle third, then remove the fault. Components (agents, analysis, alerting) plug in
+as :class:`DemoComponent` objects with start/lines/stop. Everything started is stopped on the
+way out, on Ctrl-C too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from linkwatch.testbed import faults
+from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from linkwatch.testbed.load import (
+    ConsumerLoad,
+    KeyDistribution,
+    ProducerLoad,
+    ensure_topic,
+    partition_leaders,
+)
+
+
+class DemoComponent(Protocol):
+    """Something the demo runs beside the cluster (an agent, the analyzer, alerting).
+
+    ``start`` may block briefly; ``lines`` returns what to show now (cheap, never raises);
+    ``stop`` releases everything and must be safe to call after a failed ``start``.
+    """
+
+    name: str
+
+    def start(self, cluster: ClusterState) -> None: ...
+    def lines(self) -> list[str]: ...
+    def stop(self) -> None: ...
+
+
+@dataclass
+class DemoOptions:
+    duration_s: float = 90.0
+    rate_per_s: float = 1500.0
+    keys: str = "zipf:1.2"
+    partitions: int = 12
+    slow_broker: int = 2
+    pause_ms: int = 400
+    period_ms: int = 1000
+    root: Path = Path("/tmp/linkwatch-demo")
+    refresh_s: float = 2.0
+    topic: str = "demo.orders"
+    components: list[Callable[[], DemoComponent]] = field(default_factory=list)
+
+
+def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
+    """Run the demo to the end; return a summary (used by the test and printed by the CLI)."""
+    console = console or Console()
+    if opts.duration_s < 15:
+        raise ValueError(f"duration_s={opts.duration_s}: the demo needs at least 15 s")
+    cluster = LocalCluster(
+        ClusterSpec(brokers=3, root=opts.root, base_port=find_free_base_port(3, start=19000))
+    )
+    if cluster.state() is not None:
+        cluster.down()  # a demo directory left by a killed earlier demo is ours to clear
+    started: list[DemoComponent] = []
+    producer = consumer = pause = None
+    summary: dict[str, object] = {}
+    try:
+        t0 = time.monotonic()
+        state = cluster.up()
+        console.print(f"[bold]cluster[/] 3 brokers up in {time.monotonic() - t0:.1f}s at {state.bootstrap}")
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=state.bootstrap, client_id="linkwatch-demo")
+        ensure_topic(admin, opts.topic, opts.partitions, 3)
+        for make in opts.components:
+            comp = make()
+            started.append(comp)
+            comp.start(state)
+        keys = KeyDistribution.parse(opts.keys)
+        producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=1).start()
+        consumer = ConsumerLoad(state.bootstrap, opts.topic, "demo-consumer").start()
+        victim = state.node(opts.slow_broker)
+        fault_at, clear_at = opts.duration_s / 3, 2 * opts.duration_s / 3
+        begin = time.monotonic()
+        p50_samples: dict[str, dict[int, list[float]]] = {"before": {}, "during": {}, "after": {}}
+        # A live-updating table on a terminal; one printed frame per refresh in logs and CI.
+        live_ctx = (
+            Live(console=console, refresh_per_second=2) if console.is_terminal else contextlib.nullcontext()
+        )
+        with live_ctx as live:
+            while (elapsed := time.monotonic() - begin) < opts.duration_s:
+                if pause is None and fault_at <= elapsed < clear_at:
+                    pause = faults.PauseDutyCycle(victim.pid, opts.pause_ms, opts.period_ms).start()
+                    console.print(
+                        f"[bold red]t={elapsed:.0f}s fault:[/] pausing broker {victim.node_id}'s JVM "
+                        f"{opts.pause_ms} ms of every {opts.period_ms} ms"
+                    )
+                if pause is not None and elapsed >= clear_at:
+                    pause.stop()
+                    pause = None
+                    console.print(
+                        f"[bold green]t={elapsed:.0f}s fault removed:[/] broker {victim.node_id} runs freely"
+                    )
+                phase = "before" if elapsed < fault_at else "during" if elapsed < clear_at else "after"
+                leaders = partition_leaders(admin, opts.topic)
+                table, p50s = _broker_table(producer, consumer, leaders, opts.refresh_s * 2)
+                if elapsed > opts.refresh_s * 2:  # skip the client's warm-up
+                    for b, v in p50s.items():
+                        p50_samples[phase].setdefault(b, []).append(v)
+                status = Text(
+                    f"t={elapsed:5.1f}s/{opts.duration_s:.0f}s  phase: {phase}  "
+                    + (
+                        f"broker {victim.node_id} PAUSED {opts.pause_ms}/{opts.period_ms} ms"
+                        if pause
+                        else "no fault"
+                    )
+                )
+                extra = [Text(line) for comp in started for line in _safe_lines(comp)]
+                frame = Group(status, table, *extra)
+                if live is not None:
+                    live.update(frame)
+                else:
+                    console.print(frame)
+                time.sleep(opts.refresh_s)
+        summary = {
+            "sent": producer.stats.sent,
+            "acked": producer.stats.acked,
+            "errors": producer.stats.errors,
+            "consumed": consumer.consumed,
+            "median_p50_ms_by_phase": {
+                phase: {b: statistics.median(v) for b, v in by_b.items()}
+                for phase, by_b in p50_samples.items()
+            },
+            "slow_broker": opts.slow_broker,
+        }
+        admin.close()
+    finally:
+        if pause is not None:
+            pause.stop()
+        faults.revert_all()
+        for obj in (producer, consumer):
+            if obj is not None:
+                obj.stop()
+        for comp in reversed(started):
+            with contextlib.suppress(Exception):
+                comp.stop()
+        stopped = cluster.down()
+        console.print(f"[bold]cleanup[/] stopped {len(stopped)} broker JVM(s), removed {opts.root}")
+    return summary
+
+
+def _safe_lines(comp: DemoComponent) -> list[str]:
+    try:
+        return comp.lines()
+    except Exception as e:  # a component's display must never end the demo
+        return [f"{comp.name}: {type(e).__name__}: {e}"]
+
+
+def _broker_table(
+    producer: ProducerLoad, consumer: ConsumerLoad, leaders: dict[int, int], window_s: float
+) -> tuple[Table, dict[int, float]]:
+    """Per-broker produce throughput and client-side ack latency over the last ``window_s``."""
+    now = time.monotonic()
+    by_broker: dict[int, list[float]] = {}
+    for at, latency, partition in list(producer.stats.recent_latencies):
+        if now - at <= window_s and partition in leaders:
+            by_broker.setdefault(leaders[partition], []).append(latency)
+    table = Table(title="per-broker produce (acks=1), last few seconds")
+    for col in ("broker", "leads partitions", "acked msg/s", "ack p50 ms", "ack p99 ms"):
+        table.add_column(col, justify="right")
+    p50s: dict[int, float] = {}
+    for broker in sorted(set(leaders.values())):
+        lat = sorted(by_broker.get(broker, []))
+        led = sorted(p for p, b in leaders.items() if b == broker)
+        p50 = statistics.median(lat) * 1000 if lat else 0.0
+        p99 = lat[int(0.99 * (len(lat) - 1))] * 1000 if lat else 0.0
+        p50s[broker] = p50
+        table.add_row(
+            str(broker), ",".join(map(str, led)), f"{len(lat) / window_s:.0f}", f"{p50:.1f}", f"{p99:.1f}"
+        )
+    return table, p50s

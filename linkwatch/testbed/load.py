@@ -1,0 +1,237 @@
+"""Test load: a rate-limited producer with a chosen key distribution, and a group consumer.
+
+Used by tests, the demo and ``linkwatch load``. Keys follow :class:`KeyDistribution`
+(``none``, ``uniform`` over N keys, or ``zipf`` with an exponent, which is what makes hot
+partitions and hot keys). Counters are kept per partition so callers can turn them into
+per-broker throughput with the partition leaders.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import random
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from linkwatch.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class KeyDistribution:
+    """How message keys are drawn. ``spec`` strings: ``none``, ``uniform``, ``zipf:1.2``."""
+
+    kind: str = "uniform"
+    keys: int = 1000
+    exponent: float = 1.2
+
+    @classmethod
+    def parse(cls, spec: str, keys: int = 1000) -> KeyDistribution:
+        name, _, arg = spec.partition(":")
+        if name not in ("none", "uniform", "zipf"):
+            raise ConfigError("--keys", [f"{spec!r}: use none, uniform or zipf:<exponent>"])
+        if keys < 1:
+            raise ConfigError("--key-count", [f"{keys}: must be at least 1"])
+        exponent = 1.2
+        if name == "zipf" and arg:
+            try:
+                exponent = float(arg)
+            except ValueError:
+                raise ConfigError("--keys", [f"{spec!r}: the Zipf exponent must be a number"]) from None
+            if exponent <= 0:
+                raise ConfigError("--keys", [f"{spec!r}: the Zipf exponent must be > 0"])
+        return cls(kind=name, keys=keys, exponent=exponent)
+
+    def sampler(self, rng: random.Random) -> Callable[[], bytes | None]:
+        if self.kind == "none":
+            return lambda: None
+        names = [f"key-{i:06d}".encode() for i in range(self.keys)]
+        if self.kind == "uniform":
+            return lambda: names[rng.randrange(self.keys)]
+        # Zipf: P(rank k) ∝ 1 / k^s; inverse-CDF lookup over cumulative weights.
+        cumulative = list(itertools.accumulate(1.0 / (k**self.exponent) for k in range(1, self.keys + 1)))
+        total = cumulative[-1]
+        return lambda: names[bisect.bisect_left(cumulative, rng.random() * total)]
+
+
+@dataclass
+class LoadStats:
+    """Thread-safe enough for counters read by a display thread (ints are replaced atomically)."""
+
+    sent: int = 0
+    acked: int = 0
+    errors: int = 0
+    acked_by_partition: Counter[int] = field(default_factory=Counter)
+    # Recent (ack time, latency seconds, partition); bounded.
+    recent_latencies: deque[tuple[float, float, int]] = field(default_factory=lambda: deque(maxlen=20000))
+    last_error: str = ""
+
+
+class ProducerLoad:
+    """Produce to ``topic`` at ``rate_per_s`` until stopped; run in a background thread."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        rate_per_s: float = 1000.0,
+        keys: KeyDistribution | None = None,
+        message_bytes: int = 200,
+        acks: int | str = 1,
+        seed: int = 1,
+        linger_ms: int = 5,
+    ) -> None:
+        if rate_per_s <= 0:
+            raise ConfigError("--rate", [f"{rate_per_s}: must be > 0 messages/s"])
+        if message_bytes < 1 or message_bytes > 1_000_000:
+            raise ConfigError("--size", [f"{message_bytes}: must be between 1 and 1000000 bytes"])
+        if str(acks) not in ("0", "1", "all", "-1"):
+            raise ConfigError("--acks", [f"{acks!r}: use 0, 1 or all"])
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.rate_per_s = rate_per_s
+        self.keys = keys or KeyDistribution()
+        self.message_bytes = message_bytes
+        self.acks = acks if acks == "all" else int(acks)
+        self.linger_ms = linger_ms
+        self.stats = LoadStats()
+        self._rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ProducerLoad:
+        self._thread = threading.Thread(target=self._run, name=f"load-{self.topic}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> LoadStats:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return self.stats
+
+    def _run(self) -> None:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks=self.acks,
+            linger_ms=self.linger_ms,
+            client_id="linkwatch-load",
+            max_block_ms=5000,
+        )
+        next_key = self.keys.sampler(self._rng)
+        payload = bytes(self._rng.getrandbits(8) for _ in range(self.message_bytes))
+        started = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                due = int((time.monotonic() - started) * self.rate_per_s) - self.stats.sent
+                if due <= 0:
+                    time.sleep(min(0.01, 1.0 / self.rate_per_s))
+                    continue
+                for _ in range(min(due, 1000)):
+                    self._send(producer, next_key(), payload)
+        finally:
+            producer.flush(timeout=10)
+            producer.close(timeout=5)
+
+    def _send(self, producer, key: bytes | None, payload: bytes) -> None:
+        sent_at = time.monotonic()
+        try:
+            future = producer.send(self.topic, key=key, value=payload)
+        except Exception as e:  # buffer full or metadata timeout: count and go on
+            self.stats.errors += 1
+            self.stats.last_error = f"{type(e).__name__}: {e}"
+            return
+        self.stats.sent += 1
+        future.add_callback(self._on_ack, sent_at)
+        future.add_errback(self._on_error)
+
+    def _on_ack(self, sent_at: float, metadata) -> None:
+        now = time.monotonic()
+        self.stats.acked += 1
+        self.stats.acked_by_partition[metadata.partition] += 1
+        self.stats.recent_latencies.append((now, now - sent_at, metadata.partition))
+
+    def _on_error(self, exc: BaseException) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = f"{type(exc).__name__}: {exc}"
+
+
+class ConsumerLoad:
+    """Consume ``topic`` in group ``group`` until stopped; counts records per partition."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.group = group
+        self.consumed_by_partition: Counter[int] = Counter()
+        self.consumed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ConsumerLoad:
+        self._thread = threading.Thread(target=self._run, name=f"consume-{self.group}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> int:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return self.consumed
+
+    def _run(self) -> None:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(
+            self.topic,
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            auto_offset_reset="earliest",
+            client_id=f"linkwatch-load-{self.group}",
+        )
+        try:
+            while not self._stop.is_set():
+                for tp, records in consumer.poll(timeout_ms=200).items():
+                    self.consumed_by_partition[tp.partition] += len(records)
+                    self.consumed += len(records)
+        finally:
+            consumer.close()
+
+
+def ensure_topic(
+    admin, topic: str, partitions: int, replication: int, configs: dict[str, str] | None = None
+) -> None:
+    """Create ``topic`` if it does not exist; wait until every partition has a leader."""
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    with contextlib.suppress(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs or {})])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        leaders = partition_leaders(admin, topic)
+        if len(leaders) == partitions and all(v >= 0 for v in leaders.values()):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"topic {topic} has no leader for every partition after 30s")
+
+
+def partition_leaders(admin, topic: str) -> dict[int, int]:
+    """partition -> leader broker id (-1 when leaderless), from the cluster metadata."""
+    try:
+        described = admin.describe_topics([topic])
+    except Exception:
+        return {}
+    out: dict[int, int] = {}
+    for t in described:
+        if t.get("name") != topic or t.get("error_code", 0):
+            continue
+        for p in t.get("partitions", []):
+            out[p["partition_index"]] = p["leader_id"]
+    return out

@@ -1,0 +1,129 @@
+"""The local cluster is real: traffic flows across 3 brokers, the request log and Jolokia report it."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import orjson
+from kafka import KafkaConsumer, KafkaProducer
+
+from linkwatch.testbed.cluster import ClusterState
+from linkwatch.testbed.load import ensure_topic, partition_leaders
+
+MARKER = "Completed request:"
+
+
+def _produce_and_consume(cluster: ClusterState, admin, topic: str, n: int = 600) -> list[tuple[int, bytes]]:
+    ensure_topic(admin, topic, partitions=6, replication=3)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", client_id="test-producer")
+    for i in range(n):
+        producer.send(topic, key=f"k{i % 50}".encode(), value=f"v{i}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=cluster.bootstrap,
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=15000,
+        client_id="test-consumer",
+    )
+    got = [(r.partition, r.value) for r in consumer]
+    consumer.close()
+    return got
+
+
+def test_produce_consume_across_three_brokers(cluster3: ClusterState, admin, topic_name: str) -> None:
+    got = _produce_and_consume(cluster3, admin, topic_name)
+    assert sorted(v for _, v in got) == sorted(f"v{i}".encode() for i in range(600))
+    leaders = partition_leaders(admin, topic_name)
+    assert set(leaders.values()) == {1, 2, 3}, f"leaders not spread over the brokers: {leaders}"
+    assert {p for p, _ in got} == set(range(6))
+
+
+def _request_lines(cluster: ClusterState) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for node in cluster.nodes:
+        lines = node.request_log.read_bytes().splitlines()
+        out[node.node_id] = [
+            orjson.loads(line.split(MARKER.encode(), 1)[1].rsplit(b" (", 1)[0])
+            for line in lines
+            if MARKER.encode() in line
+        ]
+    return out
+
+
+def _kind(req: dict) -> str:
+    name = req["requestHeader"]["requestApiKeyName"]
+    if name != "FETCH":
+        return name
+    body = req["request"]
+    return "FETCH_FOLLOWER" if body.get("replicaId", -1) >= 0 or "replicaState" in body else "FETCH_CONSUMER"
+
+
+def test_request_log_has_produce_consumer_and_follower_fetch(
+    cluster3: ClusterState, admin, topic_name: str
+) -> None:
+    _produce_and_consume(cluster3, admin, topic_name, n=300)
+    by_broker = _request_lines(cluster3)
+    kinds_all = set()
+    for broker, reqs in by_broker.items():
+        kinds = {_kind(r) for r in reqs}
+        kinds_all |= kinds
+        assert "PRODUCE" in kinds, f"broker {broker} logged no Produce"
+        assert "FETCH_FOLLOWER" in kinds, f"broker {broker} logged no follower Fetch"
+        for r in reqs[:200]:
+            for stage in (
+                "totalTimeMs",
+                "requestQueueTimeMs",
+                "localTimeMs",
+                "remoteTimeMs",
+                "responseQueueTimeMs",
+                "sendTimeMs",
+            ):
+                assert isinstance(r[stage], int | float) and r[stage] >= 0
+    assert "FETCH_CONSUMER" in kinds_all
+    # Our own produce requests are there, with the topic name and a records size.
+    produced = [
+        td
+        for reqs in by_broker.values()
+        for r in reqs
+        if _kind(r) == "PRODUCE"
+        for td in r["request"]["topicData"]
+        if td.get("name") == topic_name
+    ]
+    assert produced and all(pd["recordsSizeInBytes"] > 0 for td in produced for pd in td["partitionData"])
+
+
+def test_jolokia_answers_request_metrics(cluster3: ClusterState, admin, topic_name: str) -> None:
+    _produce_and_consume(cluster3, admin, topic_name, n=100)
+    for node in cluster3.nodes:
+        url = f"{node.jolokia_url}/read/kafka.network:type=RequestMetrics,name=TotalTimeMs,request=Produce"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = json.load(resp)
+        assert body["status"] == 200
+        assert body["value"]["Count"] > 0, f"broker {node.node_id} counted no Produce requests"
+        assert set(body["value"]) >= {"Count", "Mean", "99thPercentile"}
+
+
+def test_nodes_have_racks_and_two_log_dirs_in_use(cluster3: ClusterState, admin, topic_name: str) -> None:
+    ensure_topic(admin, topic_name, partitions=6, replication=3)
+    racks = {b["broker_id"]: b["rack"] for b in admin.describe_cluster()["brokers"]}
+    assert racks == {1: "rack-a", 2: "rack-b", 3: "rack-c"}
+    deadline = time.monotonic() + 20
+    while True:  # followers create their replicas shortly after the leaders are elected
+        by_broker = {e["broker"]: e["log_dirs"] for e in admin.describe_log_dirs()}
+        holding = {
+            b: [d["log_dir"] for d in dirs if any(t["name"] == topic_name for t in d["topics"])]
+            for b, dirs in by_broker.items()
+        }
+        if all(len(h) == 2 for h in holding.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert set(by_broker) == {1, 2, 3}
+    for node in cluster3.nodes:
+        assert {d["log_dir"] for d in by_broker[node.node_id]} == set(node.log_dirs)
+        # Kafka spreads the topic's 6 replicas on this broker over both dirs.
+        assert sorted(holding[node.node_id]) == sorted(node.log_dirs), holding

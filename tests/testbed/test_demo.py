@@ -1,0 +1,41 @@
+"""The demo runs to the end by itself, shows the slow broker, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from linkwatch import demo
+from linkwatch.testbed.cluster import pid_alive
+
+
+def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
+    out = io.StringIO()
+    root = tmp_path / "demo"
+    opts = demo.DemoOptions(duration_s=24, rate_per_s=400, partitions=6, root=root, refresh_s=1.0)
+    pids: list[int] = []
+
+    class RecordPids:
+        name = "pids"
+
+        def start(self, cluster) -> None:
+            pids.extend(n.pid for n in cluster.nodes)
+
+        def lines(self) -> list[str]:
+            return [f"watching {len(pids)} brokers"]
+
+        def stop(self) -> None:
+            pass
+
+    opts.components.append(RecordPids)
+    summary = demo.run(opts, Console(file=out, width=120))
+    text = out.getvalue()
+    assert "3 brokers up" in text and "PAUSED" in text and "watching 3 brokers" in text
+    assert summary["acked"] > 0.9 * 24 * 400 * 0.8 and summary["errors"] == 0
+    assert summary["consumed"] > 0
+    p50 = summary["median_p50_ms_by_phase"]
+    assert p50["during"][2] > p50["during"][1] and p50["during"][2] > p50["during"][3], p50
+    assert len(pids) == 3 and not any(pid_alive(p) for p in pids)
+    assert not root.exists()
