@@ -19,6 +19,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
     ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
+    ("analyze", "analyze", "Stream samples through Spark, run the detectors, publish findings."),
+    ("report", "report", "Findings over a time range (batch), as a table, JSON or HTML."),
 ]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])

@@ -27,7 +27,9 @@ class AggregateFrames:
     imbalances: DataFrame
 
 
-def aggregate(raw: DataFrame, window_s: int, cluster: str | None = None, deduplicate: bool = True) -> AggregateFrames:
+def aggregate(
+    raw: DataFrame, window_s: int, cluster: str | None = None, deduplicate: bool = True
+) -> AggregateFrames:
     """``raw`` has a ``value`` column holding record JSON (Kafka's shape or the archive's)."""
 
     def kind(cls: type[R.Record]) -> DataFrame:
@@ -51,7 +53,9 @@ def _rows(df: DataFrame, cls: type) -> list[Any]:
     return [cls(**{n: row[n] for n in names}) for row in df.select(*names).collect()]
 
 
-def collect(frames: AggregateFrames, cluster: str, window_s: int, hot_keys: tuple[HotKey, ...] = ()) -> Aggregates:
+def collect(
+    frames: AggregateFrames, cluster: str, window_s: int, hot_keys: tuple[HotKey, ...] = ()
+) -> Aggregates:
     """Bring the (small) aggregates to the driver as the analyzer's rows."""
     return Aggregates(
         cluster=cluster,

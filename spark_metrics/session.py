@@ -18,10 +18,14 @@ def spark_session(
     """Get or create the session. ``kafka=True`` adds the connector jars (resolved once from
     Maven Central into the local cache, see :mod:`spark_metrics.jars`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # An empty master leaves it to spark-submit (--master).
+    builder = SparkSession.builder.master(master) if master else SparkSession.builder
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.ui.enabled", "false")
+        # Nothing listens beyond loopback unless configured (override with ``extra``).
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.adaptive.enabled", "true")
