@@ -50,8 +50,10 @@ def _tick(service: AnalysisService) -> None:
     started = time.monotonic()
     service.tick()
     data = service.last
-    print(f"tick {time.monotonic() - started:.1f}s: {len(data.broker_stages)} stage rows, "
-          f"{len(data.partitions)} partition rows, active {sorted(service.engine.tracker.active)}")
+    print(
+        f"tick {time.monotonic() - started:.1f}s: {len(data.broker_stages)} stage rows, "
+        f"{len(data.partitions)} partition rows, active {sorted(service.engine.tracker.active)}"
+    )
 
 
 def test_slow_broker_and_skew_on_real_cluster(cluster3, admin, tmp_path: Path) -> None:
