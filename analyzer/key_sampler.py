@@ -7,6 +7,7 @@ each poll is bounded by ``max_records``.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from analyzer.base import HotKey
@@ -25,12 +26,14 @@ class KeySampler:
         sample_every: int = 1,
         max_records: int = 20_000,
         from_beginning: bool = False,
+        max_poll_s: float = 1.0,
     ) -> None:
         from kafka import KafkaConsumer
 
         self.topics = list(topics)
         self.sample_every = max(1, sample_every)
         self.max_records = max_records
+        self.max_poll_s = max_poll_s
         self.counters = {t: LossyCounter(support, epsilon) for t in self.topics}
         self._partitions: dict[tuple[str, str], set[int]] = defaultdict(set)
         self._seen = 0
@@ -56,13 +59,15 @@ class KeySampler:
             self._assigned = True
 
     def poll(self, timeout_ms: int = 200) -> int:
-        """Read and count what is available now (at most ``max_records``); returns records read."""
+        """Read and count what is available now (at most ``max_records`` and ``max_poll_s``);
+        returns the number of records read."""
         if not self._assigned:
             self._assign()
             if not self._assigned:
                 return 0
         read = 0
-        while read < self.max_records:
+        deadline = time.monotonic() + self.max_poll_s
+        while read < self.max_records and time.monotonic() < deadline:
             batch = self._consumer.poll(timeout_ms=timeout_ms, max_records=min(5000, self.max_records - read))
             if not batch:
                 break

@@ -57,11 +57,13 @@ def collect(
     frames: AggregateFrames, cluster: str, window_s: int, hot_keys: tuple[HotKey, ...] = ()
 ) -> Aggregates:
     """Bring the (small) aggregates to the driver as the analyzer's rows."""
+    # One job for both stage frames (they share the sketch explode and per-key sums).
+    stages = _rows(frames.broker_stages.unionByName(frames.cluster_stages), StageWindow)
     return Aggregates(
         cluster=cluster,
         window_s=window_s,
-        broker_stages=_rows(frames.broker_stages, StageWindow),
-        cluster_stages=_rows(frames.cluster_stages, StageWindow),
+        broker_stages=[r for r in stages if r.broker is not None],
+        cluster_stages=[r for r in stages if r.broker is None],
         partitions=_rows(frames.partitions, PartitionWindow),
         logdirs=_rows(frames.logdirs, LogDirWindow),
         imbalances=_rows(frames.imbalances, ImbalanceWindow),

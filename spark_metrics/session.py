@@ -18,6 +18,7 @@ def spark_session(
     """Get or create the session. ``kafka=True`` adds the connector jars (resolved once from
     Maven Central into the local cache, see :mod:`spark_metrics.jars`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind and advertise loopback only
     # An empty master leaves it to spark-submit (--master).
     builder = SparkSession.builder.master(master) if master else SparkSession.builder
     builder = (
