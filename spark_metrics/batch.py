@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,9 +23,14 @@ def _in_range(df: DataFrame, from_ms: int, to_ms: int) -> DataFrame:
 def read_archive(spark: SparkSession, archive_dir: Path, from_ms: int, to_ms: int) -> DataFrame | None:
     """Records with ``from_ms <= ts_ms < to_ms`` from the archive (None if it has no data yet).
     Re-sends that reached the archive more than a watermark apart are removed here."""
-    if not any(Path(archive_dir).glob("kind=*")):
+    if not any(Path(archive_dir).glob("kind=*/hour=*/*.parquet")):
         return None
-    df = spark.read.parquet(str(archive_dir))
+    try:
+        df = spark.read.parquet(str(archive_dir))
+    except AnalysisException as e:
+        if "UNABLE_TO_INFER_SCHEMA" in str(e) or "Unable to infer schema" in str(e):
+            return None  # files written but no micro-batch committed yet
+        raise
     hours = (F.col("hour") >= from_ms // 3_600_000) & (F.col("hour") <= to_ms // 3_600_000)
     return _in_range(df.where(hours), from_ms, to_ms).dropDuplicates(["key"]).select("value")
 
