@@ -103,6 +103,9 @@ class AnalysisService:
             app_name="linkwatch-analyze",
             kafka=True,
             shuffle_partitions=self.cfg.shuffle_partitions,
+            # The stream submits a job every trigger; FAIR lets evaluation jobs run between them
+            # instead of queueing behind a stream that is catching up.
+            extra={"spark.scheduler.mode": "FAIR"},
         )
         opts = StreamOptions(
             bootstrap=self.cfg.bootstrap,

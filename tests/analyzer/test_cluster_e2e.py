@@ -35,7 +35,7 @@ def _config(cluster, state_dir: Path, zipf_topic: str) -> AnalyzerConfig:
         window_s=WINDOW_S,
         lookback_windows=10,
         interval_s=1.0,
-        trigger_s=1.0,
+        trigger_s=3.0,
         watermark="30 seconds",
         state_dir=state_dir,
         publish_findings=True,
