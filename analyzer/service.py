@@ -144,6 +144,8 @@ class AnalysisService:
         from spark_metrics.batch import read_archive
 
         now_ms = int(self.clock() * 1000) if now_ms is None else now_ms
+        # Our own scheduler pool: shares the cores fairly with the stream's (default) pool.
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "linkwatch-analysis")
         span = self.cfg.window_s * 1000 * self.cfg.lookback_windows
         hot = ()
         if self.sampler is not None:
