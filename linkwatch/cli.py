@@ -24,6 +24,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("consume", "consume", "Print, forward or store a topic with the async-fetch consumer."),
     ("alerts", "alerts", "Alertmanager webhook receiver and the alert rules' checks."),
     ("dashboards", "dashboards", "Generate the Grafana dashboards and push them to a Grafana."),
+    ("analyze", "analyze", "Stream samples through Spark, run the detectors, publish findings."),
+    ("report", "report", "Findings over a time range (batch), as a table, JSON or HTML."),
 ]
 
 app = typer.Typer(

@@ -146,6 +146,8 @@ class PartitionSize(Record):
     segments: int
     oldest_segment_ms: int
     newest_segment_ms: int
+    # Log end offset when the producer knows it (differencing it gives messages/s); optional.
+    log_end_offset: int | None = None
 
     def dedup_key(self) -> str:
         return f"{self.cluster}/{self.broker}/{self.topic}-{self.partition}/{self.ts_ms}"

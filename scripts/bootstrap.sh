@@ -34,3 +34,5 @@ uv sync --frozen --quiet
 
 # Maven Central: Kafka broker jars and the Jolokia agent into ~/.cache/linkwatch.
 .venv/bin/linkwatch cluster fetch
+# Maven Central: the Spark Kafka connector at the pyspark version (for `linkwatch analyze`).
+.venv/bin/python -m spark_metrics.jars >/dev/null

@@ -1,0 +1,275 @@
+"""The analyzer's extension points; these docstrings are the contract.
+
+Three steps, kept apart:
+
+* **detect** — a :class:`Detector` is a pure function of aggregated rows (:class:`Aggregates`,
+  produced by ``spark_metrics``), its thresholds (its ``Config``) and the current time. It
+  returns :class:`~linkwatch.records.Finding` records and nothing else: no I/O, no clock, no
+  state kept between calls (scores over consecutive windows are recomputed from the windows it
+  is given, so a restart reproduces the same findings from the same data).
+* **decide** — a :class:`Policy` maps each finding to a :class:`Verdict`
+  (IGNORE / ALERT / CHECK_LATER after a delay).
+* **act** — only the engine hands ALERT findings to sinks (Kafka topic, Prometheus, terminal).
+  Remediation is a separate subsystem and never runs from a detector.
+
+Detectors are plugins registered as entry points in group :data:`DETECTOR_GROUP`; the
+built-ins are registered the same way (see ``pyproject.toml``) and chosen by name in config.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from linkwatch.config import StrictModel
+from linkwatch.records import Finding
+
+DETECTOR_GROUP = "linkwatch.detectors"
+SOURCE = "analyzer"
+SEVERITIES = ("info", "warning", "critical")
+
+
+# --- aggregated rows: the output of spark_metrics, the input of detectors ---------------------
+# Field names equal the column names of the matching spark_metrics transform (a test checks it).
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageWindow:
+    """Merged latency quantiles of one stage of one request type in one window.
+
+    ``broker`` is ``None`` for the cluster-wide merge (all brokers' sketches summed per bucket).
+    Quantiles are ``None`` when the window saw no request.
+    """
+
+    broker: int | None
+    request: str
+    stage: str
+    window_start_ms: int
+    count: int
+    p50_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    mean_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionWindow:
+    """One topic-partition in one window: its size and its traffic (``None`` = not measurable,
+    e.g. the first window of a partition has no previous size to difference against)."""
+
+    topic: str
+    partition: int
+    window_start_ms: int
+    size_bytes: int
+    bytes_in_per_s: float | None
+    messages_in_per_s: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogDirWindow:
+    """Usage of one log dir of one broker in one window (the last reading in it)."""
+
+    broker: int
+    log_dir: str
+    window_start_ms: int
+    capacity_bytes: int
+    used_bytes: int
+    usage_ratio: float
+    io_util: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImbalanceWindow:
+    """``ratio = max/avg − 1`` of ``measure`` over the members of a scope in one window.
+
+    ``scope`` is ``topic`` (members: partitions of ``group`` = topic name), ``broker`` or
+    ``log_dir`` (``group`` empty); ``max_member`` names the member carrying the maximum.
+    """
+
+    scope: str
+    measure: str
+    group: str
+    window_start_ms: int
+    members: int
+    max_value: float
+    avg_value: float
+    ratio: float
+    max_member: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HotKey:
+    """A key reported by lossy counting over ``n`` sampled records of a topic."""
+
+    topic: str
+    key: str
+    count: int
+    n: int
+    support: float
+    epsilon: float
+    partitions: tuple[int, ...] = ()
+
+    @property
+    def share(self) -> float:
+        return self.count / self.n if self.n else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Aggregates:
+    """Everything a detector may look at for one evaluation. Rows are in no particular order."""
+
+    cluster: str
+    window_s: int
+    broker_stages: Sequence[StageWindow] = ()
+    cluster_stages: Sequence[StageWindow] = ()
+    partitions: Sequence[PartitionWindow] = ()
+    logdirs: Sequence[LogDirWindow] = ()
+    imbalances: Sequence[ImbalanceWindow] = ()
+    hot_keys: Sequence[HotKey] = ()
+
+
+# --- detect ---------------------------------------------------------------------------------
+
+
+class DetectorConfig(StrictModel):
+    """Base of every detector's thresholds; defaults live in the subclass beside the rule."""
+
+
+class Detector(ABC):
+    """A rule over aggregated rows.
+
+    * ``__init__(config)`` only stores validated thresholds; it never connects or reads.
+    * :meth:`detect` must be deterministic and side-effect free: the same ``data`` and
+      ``now_ms`` give the same findings. It may return an empty list. It must tolerate missing
+      rows (cold start, a broker that stopped reporting) by not firing, never by raising.
+    * An exception from :meth:`detect` is a bug in that detector: the engine logs it, counts it
+      and goes on with the other detectors.
+    * Every finding has ``rule`` = :attr:`rule`, a ``subject`` (``broker:2``,
+      ``topic-partition:orders-3``, ``topic:orders``, ``log_dir:1:/data/a``, ``cluster:<name>``),
+      ``evidence`` with at least ``values``, ``baseline`` and ``windows``, a severity from
+      :data:`SEVERITIES` and a suggested ``action`` in words.
+    """
+
+    name: ClassVar[str]
+    rule: ClassVar[str]
+    Config: ClassVar[type[DetectorConfig]] = DetectorConfig
+
+    def __init__(self, config: DetectorConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    @abstractmethod
+    def detect(self, data: Aggregates, now_ms: int) -> list[Finding]: ...
+
+    def finding(
+        self,
+        data: Aggregates,
+        now_ms: int,
+        *,
+        subject: str,
+        severity: str,
+        summary: str,
+        evidence: dict[str, Any],
+        action: str,
+        rule: str | None = None,
+    ) -> Finding:
+        assert severity in SEVERITIES, severity
+        return Finding(
+            cluster=data.cluster,
+            source=SOURCE,
+            ts_ms=now_ms,
+            rule=rule or self.rule,
+            subject=subject,
+            severity=severity,
+            summary=summary,
+            evidence=evidence,
+            action=action,
+        )
+
+
+# --- decide ---------------------------------------------------------------------------------
+
+
+class Decision(enum.Enum):
+    IGNORE = "ignore"
+    ALERT = "alert"
+    CHECK_LATER = "check_later"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    recheck_after_s: float = 0.0  # only for CHECK_LATER
+    reason: str = ""
+
+
+class Policy(ABC):
+    """Maps a finding to a verdict. Pure: it may read the finding and its own config only.
+
+    It never calls sinks or remediation; an exception from it is treated as ALERT (a broken
+    policy must not hide findings) and logged by the engine.
+    """
+
+    @abstractmethod
+    def decide(self, finding: Finding) -> Verdict: ...
+
+
+class PolicyConfig(StrictModel):
+    """By default warnings and criticals alert, infos are re-checked later; per-rule overrides."""
+
+    by_severity: dict[str, Decision] = Field(
+        default_factory=lambda: {
+            "info": Decision.CHECK_LATER,
+            "warning": Decision.ALERT,
+            "critical": Decision.ALERT,
+        }
+    )
+    by_rule: dict[str, Decision] = Field(default_factory=dict)
+    recheck_after_s: float = 60.0
+
+
+class SeverityPolicy(Policy):
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        self.config = config or PolicyConfig()
+
+    def decide(self, finding: Finding) -> Verdict:
+        decision = self.config.by_rule.get(finding.rule)
+        reason = f"rule {finding.rule}"
+        if decision is None:
+            decision = self.config.by_severity.get(finding.severity, Decision.ALERT)
+            reason = f"severity {finding.severity}"
+        delay = self.config.recheck_after_s if decision is Decision.CHECK_LATER else 0.0
+        return Verdict(decision, delay, reason)
+
+
+# --- act (the only part with side effects) ---------------------------------------------------
+
+
+class FindingSink(ABC):
+    """Receives findings the policy chose to ALERT on, and their clearing.
+
+    ``emit`` gets a finding when it appears or changes, and the same finding with
+    ``active=False`` when it clears. It may do I/O; it must not block for long (bounded
+    timeouts) and its exceptions are logged by the engine without stopping other sinks.
+    ``close`` flushes and releases resources.
+    """
+
+    @abstractmethod
+    def emit(self, finding: Finding) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+class InMemorySink(FindingSink):
+    """Records every emitted finding (for tests and the demo)."""
+
+    def __init__(self) -> None:
+        self.emitted: list[Finding] = []
+
+    def emit(self, finding: Finding) -> None:
+        self.emitted.append(finding)

@@ -1,0 +1,266 @@
+"""The running analyzer: stream samples into the archive, evaluate detectors on a timer.
+
+:class:`AnalysisService` wires the parts: the Spark stream (Kafka → dedup → Parquet archive),
+the key sampler, the engine (detectors → policy → sinks) and the metric gauges. Each
+:meth:`AnalysisService.tick` reads the last ``lookback_windows`` windows from the archive with
+the batch transforms and evaluates them at ``now``. :func:`run_continuously` and
+:class:`AnalyzerComponent` are the entry points for the CLI and the demo.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from analyzer.base import Aggregates, FindingSink, PolicyConfig, SeverityPolicy
+from analyzer.engine import Changes, Engine
+from analyzer.registry import load_detectors
+from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
+from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores
+from linkwatch.config import StrictModel
+from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DETECTORS = {"slow_broker": None, "skewed_partitions": None, "hot_keys": None, "disk_imbalance": None}
+
+
+class HotKeySampling(StrictModel):
+    topics: list[str] = Field(default_factory=list)
+    support: float = Field(0.05, gt=0, lt=1)
+    epsilon: float = Field(0.005, gt=0, lt=1)
+    sample_every: int = Field(1, ge=1)
+    max_records_per_tick: int = Field(20_000, ge=1)
+
+
+class PrometheusConfig(StrictModel):
+    enabled: bool = True
+    listen: str = "127.0.0.1"
+    port: int = Field(9309, ge=0, le=65535)
+
+
+class AnalyzerConfig(StrictModel):
+    cluster: str = "local"
+    bootstrap: str = "127.0.0.1:9092"
+    samples_topic: str = SAMPLES_TOPIC
+    findings_topic: str = FINDINGS_TOPIC
+    publish_findings: bool = True
+    window_s: int = Field(10, ge=1)
+    lookback_windows: int = Field(12, ge=1)
+    interval_s: float = Field(5.0, gt=0)
+    watermark: str = "2 minutes"
+    trigger_s: float = Field(2.0, gt=0)
+    state_dir: Path = Path.home() / ".local" / "share" / "linkwatch" / "analyzer"
+    spark_master: str = "local[2]"
+    shuffle_partitions: int = Field(2, ge=1)  # the aggregates are small; more partitions only add tasks
+    detectors: dict[str, dict | None] = Field(default_factory=lambda: dict(DEFAULT_DETECTORS))
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    hot_keys: HotKeySampling = Field(default_factory=HotKeySampling)
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return Path(v).expanduser()
+
+
+class AnalysisService:
+    def __init__(
+        self,
+        cfg: AnalyzerConfig,
+        sinks: list[FindingSink] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.detectors = load_detectors(cfg.detectors)  # fails fast on unknown names / bad thresholds
+        self.metrics = PrometheusSink()
+        extra = list(sinks) if sinks is not None else [TerminalSink()]
+        self.engine = Engine(self.detectors, sinks=[self.metrics, *extra], policy=SeverityPolicy(cfg.policy))
+        self.spark = None
+        self.query = None
+        self.sampler = None
+        self.last: Aggregates | None = None
+        self._http = None
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.cfg.state_dir / "archive"
+
+    def start(self) -> AnalysisService:
+        from spark_metrics.session import spark_session
+        from spark_metrics.streaming import StreamOptions, start_archive_stream
+
+        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        self.spark = spark_session(
+            self.cfg.spark_master,
+            app_name="linkwatch-analyze",
+            kafka=True,
+            shuffle_partitions=self.cfg.shuffle_partitions,
+            # The stream submits a job every trigger; FAIR lets evaluation jobs run between them
+            # instead of queueing behind a stream that is catching up.
+            extra={"spark.scheduler.mode": "FAIR"},
+        )
+        opts = StreamOptions(
+            bootstrap=self.cfg.bootstrap,
+            archive_dir=self.archive_dir,
+            checkpoint_dir=self.cfg.state_dir / "checkpoint",
+            topic=self.cfg.samples_topic,
+            watermark=self.cfg.watermark,
+            trigger_s=self.cfg.trigger_s,
+        )
+        self.query = start_archive_stream(self.spark, opts)
+        if self.cfg.publish_findings:
+            self.engine.sinks.append(KafkaFindingSink(self.cfg.bootstrap, self.cfg.findings_topic))
+        if self.cfg.hot_keys.topics:
+            from analyzer.key_sampler import KeySampler
+
+            hk = self.cfg.hot_keys
+            self.sampler = KeySampler(
+                self.cfg.bootstrap,
+                hk.topics,
+                hk.support,
+                hk.epsilon,
+                hk.sample_every,
+                hk.max_records_per_tick,
+            )
+        if self.cfg.prometheus.enabled:
+            from prometheus_client import start_http_server
+
+            self._http = start_http_server(
+                self.cfg.prometheus.port, addr=self.cfg.prometheus.listen, registry=self.metrics.registry
+            )
+        return self
+
+    def tick(self, now_ms: int | None = None) -> Changes:
+        """Evaluate once over the archive's recent windows."""
+        from spark_metrics.aggregate import aggregate, collect
+        from spark_metrics.batch import read_archive
+
+        now_ms = int(self.clock() * 1000) if now_ms is None else now_ms
+        # Our own scheduler pool: shares the cores fairly with the stream's (default) pool.
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "linkwatch-analysis")
+        span = self.cfg.window_s * 1000 * self.cfg.lookback_windows
+        hot = ()
+        if self.sampler is not None:
+            self.sampler.poll()
+            hot = self.sampler.hot_keys()
+        raw = read_archive(self.spark, self.archive_dir, now_ms - span - self.cfg.window_s * 1000, now_ms)
+        if raw is None:
+            data = Aggregates(cluster=self.cfg.cluster, window_s=self.cfg.window_s, hot_keys=hot)
+        else:
+            raw = raw.cache()  # read the archive once per evaluation, not once per aggregate
+            try:
+                frames = aggregate(raw, self.cfg.window_s, cluster=self.cfg.cluster, deduplicate=False)
+                data = collect(frames, self.cfg.cluster, self.cfg.window_s, hot)
+            finally:
+                raw.unpersist()
+        self.last = data
+        changes = self.engine.evaluate(data, now_ms)
+        self.metrics.observe(data, broker_scores(data, now_ms, self._slow_cfg()))
+        return changes
+
+    def _slow_cfg(self) -> SlowBrokerConfig:
+        for d in self.detectors:
+            if isinstance(d, SlowBrokerDetector):
+                return d.config  # type: ignore[return-value]
+        return SlowBrokerConfig()
+
+    def run(self, stop: threading.Event, on_change: Callable[[Changes], None] | None = None) -> None:
+        """Tick every ``interval_s`` until ``stop`` is set; a failed tick is logged and retried."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                changes = self.tick()
+                if on_change is not None:
+                    on_change(changes)
+            except Exception:
+                log.exception("analysis tick failed; retrying next interval")
+            stop.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception:
+                log.exception("stopping the stream failed")
+        if self.sampler is not None:
+            self.sampler.close()
+        self.engine.close()
+        if self._http is not None:
+            server, thread = self._http
+            server.shutdown()
+            thread.join(5)
+
+
+def run_continuously(
+    cfg: AnalyzerConfig, stop: threading.Event | None = None, write: Callable[[str], None] = print
+) -> AnalysisService:
+    """Run the analysis until ``stop`` is set (or Ctrl-C), printing findings as they appear
+    and clear. Returns the stopped service (its ``engine.tracker.active`` holds the last state)."""
+    stop = stop or threading.Event()
+    service = AnalysisService(cfg, sinks=[TerminalSink(write)]).start()
+    try:
+        service.run(stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.stop()
+    return service
+
+
+class AnalyzerComponent:
+    """The analyzer as a demo component (start / lines / stop), ticking in a background thread."""
+
+    name = "analyzer"
+
+    def __init__(self, cfg: AnalyzerConfig | None = None, max_lines: int = 8) -> None:
+        self.cfg = cfg
+        self.events: deque[str] = deque(maxlen=max_lines)
+        self.service: AnalysisService | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, cluster) -> None:
+        cfg = self.cfg or AnalyzerConfig(window_s=2, lookback_windows=10, interval_s=2.0, trigger_s=1.0)
+        cfg = cfg.model_copy(
+            update={"bootstrap": cluster.bootstrap, "state_dir": Path(cluster.root) / "analyzer"}
+        )
+        self.service = AnalysisService(cfg, sinks=[TerminalSink(self._event)]).start()
+        self._thread = threading.Thread(
+            target=self.service.run, args=(self._stop,), name="analyzer", daemon=True
+        )
+        self._thread.start()
+
+    def _event(self, line: str) -> None:
+        self.events.append(f"{time.strftime('%H:%M:%S')} {line.splitlines()[0]}")
+
+    def lines(self) -> list[str]:
+        active = [] if self.service is None else list(self.service.engine.tracker.active.values())
+        head = [f"active findings: {len(active)}"] + [
+            f"  {f.rule} {f.subject} [{f.severity}]" for f in active[:5]
+        ]
+        return head + list(self.events)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self.service is not None:
+            self.service.stop()
+
+
+if __name__ == "__main__":  # spark-submit entry point: spark-submit … analyzer/service.py <config.yaml>
+    import sys
+
+    from linkwatch.config import load_config
+
+    run_continuously(
+        load_config(sys.argv[1] if len(sys.argv) > 1 else None, AnalyzerConfig, "LINKWATCH_ANALYZER_")
+    )

@@ -1,0 +1,142 @@
+"""Where findings go: topic ``linkwatch.findings``, Prometheus gauges, the terminal.
+
+Each sink follows :class:`analyzer.base.FindingSink`. Metric names are the ones in
+``docs/metrics.md`` (Analyzer section).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from analyzer.base import Aggregates, FindingSink
+from analyzer.slow_broker import Score
+from linkwatch.records import FINDINGS_TOPIC, Finding
+
+log = logging.getLogger(__name__)
+
+FINDING_LABELS = ("cluster", "rule", "subject", "severity", "broker", "stage", "topic", "group")
+MAX_SERIES = 5000  # bound on label sets per gauge; beyond it series are dropped and counted
+
+
+class KafkaFindingSink(FindingSink):
+    """Publishes every finding (and its clearing) as a record keyed by rule/subject."""
+
+    def __init__(self, bootstrap: str, topic: str = FINDINGS_TOPIC, timeout_s: float = 5.0) -> None:
+        from kafka import KafkaProducer
+
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            client_id="linkwatch-analyzer",
+            acks="all",
+            max_block_ms=int(timeout_s * 1000),
+            linger_ms=50,
+        )
+
+    def emit(self, finding: Finding) -> None:
+        self._producer.send(
+            self.topic, key=f"{finding.rule}/{finding.subject}".encode(), value=finding.to_json()
+        )
+
+    def close(self) -> None:
+        self._producer.flush(self.timeout_s)
+        self._producer.close(self.timeout_s)
+
+
+def finding_labels(f: Finding) -> dict[str, str]:
+    ev = f.evidence
+    kind, _, ident = f.subject.partition(":")
+    broker = ident if kind == "broker" else str(ev.get("broker", "") or "")
+    topic = ident if kind == "topic" else str(ev.get("topic", "") or "")
+    return {
+        "cluster": f.cluster,
+        "rule": f.rule,
+        "subject": f.subject,
+        "severity": f.severity,
+        "broker": broker,
+        "stage": str(ev.get("stage") or ""),
+        "topic": topic,
+        "group": ident if kind == "group" else "",
+    }
+
+
+class PrometheusSink(FindingSink):
+    """``linkwatch_finding_active`` per finding, plus the score and imbalance gauges that
+    :meth:`observe` refreshes from every evaluation's aggregates."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.active = Gauge(
+            "linkwatch_finding_active", "1 while a finding is active", FINDING_LABELS, registry=self.registry
+        )
+        self.score = Gauge(
+            "linkwatch_slow_broker_score",
+            "consecutive-window slow-broker score",
+            ("cluster", "broker", "request"),
+            registry=self.registry,
+        )
+        self.imbalance = Gauge(
+            "linkwatch_imbalance_ratio",
+            "max/avg - 1",
+            ("cluster", "scope", "measure", "topic"),
+            registry=self.registry,
+        )
+        self.hot_key_share = Gauge(
+            "linkwatch_hot_key_share_ratio",
+            "share of sampled records",
+            ("cluster", "topic", "key"),
+            registry=self.registry,
+        )
+        self.dropped = 0
+
+    def emit(self, finding: Finding) -> None:
+        labels = finding_labels(finding)
+        if finding.active:
+            self.active.labels(**labels).set(1)
+        else:
+            with contextlib.suppress(KeyError):
+                self.active.remove(*labels.values())
+
+    def observe(self, data: Aggregates, scores: dict[tuple[int, str], Score], max_hot_keys: int = 20) -> None:
+        self.score.clear()
+        for (broker, request), s in scores.items():
+            self.score.labels(data.cluster, str(broker), request).set(s.score)
+        self.imbalance.clear()
+        latest: dict[tuple[str, str, str], tuple[int, float]] = {}
+        for r in data.imbalances:
+            k = (r.scope, r.measure, r.group)
+            if k not in latest or r.window_start_ms > latest[k][0]:
+                latest[k] = (r.window_start_ms, r.ratio)
+        for n, ((scope, measure, topic), (_, ratio)) in enumerate(sorted(latest.items())):
+            if n >= MAX_SERIES:
+                self.dropped += 1
+                continue
+            self.imbalance.labels(data.cluster, scope, measure, topic).set(ratio)
+        self.hot_key_share.clear()
+        for k in sorted(data.hot_keys, key=lambda k: -k.count)[:max_hot_keys]:
+            self.hot_key_share.labels(data.cluster, k.topic, k.key).set(k.share)
+
+
+class TerminalSink(FindingSink):
+    """One line per appearance and clearing (ongoing findings are not repeated)."""
+
+    def __init__(self, write: Callable[[str], None] = print) -> None:
+        self.write = write
+        self._shown: set[tuple[str, str]] = set()
+
+    def emit(self, finding: Finding) -> None:
+        ident = (finding.rule, finding.subject)
+        if finding.active and ident not in self._shown:
+            self._shown.add(ident)
+            self.write(
+                f"FIRING  [{finding.severity}] {finding.rule} {finding.subject}: {finding.summary}\n"
+                f"        action: {finding.action}"
+            )
+        elif not finding.active:
+            self._shown.discard(ident)
+            self.write(f"CLEARED {finding.rule} {finding.subject}")

@@ -1,0 +1,345 @@
+"""Slow broker rule, with the stage at fault and the cluster-wide case.
+
+Rule 1 — a window is *slow* for broker b and request type r when b served at least
+``min_requests`` requests of r in it, its merged p99 of ``total`` exceeds ``p99_threshold_ms``
+**and** is at least ``peer_ratio`` × the median p99 of its peers (other brokers with enough
+requests in the same window).
+
+Rule 2 — a score walks the windows in time order: +1 for a slow window, −1 otherwise, kept in
+``[0, max_score]``. A broker becomes active when the score reaches ``fire_score`` and clears
+when it falls to ``clear_score``. One noisy window never fires; a recovered broker clears
+after a few windows; cold start (few windows) cannot fire.
+
+Rule 3 — when more than ``cluster_wide_fraction`` of the reporting brokers are above the
+absolute threshold in a window (scored like Rule 2), the finding is one cluster-wide slowdown,
+and per-broker findings are withheld: a slow cluster is not N slow nodes.
+
+Rule 4 — stage attribution: over the broker's slow windows, the stage whose p99 exceeds the
+peers' median p99 by the most carries the excess. ``remote`` means the leader waits for
+followers; the follower that looks slowest itself is named, and a leader whose excess is only
+waiting on a follower that is itself flagged is folded into that follower's finding.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from analyzer.base import Aggregates, Detector, DetectorConfig, StageWindow
+from linkwatch.records import FETCH_CONSUMER, PRODUCE, Finding
+
+RULE = "slow_broker"
+CLUSTER_RULE = "cluster_slow"
+
+STAGE_MEANING = {
+    "requestQueue": (
+        "requests wait in the request queue for I/O handler threads",
+        "check CPU and RequestHandlerAvgIdlePercent / num.io.threads on broker {b}; move leadership away if it persists",
+    ),
+    "local": (
+        "the leader's local work (log append/read on disk) is slow",
+        "check the disks of broker {b} (io util, log flush time, page cache); consider demoting its leadership",
+    ),
+    "remote": (
+        "the leader waits for replication (acks=all) or fetch purgatory",
+        "check follower broker {f} (disks, network, GC pauses) and replication throttles",
+    ),
+    "responseQueue": (
+        "responses wait for network threads",
+        "check NetworkProcessorAvgIdlePercent and num.network.threads on broker {b}",
+    ),
+    "send": (
+        "sending responses is slow: a slow client or network path",
+        "check clients that fetch slowly and the network of broker {b}",
+    ),
+    "throttle": (
+        "requests are held back by quotas",
+        "check client quotas applied on broker {b}",
+    ),
+}
+
+
+class SlowBrokerConfig(DetectorConfig):
+    requests: list[str] = Field(default_factory=lambda: [PRODUCE, FETCH_CONSUMER])
+    p99_threshold_ms: float = Field(300.0, gt=0)
+    peer_ratio: float = Field(2.0, ge=1.0)
+    min_requests: int = Field(20, ge=1)
+    history_windows: int = Field(12, ge=1)
+    fire_score: int = Field(3, ge=1)
+    clear_score: int = Field(1, ge=0)
+    max_score: int = Field(6, ge=1)
+    cluster_wide_fraction: float = Field(0.5, gt=0, le=1)
+    stages: list[str] = Field(
+        default_factory=lambda: ["requestQueue", "local", "remote", "responseQueue", "send", "throttle"]
+    )
+
+
+@dataclass(frozen=True)
+class WindowVerdict:
+    window_start_ms: int
+    count: int
+    p99_ms: float | None
+    peers_median_p99_ms: float | None
+    slow: bool
+
+
+@dataclass(frozen=True)
+class Score:
+    """Outcome of the score walk over one subject's windows."""
+
+    score: int
+    active: bool
+    windows: tuple[WindowVerdict, ...]
+
+
+def walk_score(slow_flags: Iterable[bool], cfg: SlowBrokerConfig) -> tuple[int, bool]:
+    """Rule 2: the saturating score and the hysteresis state after the last window."""
+    score, active = 0, False
+    for slow in slow_flags:
+        score = min(cfg.max_score, score + 1) if slow else max(0, score - 1)
+        if score >= cfg.fire_score:
+            active = True
+        elif score <= cfg.clear_score:
+            active = False
+    return score, active
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+class _Table:
+    """Rows indexed by (request, stage) → window → broker."""
+
+    def __init__(self, rows: Iterable[StageWindow]) -> None:
+        self.rows: dict[tuple[str, str], dict[int, dict[int, StageWindow]]] = defaultdict(
+            lambda: defaultdict(dict)
+        )
+        for r in rows:
+            if r.broker is not None:
+                self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
+
+    def windows(self, request: str, stage: str, now_ms: int, window_s: int, limit: int) -> list[int]:
+        done = [w for w in self.rows[(request, stage)] if w + window_s * 1000 <= now_ms]
+        return sorted(done)[-limit:]
+
+    def usable(self, request: str, stage: str, window: int, min_requests: int) -> dict[int, StageWindow]:
+        by_broker = self.rows.get((request, stage), {}).get(window, {})
+        return {b: r for b, r in by_broker.items() if r.count >= min_requests and r.p99_ms is not None}
+
+
+def _peer_median(usable: dict[int, StageWindow], broker: int) -> float | None:
+    return _median([r.p99_ms for b, r in usable.items() if b != broker and r.p99_ms is not None])
+
+
+def broker_scores(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> dict[tuple[int, str], Score]:
+    """Rules 1–2 for every (broker, request type) seen; also feeds the score gauge."""
+    table = _Table(data.broker_stages)
+    out: dict[tuple[int, str], Score] = {}
+    for request in cfg.requests:
+        windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
+        brokers = {b for w in windows for b in table.rows[(request, "total")][w]}
+        for b in sorted(brokers):
+            verdicts = []
+            for w in windows:
+                usable = table.usable(request, "total", w, cfg.min_requests)
+                row = table.rows[(request, "total")][w].get(b)
+                peers = _peer_median(usable, b)
+                mine = usable.get(b)
+                slow = (
+                    mine is not None
+                    and peers is not None
+                    and mine.p99_ms is not None
+                    and mine.p99_ms > cfg.p99_threshold_ms
+                    and mine.p99_ms >= cfg.peer_ratio * peers
+                )
+                verdicts.append(
+                    WindowVerdict(w, row.count if row else 0, row.p99_ms if row else None, peers, bool(slow))
+                )
+            score, active = walk_score((v.slow for v in verdicts), cfg)
+            out[(b, request)] = Score(score, active, tuple(verdicts))
+    return out
+
+
+def cluster_score(
+    data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, request: str
+) -> tuple[Score, list[dict]]:
+    """Rule 3 for one request type: the fraction of brokers above the absolute threshold."""
+    table = _Table(data.broker_stages)
+    windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
+    flags, evidence = [], []
+    for w in windows:
+        usable = table.usable(request, "total", w, cfg.min_requests)
+        above = sorted(b for b, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms)
+        fraction = len(above) / len(usable) if len(usable) >= 2 else 0.0
+        flags.append(fraction > cfg.cluster_wide_fraction)
+        evidence.append({"window_start_ms": w, "brokers_above": above, "brokers_reporting": len(usable)})
+    score, active = walk_score(flags, cfg)
+    return Score(score, active, ()), evidence
+
+
+def attribute_stage(
+    table: _Table, broker: int, request: str, windows: Sequence[int], cfg: SlowBrokerConfig
+) -> dict[str, float]:
+    """Rule 4: stage → mean excess of the broker's stage p99 over its peers' median, in ms."""
+    excess: dict[str, float] = {}
+    for stage in cfg.stages:
+        diffs = []
+        for w in windows:
+            usable = table.usable(request, stage, w, 1)
+            mine, peers = usable.get(broker), _peer_median(usable, broker)
+            if mine is not None and mine.p99_ms is not None and peers is not None:
+                diffs.append(mine.p99_ms - peers)
+        if diffs:
+            excess[stage] = statistics.fmean(diffs)
+    return excess
+
+
+def slowest_peer(scores: dict[tuple[int, str], Score], broker: int) -> int | None:
+    """The peer that looks slowest itself: highest score, then highest recent p99 ratio."""
+
+    def badness(item: tuple[tuple[int, str], Score]) -> tuple[int, float]:
+        (_, _), s = item
+        ratios = [
+            v.p99_ms / v.peers_median_p99_ms for v in s.windows[-3:] if v.p99_ms and v.peers_median_p99_ms
+        ]
+        return s.score, max(ratios, default=0.0)
+
+    peers = [item for item in scores.items() if item[0][0] != broker]
+    if not peers:
+        return None
+    return max(peers, key=badness)[0][0]
+
+
+class SlowBrokerDetector(Detector):
+    name = "slow_broker"
+    rule = RULE
+    Config = SlowBrokerConfig
+
+    def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
+        cfg: SlowBrokerConfig = self.config  # type: ignore[assignment]
+        scores = broker_scores(data, now_ms, cfg)
+        cluster = [(r, *cluster_score(data, now_ms, cfg, r)) for r in cfg.requests]
+        wide = [(r, s, ev) for r, s, ev in cluster if s.active]
+        active = {key: s for key, s in scores.items() if s.active}
+        brokers = {b for b, _ in scores}
+        flagged = {b for b, _ in active}
+        if wide or (len(brokers) >= 2 and len(flagged) / len(brokers) > cfg.cluster_wide_fraction):
+            return [self._cluster_finding(data, now_ms, cfg, wide, sorted(flagged))]
+        table = _Table(data.broker_stages)
+        per_broker: dict[int, dict] = {}
+        for (b, request), s in sorted(active.items()):
+            slow_windows = [v.window_start_ms for v in s.windows if v.slow] or [s.windows[-1].window_start_ms]
+            excess = attribute_stage(table, b, request, slow_windows, cfg)
+            stage = max(excess, key=excess.__getitem__) if excess else None
+            follower = slowest_peer(scores, b) if stage == "remote" else None
+            ev = per_broker.setdefault(b, {"requests": {}, "leaders_waiting": []})
+            ev["requests"][request] = {
+                "score": s.score,
+                "stage": stage,
+                "follower": follower,
+                "stage_excess_ms": excess,
+                "windows": s.windows,
+            }
+        # Fold a leader that only waits on a flagged follower into the follower's finding.
+        for b, ev in list(per_broker.items()):
+            waits = [r["follower"] for r in ev["requests"].values() if r["stage"] == "remote"]
+            if waits and len(waits) == len(ev["requests"]) and all(f in per_broker and f != b for f in waits):
+                for f in set(waits):
+                    per_broker[f]["leaders_waiting"].append(b)
+                del per_broker[b]
+        return [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
+
+    def _broker_finding(
+        self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, b: int, ev: dict
+    ) -> Finding:
+        request, top = max(ev["requests"].items(), key=lambda kv: kv[1]["score"])
+        stage = top["stage"]
+        meaning, action = STAGE_MEANING.get(stage or "", ("no single stage stands out", "inspect broker {b}"))
+        slow = [v for v in top["windows"] if v.slow]
+        p99s = [v.p99_ms for v in slow if v.p99_ms is not None]
+        worst = max(p99s, default=0.0)
+        severity = (
+            "critical" if top["score"] >= cfg.max_score and worst >= 2 * cfg.p99_threshold_ms else "warning"
+        )
+        summary = (
+            f"broker {b} {request} p99 {worst:.0f} ms > {cfg.p99_threshold_ms:.0f} ms and "
+            f"{cfg.peer_ratio:g}× its peers in {len(slow)} of {len(top['windows'])} windows; "
+            f"stage {stage}: {meaning}"
+        )
+        if top["follower"] is not None:
+            summary += f"; slow follower: broker {top['follower']}"
+        evidence = {
+            "request": request,
+            "stage": stage,
+            "stage_meaning": meaning,
+            "stage_excess_ms": {k: round(v, 3) for k, v in top["stage_excess_ms"].items()},
+            "slow_follower": top["follower"],
+            "leaders_waiting": sorted(set(ev["leaders_waiting"])),
+            "score": top["score"],
+            "values": {
+                "p99_ms": [v.p99_ms for v in top["windows"]],
+                "count": [v.count for v in top["windows"]],
+            },
+            "baseline": {
+                "peers_median_p99_ms": [v.peers_median_p99_ms for v in top["windows"]],
+                "p99_threshold_ms": cfg.p99_threshold_ms,
+                "peer_ratio": cfg.peer_ratio,
+            },
+            "windows": [v.window_start_ms for v in top["windows"]],
+            "slow_windows": [v.window_start_ms for v in slow],
+            "scores": {r: x["score"] for r, x in ev["requests"].items()},
+        }
+        return self.finding(
+            data,
+            now_ms,
+            subject=f"broker:{b}",
+            severity=severity,
+            summary=summary,
+            evidence=evidence,
+            action=action.format(b=b, f=top["follower"]),
+        )
+
+    def _cluster_finding(
+        self,
+        data: Aggregates,
+        now_ms: int,
+        cfg: SlowBrokerConfig,
+        wide: list[tuple[str, Score, list[dict]]],
+        flagged: list[int],
+    ) -> Finding:
+        request, _score, per_window = wide[0] if wide else (cfg.requests[0], None, [])
+        cluster_p99 = sorted(
+            (r.window_start_ms, r.p99_ms)
+            for r in data.cluster_stages
+            if r.request == request and r.stage == "total"
+        )
+        evidence = {
+            "request": request,
+            "flagged_brokers": flagged,
+            "values": {
+                "cluster_p99_ms": [p for _, p in cluster_p99][-cfg.history_windows :],
+                "per_window": per_window,
+            },
+            "baseline": {
+                "p99_threshold_ms": cfg.p99_threshold_ms,
+                "cluster_wide_fraction": cfg.cluster_wide_fraction,
+            },
+            "windows": [w for w, _ in cluster_p99][-cfg.history_windows :],
+        }
+        return self.finding(
+            data,
+            now_ms,
+            rule=CLUSTER_RULE,
+            subject=f"cluster:{data.cluster}",
+            severity="critical",
+            summary=f"{request} p99 above {cfg.p99_threshold_ms:.0f} ms on most brokers: a cluster-wide slowdown, "
+            "not individual slow nodes",
+            evidence=evidence,
+            action="look for a shared cause (network, storage, a client surge, controller trouble); "
+            "do not remediate single brokers",
+        )

@@ -1,0 +1,71 @@
+"""Raw samples → every aggregate the analyzer needs, and collecting them into rows.
+
+:func:`aggregate` is the one place that chains the transforms; the batch path
+(:mod:`spark_metrics.batch`) and the streaming path (:mod:`spark_metrics.streaming`) both call
+it, on a range read from Kafka / the Parquet archive, or on the archive the stream writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from analyzer.base import Aggregates, HotKey, ImbalanceWindow, LogDirWindow, PartitionWindow, StageWindow
+from linkwatch import records as R
+from spark_metrics import transforms as tf
+
+
+@dataclass(frozen=True)
+class AggregateFrames:
+    broker_stages: DataFrame
+    cluster_stages: DataFrame
+    partitions: DataFrame
+    logdirs: DataFrame
+    imbalances: DataFrame
+
+
+def aggregate(
+    raw: DataFrame, window_s: int, cluster: str | None = None, deduplicate: bool = True
+) -> AggregateFrames:
+    """``raw`` has a ``value`` column holding record JSON (Kafka's shape or the archive's)."""
+
+    def kind(cls: type[R.Record]) -> DataFrame:
+        recs = tf.records_of(raw, cls, cluster)
+        return tf.dedup(recs) if deduplicate else recs
+
+    sketches = kind(R.StageSketch)
+    partitions = tf.partition_windows(kind(R.PartitionSize), window_s)
+    logdirs = tf.logdir_windows(kind(R.LogDirUsage), window_s)
+    return AggregateFrames(
+        broker_stages=tf.stage_quantiles(sketches, window_s),
+        cluster_stages=tf.cluster_quantiles(sketches, window_s),
+        partitions=partitions,
+        logdirs=logdirs,
+        imbalances=tf.all_imbalances(partitions, logdirs),
+    )
+
+
+def _rows(df: DataFrame, cls: type) -> list[Any]:
+    names = [f.name for f in dataclasses.fields(cls)]
+    return [cls(**{n: row[n] for n in names}) for row in df.select(*names).collect()]
+
+
+def collect(
+    frames: AggregateFrames, cluster: str, window_s: int, hot_keys: tuple[HotKey, ...] = ()
+) -> Aggregates:
+    """Bring the (small) aggregates to the driver as the analyzer's rows."""
+    # One job for both stage frames (they share the sketch explode and per-key sums).
+    stages = _rows(frames.broker_stages.unionByName(frames.cluster_stages), StageWindow)
+    return Aggregates(
+        cluster=cluster,
+        window_s=window_s,
+        broker_stages=[r for r in stages if r.broker is not None],
+        cluster_stages=[r for r in stages if r.broker is None],
+        partitions=_rows(frames.partitions, PartitionWindow),
+        logdirs=_rows(frames.logdirs, LogDirWindow),
+        imbalances=_rows(frames.imbalances, ImbalanceWindow),
+        hot_keys=hot_keys,
+    )

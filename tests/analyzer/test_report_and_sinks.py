@@ -1,0 +1,113 @@
+"""Reports over a range (table, JSON, self-contained HTML) and the Prometheus/terminal sinks."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from analyzer.base import Aggregates, ImbalanceWindow
+from analyzer.report import evaluate_range, render_html, render_json, render_table
+from analyzer.sinks import PrometheusSink, TerminalSink
+from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores
+from linkwatch.commands.report import parse_time
+from linkwatch.errors import ConfigError
+from tests.analyzer.test_slow_broker import T0, now_after, scenario, slow_in, window
+
+
+def _data() -> Aggregates:
+    # broker 2 slow in windows 3..7 of 12, then recovered
+    base = scenario(12, 3, {2: slow_in(range(3, 8))})
+    imb = [
+        ImbalanceWindow(
+            scope="topic",
+            measure="bytes_in",
+            group="orders",
+            window_start_ms=window(i),
+            members=6,
+            max_value=3.0,
+            avg_value=1.0,
+            ratio=2.0,
+            max_member="0",
+        )
+        for i in range(12)
+    ]
+    return Aggregates(cluster="c1", window_s=10, broker_stages=base.broker_stages, imbalances=imb)
+
+
+def test_range_reports_first_and_last_active() -> None:
+    report = evaluate_range([SlowBrokerDetector()], _data(), T0, now_after(12))
+    [r] = report.findings
+    # fires at the end of the 3rd slow window (window 5), clears when the score falls to 1 (window 11)
+    assert (r.finding.subject, r.first_ms, r.last_ms) == ("broker:2", now_after(6), now_after(11))
+
+
+def test_renderers() -> None:
+    report = evaluate_range([SlowBrokerDetector()], _data(), T0, now_after(12))
+    doc = json.loads(render_json(report))
+    assert [(f["subject"], f["first_active_ms"]) for f in doc["findings"]] == [("broker:2", now_after(6))]
+    assert "broker:2" in render_table(report)
+    page = render_html(report)
+    assert page.count("<svg") == 3  # p99 Produce, stage bars, imbalance (FetchConsumer: no data)
+    assert "FetchConsumer: p99 total time per broker: no data" in page
+    assert "threshold 300" in page and "broker:2: stage p99 above peers" in page
+    assert not re.search(r"(src|href)=\"?https?://", page), "the page must not load anything"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1700000000000", 1_700_000_000_000),
+        ("2023-11-14T22:13:20", 1_700_000_000_000),
+        ("2023-11-14T23:13:20+01:00", 1_700_000_000_000),
+    ],
+)
+def test_parse_time(text: str, expected: int) -> None:
+    assert parse_time(text, "--from") == expected
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2023-13-01", "-5"])
+def test_parse_time_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="--from"):
+        parse_time(text, "--from")
+
+
+def test_prometheus_sink_gauges() -> None:
+    data = _data()
+    sink = PrometheusSink()
+    [finding] = SlowBrokerDetector().detect(data, now_after(8))
+    sink.emit(finding)
+    sink.observe(data, broker_scores(data, now_after(8), SlowBrokerConfig()))
+    labels = {
+        "cluster": "c1",
+        "rule": "slow_broker",
+        "subject": "broker:2",
+        "severity": "warning",
+        "broker": "2",
+        "stage": "local",
+        "topic": "",
+        "group": "",
+    }
+    get = sink.registry.get_sample_value
+    assert get("linkwatch_finding_active", labels) == 1.0
+    assert get("linkwatch_slow_broker_score", {"cluster": "c1", "broker": "2", "request": "Produce"}) == 5.0
+    assert (
+        get(
+            "linkwatch_imbalance_ratio",
+            {"cluster": "c1", "scope": "topic", "measure": "bytes_in", "topic": "orders"},
+        )
+        == 2.0
+    )
+    sink.emit(finding.__class__(**{**finding.__dict__, "active": False}))
+    assert get("linkwatch_finding_active", labels) is None
+
+
+def test_terminal_sink_prints_appear_and_clear_once() -> None:
+    lines: list[str] = []
+    sink = TerminalSink(lines.append)
+    [finding] = SlowBrokerDetector().detect(_data(), now_after(8))
+    sink.emit(finding)
+    sink.emit(finding)
+    sink.emit(finding.__class__(**{**finding.__dict__, "active": False}))
+    assert [line.split()[0] for line in lines] == ["FIRING", "CLEARED"]
