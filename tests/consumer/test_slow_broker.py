@@ -88,7 +88,9 @@ def test_paused_broker_delays_only_its_partitions(cluster3, admin, topic_name):
     assert paused_fast >= 0.8 * healthy_fast  # brokers 1 and 3 kept their rate
     assert gap_slow >= 1.5  # the fault really stalled broker 2's partitions ...
     assert gap_fast <= 0.5 * gap_slow  # ... and not the others'
-    assert paused_slow < healthy_slow
+    # No assertion on broker 2's rate over the whole window: after each pause it catches up,
+    # so the stall shows in the gaps above, not always in the window's average.
+    _ = (paused_slow, healthy_slow)
     # broker 2's partitions resumed where they stopped: complete and in order, no gap, no repeat
     for p in range(PARTITIONS):
         assert [v for _, v in got[p]] == [f"{p}:{i}".encode() for i in range(sent[p])]
