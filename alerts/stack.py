@@ -302,6 +302,18 @@ class AlertStack:
             raise ValueError(f"query {expr!r} failed: {doc}")
         return doc["data"]["result"]
 
+    def query_range(
+        self, expr: str, start_s: float, end_s: float, step_s: float = 5.0
+    ) -> list[dict[str, Any]]:
+        """Range query (what a Grafana time-series panel runs); the result matrix."""
+        params = {"query": expr, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
+        url = f"{self.prometheus_url}/api/v1/query_range?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            doc = json.loads(r.read())
+        if doc.get("status") != "success":
+            raise ValueError(f"query {expr!r} failed: {doc}")
+        return doc["data"]["result"]
+
     def prometheus_alerts(self) -> list[dict[str, Any]]:
         with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alerts", timeout=10) as r:
             return json.loads(r.read())["data"]["alerts"]

@@ -82,7 +82,10 @@ def variables(d: db.Dashboard, *names: str) -> db.Dashboard:
     sources = {
         "cluster": 'label_values(up{job=~"linkwatch.*"}, cluster)',
         "broker": 'label_values(linkwatch_broker_leader_count{cluster=~"$cluster"}, broker)',
-        "topic": 'label_values(linkwatch_consumer_lag_messages{cluster=~"$cluster"}, topic)',
+        # Topics the agents see on disk and topics consumer groups read (a topic nobody
+        # consumes still has skew to show).
+        "topic": 'label_values({__name__=~"linkwatch_partition_size_bytes|linkwatch_consumer_lag_messages", '
+        'cluster=~"$cluster"}, topic)',
         "group": 'label_values(linkwatch_consumer_group_status{cluster=~"$cluster"}, group)',
     }
     for name in ("cluster", *names):
@@ -443,12 +446,28 @@ def write_all(out_dir: Path = OUT_DIR) -> list[Path]:
 
 def panel_queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, expr) of every target in a dashboard's JSON (rows included)."""
+    return [(title, expr) for title, expr, _ in panel_targets(dash)]
+
+
+def panel_targets(dash: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(panel title, expr, instant) of every target: what Grafana runs for the panel — an
+    instant query for ``instant`` targets, otherwise a range query over the dashboard's time."""
     out = []
     for panel in dash.get("panels", []):
         for inner in [panel, *panel.get("panels", [])]:
             for target in inner.get("targets", []) or []:
                 if target.get("expr"):
-                    out.append((inner.get("title", ""), target["expr"]))
+                    out.append((inner.get("title", ""), target["expr"], bool(target.get("instant"))))
+    return out
+
+
+def variable_queries(dash: dict[str, Any]) -> dict[str, str]:
+    """Template variable name -> its ``label_values(...)`` query (query variables only)."""
+    out = {}
+    for v in dash.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            query = v.get("query")
+            out[v["name"]] = query.get("query", "") if isinstance(query, dict) else str(query)
     return out
 
 
