@@ -167,3 +167,27 @@ def test_without_log_dirs_it_says_so() -> None:
         assert "log_dirs.paths" in body["message"]
     finally:
         a.stop()
+
+
+def test_lag_confirmation_through_the_agent_names_the_method_and_every_failure(agent: Agent) -> None:
+    from linkwatch.lag.coldread import confirm_via_agent
+
+    url = f"http://127.0.0.1:{agent.metrics_port}"
+    ok = confirm_via_agent(url, "t", 0, 150, 16 * PAGE, 0, 5.0)
+    assert (ok.method, ok.confirmed, ok.segment, ok.resident_fraction) == (
+        "agent",
+        False,
+        f"{100:020d}.log",
+        1.0,
+    )
+    assert ok.reason.endswith(f"[agent {url}]") and "resident in the page cache" in ok.reason
+    rows = [
+        (url, "t", 9, f"agent {url} answered 404: broker 7: no_partition_dir: t-9 is in none of"),
+        (url, "t", 0, f"agent {url} answered 400: span_bytes=999999999 is out of range"),
+        ("http://127.0.0.1:1", "t", 0, "agent http://127.0.0.1:1 not reachable:"),
+    ]
+    for base, topic, partition, words in rows:
+        span = 999_999_999 if "span_bytes" in words else 16 * PAGE
+        got = confirm_via_agent(base, topic, partition, 150, span, 0, 5.0)
+        assert got.confirmed is None and got.method == "agent", got
+        assert got.reason.startswith(words), got.reason
