@@ -198,6 +198,7 @@ def main() -> int:
             t0 = time.monotonic()
             cluster.down()
             print(f"cluster down in {time.monotonic() - t0:.0f}s")
+            root.parent.rmdir()  # the mkdtemp directory, empty once the cluster is removed
 
 
 def run(args: argparse.Namespace, own_cluster: bool) -> int:
