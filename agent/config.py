@@ -76,6 +76,23 @@ class HostConfig(StrictModel):
     interval_s: float = Field(10.0, gt=0)
 
 
+class PageCacheEndpointConfig(StrictModel):
+    """``GET /page-cache`` on the metrics server: cold-read confirmation for the lag collector."""
+
+    enabled: bool = True  # served with /metrics (prometheus.enabled); needs log_dirs.paths
+    span_bytes: int = Field(1024 * 1024, ge=4096)  # default bytes checked after the offset ...
+    skip_bytes: int = Field(256 * 1024, ge=0)  # ... after skipping these
+    resident_ratio_below: float = Field(0.5, gt=0, le=1)  # confirmed cold below this fraction
+    max_span_bytes: int = Field(16 * 1024 * 1024, ge=4096, le=256 * 1024 * 1024)  # per request
+    max_concurrent: int = Field(4, ge=1, le=64)  # more at once: 503
+
+    @model_validator(mode="after")
+    def _span_within_max(self) -> PageCacheEndpointConfig:
+        if self.span_bytes > self.max_span_bytes:
+            raise ValueError("page_cache.span_bytes must not exceed page_cache.max_span_bytes")
+        return self
+
+
 class OtlpConfig(StrictModel):
     endpoint: str | None = None  # e.g. http://127.0.0.1:4318/v1/traces; None: no spans
     timeout_s: float = Field(10.0, gt=0)
@@ -92,6 +109,7 @@ class AgentConfig(StrictModel):
     log_dirs: LogDirsConfig = LogDirsConfig()
     host: HostConfig = HostConfig()
     otlp: OtlpConfig = OtlpConfig()
+    page_cache: PageCacheEndpointConfig = PageCacheEndpointConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("cluster")

@@ -261,6 +261,8 @@ class HostCollector:
             self.metrics.set_gauges("linkwatch_host_cpu_ratio", {(): cpu})
             self.metrics.set_gauges("linkwatch_host_page_cache_bytes", {(): float(cache)})
             self.metrics.set_gauges("linkwatch_host_disk_write_bytes_per_second", {(): write_rate})
-            if write_rate > 0:
-                self.metrics.set_gauges("linkwatch_host_page_cache_window_seconds", {(): cache / write_rate})
+            # No writes: nothing is evicted, the window is unbounded; the series is left out rather
+            # than keeping the last interval's value.
+            window = {(): cache / write_rate} if write_rate > 0 else {}
+            self.metrics.set_gauges("linkwatch_host_page_cache_window_seconds", window)
         return [record]

@@ -129,7 +129,7 @@ def check_cold_read(
     except (SegmentError, OSError) as e:
         return ColdReadCheck(topic, partition, offset, None, None, 0, 0, None, str(e))
     r = Residency(sum(p.resident_pages for p in parts), sum(p.total_pages for p in parts))
-    where = f"{r.resident_pages}/{r.total_pages} pages from byte {pos.position} + {skip_bytes} of {pos.log_path.name} on"
+    where = f"{r.resident_pages}/{r.total_pages} pages from byte {pos.position} + {skip_bytes} of {pos.log_path.name} in {pos.partition_dir.name}"
     if r.total_pages == 0:
         return ColdReadCheck(
             topic,

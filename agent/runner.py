@@ -75,6 +75,23 @@ class Agent:
                 broker=config.broker_id,
             )
             self.listeners.append(lambda win: self.tracer.emit(win.slow_requests))
+        self.page_cache = None
+        pc = config.page_cache
+        if pc.enabled:  # without log_dirs.paths it answers 404 no_log_dirs
+            from agent.pagecache_http import PageCacheEndpoint, PageCacheLimits
+
+            self.page_cache = PageCacheEndpoint(
+                config.log_dirs.paths,
+                config.broker_id,
+                PageCacheLimits(
+                    span_bytes=pc.span_bytes,
+                    skip_bytes=pc.skip_bytes,
+                    resident_ratio_below=pc.resident_ratio_below,
+                    max_span_bytes=pc.max_span_bytes,
+                    max_skip_bytes=64 * 1024 * 1024,
+                    max_concurrent=pc.max_concurrent,
+                ),
+            )
         self._stop = threading.Event()
 
     def _add_jmx(self) -> None:
@@ -129,7 +146,13 @@ class Agent:
     def start(self) -> Agent:
         cfg = self.config
         if cfg.prometheus.enabled:
-            self.http_server = serve(self.registry, cfg.prometheus.port, cfg.prometheus.host)
+            wrap = None
+            if self.page_cache is not None:
+                from agent.pagecache_http import with_page_cache
+
+                endpoint = self.page_cache
+                wrap = lambda app: with_page_cache(app, endpoint)  # noqa: E731
+            self.http_server = serve(self.registry, cfg.prometheus.port, cfg.prometheus.host, wrap)
         if cfg.kafka.enabled:
             from agent.output.kafka import KafkaSink
 

@@ -14,21 +14,29 @@ Where the windows come from (``windows_from``):
 * ``proc`` — this host's ``/proc/meminfo`` ``Cached`` divided by the write rate measured from
   ``/proc/vmstat`` ``pgpgout`` over a second (only when every broker runs on this host).
 
-Confirmation (``confirm: local``) calls the broker-side check in :mod:`agent.pagecache` with
-the leader's log dirs (``log_dirs`` per broker) — possible when the collector runs on the
-broker host; the finding says "confirmed", "not confirmed" or why it could not check.
+Confirmation on the broker (the finding says "confirmed", "not confirmed" or why it could not
+check, and ``confirmed_by`` which way):
+
+* ``confirm: agent`` — ``GET /page-cache`` on the leader's agent (``agent_urls`` per broker,
+  :mod:`agent.pagecache_http`), which runs the check on its own log dirs;
+* ``confirm: local`` — the same check (:mod:`agent.pagecache`) in this process with the leader's
+  log dirs (``log_dirs`` per broker), when the collector runs on the broker host.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlencode, urlsplit
 
-from pydantic import Field
+import orjson
+from pydantic import Field, field_validator
 
 from linkwatch.config import StrictModel
 from linkwatch.lag.collector import PassResult
@@ -45,12 +53,85 @@ class ColdReadConfig(StrictModel):
     samples_topic: str = SAMPLES_TOPIC
     bootstrap_servers: str | None = None  # defaults to the collector's
     max_host_age_s: float = Field(120.0, gt=0)
-    confirm: Literal["none", "local"] = "none"
-    log_dirs: dict[int, list[str]] = Field(default_factory=dict)
+    confirm: Literal["none", "local", "agent"] = "none"
+    log_dirs: dict[int, list[str]] = Field(default_factory=dict)  # confirm: local
+    agent_urls: dict[int, str] = Field(default_factory=dict)  # confirm: agent, e.g. http://broker-1:9108
+    agent_timeout_s: float = Field(2.0, gt=0, le=30)  # per request
+    confirm_budget_s: float = Field(10.0, gt=0)  # all confirmations of one pass
     span_bytes: int = Field(1024 * 1024, ge=4096)
     skip_bytes: int = Field(256 * 1024, ge=0)  # what our own read of the record may have loaded
     resident_ratio_below: float = Field(0.5, gt=0, le=1)
     max_confirmations: int = Field(50, ge=0)
+
+    @field_validator("agent_urls")
+    @classmethod
+    def _urls(cls, v: dict[int, str]) -> dict[int, str]:
+        for broker, url in v.items():
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+                raise ValueError(f"broker {broker}: {url!r} is not an http(s)://host:port[/path] URL")
+        return v
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What the broker side said about one risky partition, and how it was asked."""
+
+    method: str  # "local" (this process read the log dirs) or "agent" (the leader's agent)
+    confirmed: bool | None  # None: could not check (reason says why)
+    reason: str
+    segment: str | None = None
+    position: int | None = None
+    resident_fraction: float | None = None
+    source: str = ""  # the agent URL, or the log dirs
+
+
+def confirm_via_agent(
+    base_url: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    span_bytes: int,
+    skip_bytes: int,
+    timeout_s: float,
+) -> Confirmation:
+    """``GET <agent>/page-cache`` (:mod:`agent.pagecache_http`); every failure is a reason."""
+    query = urlencode(
+        {
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "span_bytes": span_bytes,
+            "skip_bytes": skip_bytes,
+        }
+    )
+    url = f"{base_url.rstrip('/')}/page-cache?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            body = orjson.loads(resp.read(64 * 1024))
+    except urllib.error.HTTPError as e:
+        try:
+            message = orjson.loads(e.read(64 * 1024)).get("message", "")
+        except (orjson.JSONDecodeError, AttributeError, OSError):
+            message = ""
+        return Confirmation(
+            "agent", None, f"agent {base_url} answered {e.code}: {message}".strip(), source=base_url
+        )
+    except (OSError, orjson.JSONDecodeError) as e:
+        return Confirmation("agent", None, f"agent {base_url} not reachable: {e}", source=base_url)
+    if not isinstance(body, dict) or not isinstance(body.get("confirmed"), bool | None):
+        return Confirmation(
+            "agent", None, f"agent {base_url}: unexpected answer {str(body)[:200]}", source=base_url
+        )
+    return Confirmation(
+        "agent",
+        body["confirmed"],
+        f"{body.get('reason', '')} [agent {base_url}]",
+        body.get("segment"),
+        body.get("position"),
+        body.get("resident_fraction"),
+        base_url,
+    )
 
 
 def page_cache_window_s(page_cache_bytes: float, write_bytes_per_s: float) -> float:
@@ -171,7 +252,7 @@ class ColdReadWatch:
         self.feed = feed
         self.at_risk: dict[tuple[str, str, int], int] = {}
         self.last_risks: list[ColdReadRisk] = []
-        self.confirmations: dict[tuple[str, str, int], Any] = {}
+        self.confirmations: dict[tuple[str, str, int], Confirmation] = {}
         self._last_sets: dict[str, frozenset[tuple[str, int]]] = {}
         self._proc_cache: tuple[float, dict[int, float]] | None = None
 
@@ -201,25 +282,53 @@ class ColdReadWatch:
         self.last_risks = risks
         self.at_risk = {(r.group, r.topic, r.partition): r.leader for r in risks}
         self.confirmations = {}
-        if self.cfg.confirm == "local":
+        if self.cfg.confirm != "none":
+            deadline = time.monotonic() + self.cfg.confirm_budget_s
+            # One check per (leader, topic, partition, offset): groups at the same offset share it.
+            done: dict[tuple[int, str, int, int], Confirmation | None] = {}
             for r in sorted(risks, key=lambda r: -r.lag_seconds)[: self.cfg.max_confirmations]:
-                self.confirmations[(r.group, r.topic, r.partition)] = self.confirm(r)
+                key = (r.leader, r.topic, r.partition, r.committed)
+                if key not in done:
+                    if time.monotonic() > deadline:
+                        done[key] = Confirmation(
+                            self.cfg.confirm,
+                            None,
+                            f"not checked: confirmation budget of {self.cfg.confirm_budget_s:.0f}s spent this pass",
+                        )
+                    else:
+                        done[key] = self.confirm(r)
+                check = done[key]
+                if check is not None:
+                    self.confirmations[(r.group, r.topic, r.partition)] = check
         return self._findings(risks, int(result.ts_s * 1000))
 
-    def confirm(self, r: ColdReadRisk) -> Any:
+    def confirm(self, r: ColdReadRisk) -> Confirmation | None:
+        cfg = self.cfg
+        if cfg.confirm == "agent":
+            url = cfg.agent_urls.get(r.leader)
+            if not url:
+                return Confirmation(
+                    "agent", None, f"no agent URL for broker {r.leader} in cold_read.agent_urls"
+                )
+            return confirm_via_agent(
+                url, r.topic, r.partition, r.committed, cfg.span_bytes, cfg.skip_bytes, cfg.agent_timeout_s
+            )
         from agent.pagecache import check_cold_read
 
-        dirs = self.cfg.log_dirs.get(r.leader)
+        dirs = cfg.log_dirs.get(r.leader)
         if not dirs:
             return None
-        return check_cold_read(
-            dirs,
-            r.topic,
-            r.partition,
-            r.committed,
-            self.cfg.span_bytes,
-            self.cfg.resident_ratio_below,
-            self.cfg.skip_bytes,
+        c = check_cold_read(
+            dirs, r.topic, r.partition, r.committed, cfg.span_bytes, cfg.resident_ratio_below, cfg.skip_bytes
+        )
+        return Confirmation(
+            "local",
+            c.confirmed,
+            c.reason,
+            c.segment,
+            c.position,
+            round(c.resident_pages / c.total_pages, 4) if c.total_pages else None,
+            ",".join(dirs),
         )
 
     def _findings(self, risks: list[ColdReadRisk], now_ms: int) -> list[Finding]:
@@ -252,6 +361,9 @@ class ColdReadWatch:
             if check is not None:
                 item["confirmation"] = check.reason
                 item["confirmed"] = check.confirmed
+                item["confirmed_by"] = check.method
+                if check.resident_fraction is not None:
+                    item["resident_fraction"] = check.resident_fraction
                 confirmed += bool(check.confirmed)
             items.append(item)
         worst = max(rs, key=lambda r: r.lag_seconds) if rs else None
@@ -263,7 +375,8 @@ class ColdReadWatch:
             else f"group {group} no longer reads older than the page-cache window"
         )
         if rs and self.confirmations:
-            summary += f"; {confirmed} confirmed on the broker"
+            via = "by the leader's agent" if self.cfg.confirm == "agent" else "on the broker's files"
+            summary += f"; {confirmed} confirmed {via}"
         return Finding(
             cluster=self.cluster,
             source=self.source,

@@ -102,6 +102,12 @@ def test_locate_matches_a_full_scan_on_many_segments(cluster3: ClusterState, adm
     assert len(bases) >= 10, bases
     batches = scan_batches(pdir)
     assert batches[-1][3] == 30 * 40 - 1
+    # The binary search over base offsets agrees with a linear scan at every offset, and with
+    # the segment the full scan found each batch in.
+    for off in range(30 * 40 + 1):
+        assert find_segment(bases, off) == max(b for b in bases if b <= off), off
+    for name, _pos, first, last in batches:
+        assert f"{find_segment(bases, first):020d}.log" == name == f"{find_segment(bases, last):020d}.log"
     for name, pos, first, last in batches[:: max(1, len(batches) // 60)] + batches[-1:]:
         for off in {first, last, (first + last) // 2}:
             found = locate(dirs, topic_name, 0, off)

@@ -20,6 +20,7 @@ from linkwatch.lag.coldread import (
     page_cache_window_s,
     proc_page_cache_window,
 )
+from linkwatch.lag.collector import PassResult
 from linkwatch.testbed.cluster import ClusterState
 from tests.lag.lagkit import commit, make_topic
 
@@ -140,3 +141,35 @@ def test_group_reading_old_data_is_a_confirmed_cold_read_risk(
     assert warm.confirmed is False and warm.resident_pages == warm.total_pages > 0, warm.reason
     # Same set next pass: no repeated finding.
     assert watch.update(collector.run_pass()) == []
+
+
+def _pass_with_risky_partitions(n: int, leader: int = 1) -> PassResult:
+    from linkwatch.lag.collector import GroupLag, PartitionLag
+    from linkwatch.lag.rules import GroupVerdict, Status, Verdict
+
+    ok = Verdict(Status.OK, "behind", {})
+    parts = [PartitionLag("g", "t", p, 5, 900, 895, 9000.0, "record_timestamp", leader, ok) for p in range(n)]
+    return PassResult(
+        ts_s=time.time(), groups={"g": GroupLag("g", "Empty", False, parts, GroupVerdict(Status.OK, "", {}))}
+    )
+
+
+CONFIRM_FAILURES = [
+    # (config overrides, words every partition's confirmation carries)
+    ({"agent_urls": {}}, "no agent URL for broker 1 in cold_read.agent_urls"),
+    ({"agent_urls": {1: "http://127.0.0.1:1"}}, "agent http://127.0.0.1:1 not reachable"),
+    ({"agent_urls": {1: "http://127.0.0.1:1"}, "confirm_budget_s": 1e-9}, "not checked: confirmation budget"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "words"), CONFIRM_FAILURES)
+def test_agent_confirmation_failures_are_reasons_not_errors(overrides: dict, words: str) -> None:
+    cfg = ColdReadConfig(windows_from="static", static_windows_s={1: 60.0}, confirm="agent", **overrides)
+    watch = ColdReadWatch(cfg, "test", "i1")
+    (finding,) = watch.update(_pass_with_risky_partitions(3))
+    items = finding.evidence["partitions"]
+    assert len(items) == 3 and finding.evidence["confirmed"] == 0
+    for item in items:
+        assert item["confirmed"] is None and item["confirmed_by"] == "agent"
+        assert words in item["confirmation"], item
+    assert "0 confirmed by the leader's agent" in finding.summary

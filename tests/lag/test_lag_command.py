@@ -23,6 +23,18 @@ BAD = [
     ("bootstrap_servers: b\ncollector:\n  min_evaluations: 1\n", "collector.min_evaluations=1"),
     ("bootstrap_servers: b\ncolector: {}\n", "colector: unknown key"),
     ("bootstrap_servers: b\ncold_read:\n  windows_from: jmx\n", "cold_read.windows_from='jmx'"),
+    ("bootstrap_servers: b\ncold_read:\n  confirm: ssh\n", "cold_read.confirm='ssh'"),
+    (
+        "bootstrap_servers: b\ncold_read:\n  agent_urls: {1: 'broker-1:9108'}\n",
+        "broker 1: 'broker-1:9108' is not",
+    ),
+    ("bootstrap_servers: b\ncold_read:\n  agent_urls: {1: 'ftp://h:1'}\n", "is not an http(s)://host:port"),
+    (
+        "bootstrap_servers: b\ncold_read:\n  agent_urls: {1: 'http://h:1/?a=b'}\n",
+        "is not an http(s)://host:port",
+    ),
+    ("bootstrap_servers: b\ncold_read:\n  agent_urls: {x: 'http://h:1'}\n", "cold_read.agent_urls.x"),
+    ("bootstrap_servers: b\ncold_read:\n  agent_timeout_s: 0\n", "cold_read.agent_timeout_s=0"),
     ("bootstrap_servers: b\nha:\n  session_timeout_ms: 100\n", "ha.session_timeout_ms=100"),
     ("bootstrap_servers: b\nrack:\n  racks: {x: a}\n", "rack.racks.x"),
     ("- just\n- a list\n", "top level must be a mapping"),
