@@ -279,6 +279,11 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
             r["metric"]["broker"]: float(r["value"][1])
             for r in stack.query('linkwatch:broker_request_p99_seconds:2m{request="Produce"}')
         }
+        # The analyzer's path: its slow_broker finding, exported as linkwatch_finding_active,
+        # fires the same kind of alert through the same Prometheus and Alertmanager.
+        from_analyzer = stack.wait_received(
+            lambda r: any(a["status"] == "firing" for a in r), 180, "LinkwatchSlowBrokerFinding"
+        )
     print(f"Produce p99 during the fault: {p99}")
     firing = [a for a in fired if a["status"] == "firing"]
     assert firing, f"no LinkwatchSlowBroker firing; Prometheus alerts: {stack.prometheus_alerts()}"
@@ -288,6 +293,10 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     assert alert["annotations"]["stage"] in STAGES
     assert f"Broker {victim.node_id} is slow" in alert["annotations"]["summary"]
     print(f"received: {json.dumps({k: alert[k] for k in ('labels', 'annotations')})}")
+    found = [a for a in from_analyzer if a["status"] == "firing"]
+    assert found, f"no LinkwatchSlowBrokerFinding; findings: {stack.query('linkwatch_finding_active')}"
+    assert {a["labels"]["broker"] for a in found} == {str(victim.node_id)}
+    assert found[0]["labels"]["stage"] in STAGES
 
     resolved = stack.wait_received(
         lambda r: any(a["status"] == "resolved" for a in r), 180, "LinkwatchSlowBroker"
