@@ -1,37 +1,40 @@
 """What each request-log capture policy costs the broker: broker JVM CPU per 1,000 requests.
 
-    .venv/bin/python bench/agent_capture_cost.py [--rounds 3] [--seconds 20] [--rate 400]
+    .venv/bin/python bench/agent_capture_cost.py [--rounds 6] [--slice-seconds 10] [--rate 400]
 
-Two real 1-node Kafka clusters run side by side for the whole run: A with the stock request
-appender, B with the slow-only log4j2 ``RegexFilter`` on it (``--slow-ms``; a log4j2 filter is
-part of the broker's logging config, so it needs its own broker). Each phase drives the same
-fixed request rate at one of them — a Java client (bench/java/RequestLoad.java, compiled on the
-fly against the broker's own kafka-clients jar) sending one acks=1 Produce request per record at
-``--rate`` records/s, and a consumer on the same partition whose fetches are answered as data
-arrives — and reads the broker JVM's CPU time (utime+stime of /proc/<pid>/stat), the requests it
-served (JMX RequestMetrics counts: Produce, FetchConsumer, FetchFollower) and the bytes the
-request log grew by. Policies:
+Two real 1-node Kafka clusters: A with the stock request appender, B with the slow-only log4j2
+``RegexFilter`` on it (``--slow-ms``; a log4j2 filter is part of the broker's logging config, so
+it needs its own broker). On each, a Java client (bench/java/RequestLoad.java, compiled on the
+fly against the broker's own kafka-clients jar) drives one steady load for the whole
+measurement — ``--producers`` connections sending acks=1 Produce requests at ``--rate``
+records/s in all, and a consumer on the same partitions whose fetches are answered as data
+arrives — while the policy is switched slice by slice (``--slice-seconds`` each) through the
+``BROKER_LOGGER`` dynamic config, in rounds, the order rotated every round. Per slice: the
+broker JVM's CPU time (utime+stime of /proc/<pid>/stat), the requests it served (JMX
+RequestMetrics counts: Produce, FetchConsumer, FetchFollower) and the bytes the request log grew
+by. Policies:
 
 * ``off``        kafka.request.logger at WARN (request logging off): the baseline, on A and on B;
 * ``always``     A, logger at DEBUG (every request logged);
-* ``windows``    A, logger at WARN, switched to DEBUG for 2.5 s of every 10 s through the
-                 ``BROKER_LOGGER`` dynamic config (agent.capture.BrokerLoggerSwitch);
+* ``windows``    A, DEBUG for the first quarter of the slice (a bounded capture window switched
+                 on and off through BROKER_LOGGER by agent.capture.BrokerLoggerSwitch), WARN after;
 * ``slow_only``  B, logger at DEBUG, the RegexFilter writing only requests >= ``--slow-ms``.
 
-Phases are interleaved round by round (order rotated each round) so load drift on the shared
-machine hits every policy alike; the table gives medians over the rounds.
+Slices of one round are seconds apart under the same load, so a policy is compared with the
+``off`` slice of its own round (paired difference); the table gives medians over the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +57,6 @@ from linkwatch.testbed.cluster import (
 
 LOAD_SRC = Path(__file__).resolve().parent / "java" / "RequestLoad.java"
 TOPIC = "capture-bench"
-WARMUP_S = 4.0  # load JVM start, connections, metadata: not measured
 
 
 def cpu_s(pid: int) -> float:
@@ -118,148 +120,142 @@ def idle_cpu_per_s(target: Target, seconds: float) -> float:
     return (cpu_s(pid) - c0) / (time.monotonic() - t0)
 
 
-def run_phase(
-    target: Target, policy: str, seconds: float, rate: int, producers: int, classpath: str, idle: float
-) -> dict:
-    target.switch.set_level("DEBUG" if policy in ("always", "slow_only") else "WARN")
-    load = subprocess.Popen(
-        [
-            "java",
-            "-Xmx128m",
-            "-XX:+UseSerialGC",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp",
-            classpath,
-            "RequestLoad",
-            target.state.bootstrap,
-            TOPIC,
-            str(WARMUP_S + seconds + 1),
-            str(rate),
-            str(producers),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+def counters(target: Target) -> tuple[float, float, int, float]:
+    return (
+        requests_served(target.jmx),
+        cpu_s(target.state.nodes[0].pid),
+        log_bytes(target.state),
+        time.monotonic(),
     )
-    try:
-        time.sleep(WARMUP_S)
-        pid = target.state.nodes[0].pid
-        r0, c0, b0, t0 = requests_served(target.jmx), cpu_s(pid), log_bytes(target.state), time.monotonic()
-        stop = threading.Event()
-        switcher = None
-        if policy == "windows":
 
-            def windows() -> None:
-                while not stop.is_set():
-                    with target.switch.window(level="DEBUG"):
-                        stop.wait(2.5)
-                    stop.wait(7.5)
 
-            switcher = threading.Thread(target=windows, daemon=True)
-            switcher.start()
+def run_slice(target: Target, policy: str, seconds: float, idle: float, round_no: int) -> dict:
+    if policy == "windows":
+        with target.switch.window(level="DEBUG"):
+            r0, c0, b0, t0 = counters(target)
+            time.sleep(seconds / 4)
+        time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+    else:
+        target.switch.set_level("DEBUG" if policy in ("always", "slow_only") else "WARN")
+        r0, c0, b0, t0 = counters(target)
         time.sleep(seconds)
-        stop.set()
-        if switcher is not None:
-            switcher.join()
-        r1, c1, b1, t1 = requests_served(target.jmx), cpu_s(pid), log_bytes(target.state), time.monotonic()
-        out, _ = load.communicate(timeout=60)
-    finally:
-        if load.poll() is None:
-            load.kill()
-            load.wait()
+    r1, c1, b1, t1 = counters(target)
     served, used = max(r1 - r0, 1.0), c1 - c0
     row = {
+        "round": round_no,
         "policy": policy,
         "cluster": target.name,
         "req_per_s": served / (t1 - t0),
-        "cpu_s": used,
         "cpu_ms_per_1k": 1e6 * used / served,
-        # minus the background CPU the broker used with no load, measured in the same round
+        # minus the background CPU the broker used with no load
         "net_ms_per_1k": 1e6 * (used - idle * (t1 - t0)) / served,
         "log_mb": (b1 - b0) / 1e6,
-        "load": out.strip(),
     }
     print(
         f"  {target.name}:{policy:9s} {row['req_per_s']:6.0f} req/s  broker CPU {used:5.2f} s = "
-        f"{row['cpu_ms_per_1k']:5.1f} CPU-ms/1k requests ({row['net_ms_per_1k']:5.1f} net of idle "
-        f"{idle * 1000:.0f} ms/s)  request log +{row['log_mb']:6.2f} MB  [{row['load']}]",
+        f"{row['cpu_ms_per_1k']:5.1f} CPU-ms/1k requests ({row['net_ms_per_1k']:5.1f} net of idle)  "
+        f"request log +{row['log_mb']:5.2f} MB",
         flush=True,
     )
     return row
 
 
+def measure(target: Target, policies: list[str], args: argparse.Namespace, classpath: str) -> list[dict]:
+    idle = idle_cpu_per_s(target, args.idle_seconds)
+    print(f"cluster {target.name}: idle broker CPU {idle * 1000:.0f} ms/s", flush=True)
+    # generous: JVM start-up on a loaded machine is slow; stopped as soon as the slices are done
+    seconds = args.warmup_seconds + args.rounds * len(policies) * args.slice_seconds + 300
+    load = subprocess.Popen(
+        [
+            "java",
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-cp",
+            classpath,
+            "RequestLoad",
+            target.state.bootstrap,
+            TOPIC,
+            str(seconds),
+            str(args.rate),
+            str(args.producers),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    rows: list[dict] = []
+    try:
+        ready, _, _ = select.select([load.stdout], [], [], 180)
+        if not ready or load.stdout.readline().strip() != "ready":
+            sys.exit("the load generator did not get a produce acknowledged within 180 s")
+        target.switch.set_level("DEBUG")  # warm the broker's logging path too (JIT)
+        time.sleep(args.warmup_seconds)
+        for k in range(args.rounds):
+            order = policies[k % len(policies) :] + policies[: k % len(policies)]
+            for policy in order:
+                rows.append(run_slice(target, policy, args.slice_seconds, idle, k))
+    finally:
+        if load.poll() is None:
+            load.kill()
+            load.wait()
+    return rows
+
+
+def summary(rows: list[dict], cluster: str, policies: list[str]) -> None:
+    mine = [r for r in rows if r["cluster"] == cluster]
+    off = {r["round"]: r for r in mine if r["policy"] == "off"}
+    for policy in policies:
+        got = [r for r in mine if r["policy"] == policy]
+        med = {
+            k: statistics.median(r[k] for r in got)
+            for k in ("req_per_s", "cpu_ms_per_1k", "net_ms_per_1k", "log_mb")
+        }
+        line = (
+            f"  {policy:9s} ({cluster}) {med['req_per_s']:5.0f} req/s  {med['cpu_ms_per_1k']:5.1f} CPU-ms/1k requests "
+            f"(net of idle {med['net_ms_per_1k']:5.1f})  request log {med['log_mb'] / 1:5.2f} MB/slice"
+        )
+        if policy != "off":
+            diffs = [r["cpu_ms_per_1k"] - off[r["round"]]["cpu_ms_per_1k"] for r in got]
+            rel = [100 * d / off[r["round"]]["cpu_ms_per_1k"] for d, r in zip(diffs, got, strict=True)]
+            line += (
+                f"  vs off, paired by round: {statistics.median(diffs):+5.1f} CPU-ms/1k "
+                f"({statistics.median(rel):+4.1f} %; rounds {min(rel):+.0f}..{max(rel):+.0f} %)"
+            )
+        print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--slice-seconds", type=float, default=10)
     ap.add_argument("--rate", type=int, default=400, help="produce records/s (fetches follow)")
     ap.add_argument(
         "--producers", type=int, default=8, help="producer connections, one request in flight each"
     )
+    ap.add_argument("--slow-ms", type=int, default=50)
     ap.add_argument("--idle-seconds", type=float, default=8)
     ap.add_argument("--warmup-seconds", type=float, default=20, help="unmeasured load first (JIT)")
-    ap.add_argument("--slow-ms", type=int, default=50)
     args = ap.parse_args()
+    # A TERM (e.g. timeout) unwinds like Ctrl-C, so the brokers are always stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    plan = {"A": ["off", "always", "windows"], "B": ["off", "slow_only"]}
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         classpath = compile_load(Path(tmp) / "classes")
-        targets: dict[str, Target] = {}
-        try:
-            targets["A"] = start("A", Path(tmp) / "a", "", 52000, args.producers)
-            targets["B"] = start(
-                "B", Path(tmp) / "b", slow_only_filter_yaml(args.slow_ms), 53000, args.producers
-            )
-            phases = [("A", "off"), ("A", "always"), ("A", "windows"), ("B", "off"), ("B", "slow_only")]
-            print(
-                f"warm-up: {args.warmup_seconds:.0f} s of load at DEBUG on each broker (not counted)",
-                flush=True,
-            )
-            for t in targets.values():
-                run_phase(t, "always", args.warmup_seconds, args.rate, args.producers, classpath, 0.0)
-            rows: list[dict] = []
-            for k in range(args.rounds):
-                print(f"round {k + 1} of {args.rounds}", flush=True)
-                idle = {name: idle_cpu_per_s(t, args.idle_seconds) for name, t in targets.items()}
-                order = phases[k % len(phases) :] + phases[: k % len(phases)]
-                for cluster, policy in order:
-                    rows.append(
-                        run_phase(
-                            targets[cluster],
-                            policy,
-                            args.seconds,
-                            args.rate,
-                            args.producers,
-                            classpath,
-                            idle[cluster],
-                        )
-                    )
-        finally:
-            for t in targets.values():
-                t.admin.close()
-                t.cluster.down()
+        for name, filter_yaml, port in (("A", "", 52000), ("B", slow_only_filter_yaml(args.slow_ms), 53000)):
+            target = start(name, Path(tmp) / name, filter_yaml, port, args.producers)
+            try:
+                rows += measure(target, plan[name], args, classpath)
+            finally:
+                target.admin.close()
+                target.cluster.down()
     print(
-        f"\nmedians of {args.rounds} rounds, {args.seconds:.0f} s each, {args.rate} produce records/s from "
-        f"{args.producers} producers (slow-only threshold {args.slow_ms} ms):"
+        f"\nmedians of {args.rounds} rounds of {args.slice_seconds:.0f} s slices, {args.rate} produce records/s "
+        f"from {args.producers} producers (slow-only threshold {args.slow_ms} ms):"
     )
-    keys = ("req_per_s", "cpu_ms_per_1k", "net_ms_per_1k", "log_mb")
-    med = {
-        (c, p): {
-            k: statistics.median(r[k] for r in rows if (r["cluster"], r["policy"]) == (c, p)) for k in keys
-        }
-        for c, p in phases
-    }
-    for (cluster, policy), m in med.items():
-        base = med[(cluster, "off")]
-        extra = ""
-        if policy != "off":
-            d, dn = m["cpu_ms_per_1k"] - base["cpu_ms_per_1k"], m["net_ms_per_1k"] - base["net_ms_per_1k"]
-            extra = (
-                f"  vs off on {cluster}: {d:+5.1f} CPU-ms/1k ({100 * d / base['cpu_ms_per_1k']:+3.0f} %), "
-                f"net {dn:+5.1f} ({100 * dn / base['net_ms_per_1k']:+3.0f} %)"
-            )
-        print(
-            f"  {policy:9s} ({cluster}) {m['req_per_s']:5.0f} req/s  {m['cpu_ms_per_1k']:5.1f} CPU-ms/1k requests, "
-            f"net of idle {m['net_ms_per_1k']:5.1f}  log +{m['log_mb']:5.2f} MB/phase{extra}"
-        )
+    for name, policies in plan.items():
+        summary(rows, name, policies)
 
 
 if __name__ == "__main__":

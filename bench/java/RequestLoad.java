@@ -79,8 +79,12 @@ public class RequestLoad {
                             LockSupport.parkNanos(due - now);
                             continue;
                         }
+                        if (now - due > 1_000_000_000L) due = now; // fell behind: no catch-up burst
                         p.send(new ProducerRecord<>(topic, partition, null, value), (m, e) -> {
-                            if (e == null) acked.incrementAndGet();
+                            if (e == null && acked.incrementAndGet() == 1) {
+                                System.out.println("ready");
+                                System.out.flush();
+                            }
                         });
                         sent.incrementAndGet();
                         due += interval;

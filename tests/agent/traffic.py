@@ -49,6 +49,8 @@ def run_traffic(
     consume: bool = True,
     until: threading.Event | None = None,
     group: bool = True,
+    fetch_max_wait_ms: int = 100,
+    fetch_min_bytes: int = 1,
 ) -> int:
     """Produce ~``rate`` messages/s with acks=all for ``seconds`` (or until ``until`` is set)
     while a consumer reads them: in a consumer group, or (``group=False``) assigned every
@@ -63,7 +65,8 @@ def run_traffic(
             bootstrap_servers=bootstrap,
             group_id=f"g-{topic}" if group else None,
             auto_offset_reset="earliest",
-            fetch_max_wait_ms=100,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_min_bytes=fetch_min_bytes,
         )
         if not group:
             deadline = time.monotonic() + 30
