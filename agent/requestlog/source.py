@@ -197,7 +197,7 @@ _CONSUMER_V12 = b'"replicaId":-1,"maxWaitMs"'
 _MAXWAIT = b'"maxWaitMs"'
 _CLUSTER_ID = b'"clusterId":"'
 _THEN_REPLICA_STATE = b'","replicaState":'
-_MS_CACHE = 1 << 14
+_MS_CACHE = 4096
 
 
 class _Slow(Exception):
