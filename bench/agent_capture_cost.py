@@ -46,6 +46,7 @@ from kafka.admin import NewTopic
 
 from agent.capture import BrokerLoggerSwitch, slow_only_filter_yaml
 from agent.jmx.collector import JMX_REQUESTS, JolokiaReader, stage_mbean
+from linkwatch.errors import SetupError
 from linkwatch.testbed import jars
 from linkwatch.testbed.cluster import (
     ClusterSpec,
@@ -221,7 +222,7 @@ def summary(rows: list[dict], cluster: str, policies: list[str]) -> None:
                 f"  vs off, paired by round: {statistics.median(diffs):+5.1f} CPU-ms/1k "
                 f"({statistics.median(rel):+4.1f} %; rounds {min(rel):+.0f}..{max(rel):+.0f} %)"
             )
-        print(line)
+        print(line, flush=True)
 
 
 def main() -> None:
@@ -234,7 +235,8 @@ def main() -> None:
     )
     ap.add_argument("--slow-ms", type=int, default=50)
     ap.add_argument("--idle-seconds", type=float, default=8)
-    ap.add_argument("--warmup-seconds", type=float, default=20, help="unmeasured load first (JIT)")
+    ap.add_argument("--warmup-seconds", type=float, default=60, help="unmeasured load first (JIT)")
+    ap.add_argument("--clusters", default="AB", help="A (off/always/windows), B (off/slow_only) or AB")
     args = ap.parse_args()
     # A TERM (e.g. timeout) unwinds like Ctrl-C, so the brokers are always stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -244,18 +246,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         classpath = compile_load(Path(tmp) / "classes")
         for name, filter_yaml, port in (("A", "", 52000), ("B", slow_only_filter_yaml(args.slow_ms), 53000)):
-            target = start(name, Path(tmp) / name, filter_yaml, port, args.producers)
+            if name not in args.clusters:
+                continue
+            try:
+                target = start(name, Path(tmp) / name, filter_yaml, port, args.producers)
+            except SetupError as e:  # e.g. a port taken meanwhile on the shared machine: once more
+                print(f"cluster {name} did not start ({e}); retrying on other ports", flush=True)
+                target = start(name, Path(tmp) / f"{name}2", filter_yaml, port + 500, args.producers)
             try:
                 rows += measure(target, plan[name], args, classpath)
             finally:
                 target.admin.close()
                 target.cluster.down()
-    print(
-        f"\nmedians of {args.rounds} rounds of {args.slice_seconds:.0f} s slices, {args.rate} produce records/s "
-        f"from {args.producers} producers (slow-only threshold {args.slow_ms} ms):"
-    )
-    for name, policies in plan.items():
-        summary(rows, name, policies)
+            print(
+                f"cluster {name}: medians of {args.rounds} rounds of {args.slice_seconds:.0f} s slices, {args.rate} "
+                f"produce records/s from {args.producers} producers (slow-only threshold {args.slow_ms} ms):",
+                flush=True,
+            )
+            summary(rows, name, plan[name])
 
 
 if __name__ == "__main__":
