@@ -1,34 +1,63 @@
-"""What each request-log capture policy costs the broker: broker CPU time over the same load.
+"""What each request-log capture policy costs the broker: broker JVM CPU per 1,000 requests.
 
-    .venv/bin/python bench/agent_capture_cost.py [--seconds 20] [--rate 400]
+    .venv/bin/python bench/agent_capture_cost.py [--rounds 6] [--slice-seconds 10] [--rate 400]
 
-Runs a real 1-node cluster and drives the same load in every phase (``--rate`` acks=1 produce
-messages/s plus a consumer fetching back to back with fetch.max.wait 0), reading the broker JVM's
-CPU time (utime+stime, /proc/<pid>/stat) and the request-log lines written:
+Two real 1-node Kafka clusters: A with the stock request appender, B with the slow-only log4j2
+``RegexFilter`` on it (``--slow-ms``; a log4j2 filter is part of the broker's logging config, so
+it needs its own broker). On each, a Java client (bench/java/RequestLoad.java, compiled on the
+fly against the broker's own kafka-clients jar) drives one steady load for the whole
+measurement — ``--producers`` connections sending acks=1 Produce requests at ``--rate``
+records/s in all, and a consumer on the same partitions whose fetches are answered as data
+arrives — while the policy is switched slice by slice (``--slice-seconds`` each) through the
+``BROKER_LOGGER`` dynamic config, in rounds, the order rotated every round. Per slice: the
+broker JVM's CPU time (utime+stime of /proc/<pid>/stat), the requests it served (JMX
+RequestMetrics counts: Produce, FetchConsumer, FetchFollower) and the bytes the request log grew
+by. Policies:
 
-* cluster A (plain request appender): ``off`` (logger WARN, the baseline), ``always`` (DEBUG),
-  ``windows`` (WARN, switched to DEBUG through BROKER_LOGGER for 25 % of the time);
-* cluster B (appender with the slow-only RegexFilter, threshold ``--slow-ms``): ``slow_only``
-  (DEBUG + filter) and ``off`` again as that cluster's baseline.
+* ``off``        kafka.request.logger at WARN (request logging off): the baseline, on A and on B;
+* ``always``     A, logger at DEBUG (every request logged);
+* ``windows``    A, DEBUG for the first quarter of the slice (a bounded capture window switched
+                 on and off through BROKER_LOGGER by agent.capture.BrokerLoggerSwitch), WARN after;
+* ``slow_only``  B, logger at DEBUG, the RegexFilter writing only requests >= ``--slow-ms``.
+
+Slices of one round are seconds apart under the same load, so a policy is compared with the
+``off`` slice of its own round (paired difference); the table gives medians over the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
 
 from agent.capture import BrokerLoggerSwitch, slow_only_filter_yaml
 from agent.jmx.collector import JMX_REQUESTS, JolokiaReader, stage_mbean
-from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
+from linkwatch.errors import SetupError
+from linkwatch.testbed import jars
+from linkwatch.testbed.cluster import (
+    ClusterSpec,
+    ClusterState,
+    LocalCluster,
+    find_free_base_port,
+    iter_request_log_files,
+)
+
+LOAD_SRC = Path(__file__).resolve().parent / "java" / "RequestLoad.java"
+TOPIC = "capture-bench"
 
 
 def cpu_s(pid: int) -> float:
@@ -36,131 +65,205 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        return 0
+def log_bytes(state: ClusterState) -> int:
+    return sum(p.stat().st_size for p in iter_request_log_files(state.nodes[0]))
 
 
 def requests_served(jmx: JolokiaReader) -> float:
-    """Produce + FetchConsumer + FetchFollower requests the broker completed so far (JMX Count)."""
     snap = jmx.read()
     return sum(snap.get((stage_mbean("TotalTimeMs", r), "Count"), 0.0) for r in JMX_REQUESTS)
 
 
-def load(bootstrap: str, topic: str, seconds: float, rate: int) -> int:
-    stop = threading.Event()
+@dataclass
+class Target:
+    name: str
+    cluster: LocalCluster
+    state: ClusterState
+    admin: KafkaAdminClient
+    switch: BrokerLoggerSwitch
+    jmx: JolokiaReader
 
-    def consume() -> None:
-        # fetch.max.wait 0: the consumer fetches back to back, hundreds of requests/s
-        c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"g-{topic}", fetch_max_wait_ms=0)
-        while not stop.is_set():
-            c.poll(timeout_ms=100)
-        c.close()
 
-    t = threading.Thread(target=consume, daemon=True)
-    t.start()
-    p = KafkaProducer(
-        bootstrap_servers=bootstrap, acks=1, linger_ms=0, max_in_flight_requests_per_connection=1
+def start(name: str, root: Path, filter_yaml: str, start_port: int, partitions: int) -> Target:
+    spec = ClusterSpec(
+        brokers=1,
+        root=root,
+        base_port=find_free_base_port(1, start=start_port),
+        request_filter_yaml=filter_yaml,
+        request_log_level="WARN",
     )
-    sent, t0 = 0, time.monotonic()
-    while (elapsed := time.monotonic() - t0) < seconds:
-        if sent < int(elapsed * rate):
-            p.send(topic, value=b"x" * 200)
-            sent += 1
-        else:
-            time.sleep(0.002)
-    p.flush()
-    p.close()
-    stop.set()
-    t.join(timeout=5)
-    return sent
+    cluster = LocalCluster(spec)
+    state = cluster.up()
+    admin = KafkaAdminClient(bootstrap_servers=state.bootstrap)
+    admin.create_topics([NewTopic(TOPIC, partitions, 1)])
+    switch = BrokerLoggerSwitch(admin, [state.nodes[0].node_id], idle_level="WARN")
+    return Target(
+        name, cluster, state, admin, switch, JolokiaReader(state.nodes[0].jolokia_url, timeout_s=30)
+    )
 
 
-def phase(name: str, cluster_state, admin, topic: str, seconds: float, rate: int, during=None) -> dict:
-    node = cluster_state.nodes[0]
-    jmx = JolokiaReader(node.jolokia_url, timeout_s=30)
-    r0 = requests_served(jmx)
-    c0, l0 = cpu_s(node.pid), lines(node.request_log)
-    worker = threading.Thread(target=during, daemon=True) if during else None
-    if worker:
-        worker.start()
-    sent = load(cluster_state.bootstrap, topic, seconds, rate)
-    if worker:
-        worker.join()
-    time.sleep(1)
-    used, written = cpu_s(node.pid) - c0, lines(node.request_log) - l0
-    served = requests_served(jmx) - r0
-    row = {"policy": name, "sent": served, "broker_cpu_s": used, "lines": written}
+def compile_load(out: Path) -> str:
+    """Compile RequestLoad.java against the broker's kafka-clients; returns the classpath."""
+    classpath = jars.resolve().classpath
+    javac = shutil.which("javac")
+    if javac is None:
+        sys.exit("javac (a JDK) is needed to build the load generator")
+    subprocess.run([javac, "-d", str(out), "-cp", classpath, str(LOAD_SRC)], check=True)
+    return f"{out}{os.pathsep}{classpath}"
+
+
+def idle_cpu_per_s(target: Target, seconds: float) -> float:
+    """The broker's background CPU (KRaft, heartbeats, ...) per second, with no client load."""
+    target.switch.set_level("WARN")
+    pid = target.state.nodes[0].pid
+    c0, t0 = cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_s(pid) - c0) / (time.monotonic() - t0)
+
+
+def counters(target: Target) -> tuple[float, float, int, float]:
+    return (
+        requests_served(target.jmx),
+        cpu_s(target.state.nodes[0].pid),
+        log_bytes(target.state),
+        time.monotonic(),
+    )
+
+
+def run_slice(target: Target, policy: str, seconds: float, idle: float, round_no: int) -> dict:
+    if policy == "windows":
+        with target.switch.window(level="DEBUG"):
+            r0, c0, b0, t0 = counters(target)
+            time.sleep(seconds / 4)
+        time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+    else:
+        target.switch.set_level("DEBUG" if policy in ("always", "slow_only") else "WARN")
+        r0, c0, b0, t0 = counters(target)
+        time.sleep(seconds)
+    r1, c1, b1, t1 = counters(target)
+    served, used = max(r1 - r0, 1.0), c1 - c0
+    row = {
+        "round": round_no,
+        "policy": policy,
+        "cluster": target.name,
+        "req_per_s": served / (t1 - t0),
+        "cpu_ms_per_1k": 1e6 * used / served,
+        # minus the background CPU the broker used with no load
+        "net_ms_per_1k": 1e6 * (used - idle * (t1 - t0)) / served,
+        "log_mb": (b1 - b0) / 1e6,
+    }
     print(
-        f"  {name:10s} requests served {served:7.0f} (produce msgs {sent})  broker CPU {used:6.2f} s  "
-        f"request-log lines {written:7d}",
+        f"  {target.name}:{policy:9s} {row['req_per_s']:6.0f} req/s  broker CPU {used:5.2f} s = "
+        f"{row['cpu_ms_per_1k']:5.1f} CPU-ms/1k requests ({row['net_ms_per_1k']:5.1f} net of idle)  "
+        f"request log +{row['log_mb']:5.2f} MB",
         flush=True,
     )
     return row
 
 
-def run_cluster(root: Path, filter_yaml: str, phases, seconds: float, rate: int) -> list[dict]:
-    spec = ClusterSpec(
-        brokers=1, root=root, base_port=find_free_base_port(1, start=52000), request_filter_yaml=filter_yaml
+def measure(target: Target, policies: list[str], args: argparse.Namespace, classpath: str) -> list[dict]:
+    idle = idle_cpu_per_s(target, args.idle_seconds)
+    print(f"cluster {target.name}: idle broker CPU {idle * 1000:.0f} ms/s", flush=True)
+    # generous: JVM start-up on a loaded machine is slow; stopped as soon as the slices are done
+    seconds = args.warmup_seconds + args.rounds * len(policies) * args.slice_seconds + 300
+    load = subprocess.Popen(
+        [
+            "java",
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-cp",
+            classpath,
+            "RequestLoad",
+            target.state.bootstrap,
+            TOPIC,
+            str(seconds),
+            str(args.rate),
+            str(args.producers),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
-    cluster = LocalCluster(spec)
-    state = cluster.up()
+    rows: list[dict] = []
     try:
-        admin = KafkaAdminClient(bootstrap_servers=state.bootstrap)
-        switch = BrokerLoggerSwitch(admin, [state.nodes[0].node_id], idle_level="WARN")
-        topic = "capture-bench"
-        load(state.bootstrap, topic, 3, rate)  # warm-up: topic, JIT, group
-        rows = []
-        for name, level, windows in phases:
-            switch.set_level(level)
-            during = None
-            if windows:
-
-                def during(switch=switch) -> None:
-                    for _ in range(int(seconds // 10)):
-                        time.sleep(7.5)
-                        with switch.window(level="DEBUG"):
-                            time.sleep(2.5)
-
-            rows.append(phase(name, state, admin, topic, seconds, rate, during))
-        admin.close()
-        return rows
+        ready, _, _ = select.select([load.stdout], [], [], 180)
+        if not ready or load.stdout.readline().strip() != "ready":
+            sys.exit("the load generator did not get a produce acknowledged within 180 s")
+        target.switch.set_level("DEBUG")  # warm the broker's logging path too (JIT)
+        time.sleep(args.warmup_seconds)
+        for k in range(args.rounds):
+            order = policies[k % len(policies) :] + policies[: k % len(policies)]
+            for policy in order:
+                rows.append(run_slice(target, policy, args.slice_seconds, idle, k))
     finally:
-        cluster.down()
+        if load.poll() is None:
+            load.kill()
+            load.wait()
+    return rows
+
+
+def summary(rows: list[dict], cluster: str, policies: list[str]) -> None:
+    mine = [r for r in rows if r["cluster"] == cluster]
+    off = {r["round"]: r for r in mine if r["policy"] == "off"}
+    for policy in policies:
+        got = [r for r in mine if r["policy"] == policy]
+        med = {
+            k: statistics.median(r[k] for r in got)
+            for k in ("req_per_s", "cpu_ms_per_1k", "net_ms_per_1k", "log_mb")
+        }
+        line = (
+            f"  {policy:9s} ({cluster}) {med['req_per_s']:5.0f} req/s  {med['cpu_ms_per_1k']:5.1f} CPU-ms/1k requests "
+            f"(net of idle {med['net_ms_per_1k']:5.1f})  request log {med['log_mb'] / 1:5.2f} MB/slice"
+        )
+        if policy != "off":
+            diffs = [r["cpu_ms_per_1k"] - off[r["round"]]["cpu_ms_per_1k"] for r in got]
+            rel = [100 * d / off[r["round"]]["cpu_ms_per_1k"] for d, r in zip(diffs, got, strict=True)]
+            line += (
+                f"  vs off, paired by round: {statistics.median(diffs):+5.1f} CPU-ms/1k "
+                f"({statistics.median(rel):+4.1f} %; rounds {min(rel):+.0f}..{max(rel):+.0f} %)"
+            )
+        print(line, flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--rate", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--slice-seconds", type=float, default=10)
+    ap.add_argument("--rate", type=int, default=400, help="produce records/s (fetches follow)")
+    ap.add_argument(
+        "--producers", type=int, default=8, help="producer connections, one request in flight each"
+    )
     ap.add_argument("--slow-ms", type=int, default=50)
+    ap.add_argument("--idle-seconds", type=float, default=8)
+    ap.add_argument("--warmup-seconds", type=float, default=60, help="unmeasured load first (JIT)")
+    ap.add_argument("--clusters", default="AB", help="A (off/always/windows), B (off/slow_only) or AB")
     args = ap.parse_args()
+    # A TERM (e.g. timeout) unwinds like Ctrl-C, so the brokers are always stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    plan = {"A": ["off", "always", "windows"], "B": ["off", "slow_only"]}
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        print("cluster A: plain request appender", flush=True)
-        a = run_cluster(
-            Path(tmp) / "a",
-            "",
-            [("off", "WARN", False), ("always", "DEBUG", False), ("windows", "WARN", True)],
-            args.seconds,
-            args.rate,
-        )
-        print(f"cluster B: slow-only RegexFilter (totalTimeMs >= {args.slow_ms})", flush=True)
-        b = run_cluster(
-            Path(tmp) / "b",
-            slow_only_filter_yaml(args.slow_ms),
-            [("off", "WARN", False), ("slow_only", "DEBUG", False)],
-            args.seconds,
-            args.rate,
-        )
-    for rows in (a, b):
-        base = rows[0]["broker_cpu_s"]
-        for r in rows[1:]:
+        classpath = compile_load(Path(tmp) / "classes")
+        for name, filter_yaml, port in (("A", "", 52000), ("B", slow_only_filter_yaml(args.slow_ms), 53000)):
+            if name not in args.clusters:
+                continue
+            try:
+                target = start(name, Path(tmp) / name, filter_yaml, port, args.producers)
+            except SetupError as e:  # e.g. a port taken meanwhile on the shared machine: once more
+                print(f"cluster {name} did not start ({e}); retrying on other ports", flush=True)
+                target = start(name, Path(tmp) / f"{name}2", filter_yaml, port + 500, args.producers)
+            try:
+                rows += measure(target, plan[name], args, classpath)
+            finally:
+                target.admin.close()
+                target.cluster.down()
             print(
-                f"  {r['policy']:10s} costs {r['broker_cpu_s'] - base:+.2f} CPU-s ({(r['broker_cpu_s'] / base - 1) * 100:+.0f} %) vs off in the same cluster"
+                f"cluster {name}: medians of {args.rounds} rounds of {args.slice_seconds:.0f} s slices, {args.rate} "
+                f"produce records/s from {args.producers} producers (slow-only threshold {args.slow_ms} ms):",
+                flush=True,
             )
+            summary(rows, name, plan[name])
 
 
 if __name__ == "__main__":

@@ -174,10 +174,11 @@ class ParsedRequest:
 class TimestampParser:
     """``2025-06-01 12:00:00,123`` (local time) -> epoch ms, caching the per-second part."""
 
-    __slots__ = ("_cache",)
+    __slots__ = ("_cache", "ms_cache")
 
     def __init__(self) -> None:
         self._cache: dict[bytes, int] = {}
+        self.ms_cache: dict[bytes, int] = {}  # whole stamp -> epoch ms (the ingest loop's)
 
     def __call__(self, text: bytes) -> int:
         # text is the 23 bytes between '[' and ']'
@@ -242,7 +243,7 @@ class LineParser:
         except (ValueError, KeyError, TypeError, IndexError):
             api, stages, connection = _slow(body, complete=line.endswith(b")"))
         if api == "FETCH":
-            request = FETCH_FOLLOWER if _is_follower_fetch(body) else FETCH_CONSUMER
+            request = FETCH_FOLLOWER if is_follower_fetch(body) else FETCH_CONSUMER
         else:
             request = REQUEST_TYPES.get(api)  # type: ignore[assignment]
             if request is None:
@@ -309,20 +310,24 @@ def _slow(body: bytes, complete: bool) -> tuple[str, tuple[float, ...], str]:
 _REQUEST = b'},"request":{'
 _MAXWAIT = b'"maxWaitMs"'
 _REPLICA_ID = b'"replicaId":'
+_REPLICA_STATE = b'"replicaState":'
 
 
-def _is_follower_fetch(body: bytes) -> bool:
-    r = body.find(_REQUEST)
+def is_follower_fetch(data: bytes, start: int = 0) -> bool:
+    """Whether the Fetch whose JSON starts at ``data[start]`` comes from a replica: the request
+    object has ``replicaState`` (v15+) or ``replicaId >= 0`` before ``maxWaitMs``."""
+    r = data.find(_REQUEST, start)
     if r < 0:
         return False
-    w = body.find(_MAXWAIT, r, r + 2048)
-    head = body[r : w if w > 0 else r + 2048]
-    if b'"replicaState":' in head:
+    w = data.find(_MAXWAIT, r, r + 2048)
+    stop = w if w > 0 else r + 2048
+    if data.find(_REPLICA_STATE, r, stop) >= 0:
         return True
-    i = head.find(_REPLICA_ID)
+    i = data.find(_REPLICA_ID, r, stop)
     if i < 0:
         return False
-    return head[i + len(_REPLICA_ID) : i + len(_REPLICA_ID) + 1] != b"-"
+    i += len(_REPLICA_ID)
+    return i >= stop or data[i : i + 1] != b"-"
 
 
 def partitions_of(body: bytes) -> list[dict[str, Any]]:

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from operator import itemgetter
 from pathlib import Path
+
+import orjson
 
 from agent.health import Health
 from agent.requestlog.follow import FileFollower
-from agent.requestlog.parse import Drop, LineParser, ParsedRequest
-from agent.requestlog.window import ClosedWindow, WindowAggregator
+from agent.requestlog.parse import (
+    REQUEST_TYPES,
+    STAGE_KEYS,
+    Drop,
+    LineParser,
+    ParsedRequest,
+    is_follower_fetch,
+)
+from agent.requestlog.window import CHUNK, ClosedWindow, RequestAccumulator, Window, WindowAggregator
+from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
 
 
 class RequestLogSource:
@@ -64,22 +75,148 @@ def ingest_lines(
     health: Health,
     context: str = "",
 ) -> list[ClosedWindow]:
+    """Parse and account ``lines``; returns the windows they closed.
+
+    The same result as ``aggregator.add(parser.parse(line))`` for every line (which is what it
+    falls back to for anything but the usual shape), with the usual shape handled inline: one
+    loop, no object per line, stage tuples appended straight to the open window.
+    """
     closed: list[ClosedWindow] = []
-    parse, add = parser.parse, aggregator.add
+    agg = aggregator
+    parse, add = parser.parse, agg.add
+    ms_cache, ts_cache = parser.ts.ms_cache, parser.ts._cache
+    max_bytes = parser.max_line_bytes
+    window_ms, threshold = agg.window_ms, agg.slow_threshold_ms
+    windows = agg._windows
+    loads, stages_of, types = orjson.loads, _STAGES_OF, _REQUEST_TYPES_B
+    cur_start, cur = -1, None
+    close_at = agg.close_threshold()
+    watermark = agg._watermark
     n = 0
     for line in lines:
         n += 1
         try:
-            req = parse(line)
-        except Drop as d:
-            if d.reason != "not_a_request_line" or line.strip():
-                health.drop(d.reason, d.detail, context=context)
+            if len(line) > max_bytes or not line.startswith(_PREFIX, 24) or not line.isascii():
+                raise _Slow
+            ts = ms_cache.get(line[:24])
+            if ts is None:
+                base = ts_cache.get(line[1:20])
+                millis = line[21:24]
+                if base is None or line[:1] != b"[" or line[20:21] not in _MS_SEP or not millis.isdigit():
+                    raise _Slow
+                ts = base + int(millis)
+                if len(ms_cache) >= _MS_CACHE:
+                    ms_cache.clear()
+                ms_cache[line[:24]] = ts
+            end = line.rfind(b"}")
+            i = line.find(_NAME, _BODY, _BODY + 4096)
+            if i < 0 or end <= _BODY:
+                raise _Slow
+            i += len(_NAME)
+            q = line.index(b'"', i)
+            request = types.get(line[i:q])
+            if request is None:
+                raise _Slow
+            if request is FETCH_CONSUMER:
+                request = FETCH_FOLLOWER if _follower_fetch(line, q) else FETCH_CONSUMER
+            c = line.rindex(_CONN, _BODY, end + 1)
+            s = line.find(_SEC, c, end + 1)
+            tail = loads(b"{" + line[c + 1 : s if s > 0 else end] + b"}")
+            stages = stages_of(tail)
+            sum(stages)  # TypeError unless every stage time is a number
+        except (_Slow, ValueError, KeyError, TypeError, IndexError):
+            # Not the usual shape: the general parser (full parse, or a drop with its reason).
+            try:
+                req = parse(line)
+            except Drop as d:
+                if d.reason != "not_a_request_line" or line.strip():
+                    health.drop(d.reason, d.detail, context=context)
+                continue
+            agg._watermark = watermark
+            closed += add(req)
+            watermark = agg._watermark
+            cur_start, close_at = -1, agg.close_threshold()
             continue
-        got = add(req)
-        if got:
-            closed += got
+        start = ts - ts % window_ms
+        if start != cur_start:
+            if start < agg._closed_before:
+                add(_request(ts, request, stages, tail, line, end))  # late: counted there
+                continue
+            cur = windows.get(start)
+            if cur is None:
+                cur = windows[start] = Window(start)
+                close_at = agg.close_threshold()
+            cur_start = start
+        acc = cur.requests.get(request)
+        if acc is None:
+            acc = cur.requests[request] = RequestAccumulator(agg.memo)
+        pending = acc.pending
+        pending.append(stages)
+        if len(pending) >= CHUNK:
+            acc.fold()
+        total = stages[6]
+        if total >= threshold:
+            if request is not FETCH_CONSUMER and request is not FETCH_FOLLOWER:
+                agg._keep_slow(cur, _request(ts, request, stages, tail, line, end), total)
+            elif total - stages[2] >= threshold:
+                # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
+                agg._keep_slow(cur, _request(ts, request, stages, tail, line, end), total - stages[2])
+        if ts > watermark:
+            watermark = ts
+            if ts >= close_at:
+                agg._watermark = watermark
+                closed += agg.close_due(ts)
+                cur_start, close_at = -1, agg.close_threshold()
+    agg._watermark = watermark
     health.lines_read += n
     for win in closed:
         for request, n_slow in win.slow_counts.items():
             health.slow_requests[request] += n_slow
     return closed
+
+
+def _follower_fetch(line: bytes, q: int) -> bool:
+    """:func:`is_follower_fetch` for a Fetch line whose API name ends at ``line[q]``, with the
+    usual request shapes told apart by the bytes right after ``"request":{``."""
+    if line.startswith(_REQUEST_AT, q + 1):
+        r = q + 1 + len(_REQUEST_AT)
+        if line.startswith(_REPLICA_STATE, r):
+            return True
+        if line.startswith(_CONSUMER_V12, r) or line.startswith(_MAXWAIT, r):
+            return False
+        if line.startswith(_CLUSTER_ID, r):
+            e = line.find(b'"', r + len(_CLUSTER_ID), r + len(_CLUSTER_ID) + 64)
+            if e > 0 and line[e - 1 : e] != b"\\" and line.startswith(_THEN_REPLICA_STATE, e):
+                return True
+    return is_follower_fetch(line, _BODY)
+
+
+_REQUEST_AT = b'},"request":{'
+_REPLICA_STATE = b'"replicaState":'
+_CONSUMER_V12 = b'"replicaId":-1,"maxWaitMs"'
+_MAXWAIT = b'"maxWaitMs"'
+_CLUSTER_ID = b'"clusterId":"'
+_THEN_REPLICA_STATE = b'","replicaState":'
+_MS_CACHE = 4096
+
+
+class _Slow(Exception):
+    """This line is not of the usual shape: take the general path."""
+
+
+_PREFIX = b"] DEBUG Completed request:{"
+_BODY = 24 + len(_PREFIX) - 1  # where the JSON starts
+_MS_SEP = (b",", b".")
+_NAME = b'"requestApiKeyName":"'
+_CONN = b',"connection":'
+_SEC = b',"securityProtocol":'
+_STAGES_OF = itemgetter(*STAGE_KEYS)
+# FETCH maps to FETCH_CONSUMER here; the caller tells follower fetches apart.
+_REQUEST_TYPES_B = {
+    name.encode(): (FETCH_CONSUMER if name == "FETCH" else request) for name, request in REQUEST_TYPES.items()
+}
+
+
+def _request(ts: int, request: str, stages: tuple, tail: dict, line: bytes, end: int) -> ParsedRequest:
+    connection = tail["connection"]
+    return ParsedRequest(ts, request, stages, connection, line[_BODY : end + 1])

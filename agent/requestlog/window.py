@@ -24,7 +24,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import count
+from itertools import count, filterfalse
 
 from agent.requestlog.parse import ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
@@ -41,6 +41,49 @@ _LOG2_MULT = _MAPPING._multiplier
 _MIN_KEY_VALUE = max(MIN_POSITIVE_MS, _MAPPING.min_possible)
 
 
+MEMO_SIZE = 1 << 16
+_HIST_TOP = len(HISTOGRAM_BOUNDS_MS)
+_HIST_BITS = 5  # histogram index < 32
+_ZERO_CODE = 1 << 40  # the zero bucket (no DDSketch key is near 2**35)
+
+
+def bucket_code(v: float) -> int:
+    """DDSketch key and fixed histogram index of one value, as one int (``key << 5 | index``),
+    or ``_ZERO_CODE`` for DDSketch's zero bucket. The key is DDSketch's own LogarithmicMapping
+    expression, so the buckets are the ones ``LatencySketch.add`` gives."""
+    if v > _MIN_KEY_VALUE:
+        # Histogram bound i is 0.25 ms * 2^i: v falls in the first i with log2(v) + 2 <= i.
+        i = math.ceil(math.log2(v) + 2.0)
+        i = 0 if i < 0 else (i if i <= _HIST_TOP else _HIST_TOP)
+        return (math.ceil(math.log(v, 2) * _LOG2_MULT) << _HIST_BITS) | i
+    return _ZERO_CODE
+
+
+class BucketMemo:
+    """value -> :func:`bucket_code`, remembered (bounded: cleared when full). Stage times have
+    microsecond resolution and repeat a lot, so most values are looked up, not computed, and
+    counting is done by C loops (``Counter`` over ``map``). One per aggregator (one thread)."""
+
+    __slots__ = ("codes", "size")
+
+    def __init__(self, size: int = MEMO_SIZE) -> None:
+        self.codes: dict[float, int] = {}
+        self.size = size
+
+    def count(self, values: tuple[float, ...] | list[float]) -> Counter[int]:
+        """How many of ``values`` fall in each bucket code."""
+        codes = self.codes
+        counts = Counter(map(codes.get, values))
+        if counts.pop(None, 0):
+            new = Counter(filterfalse(codes.__contains__, values))
+            if len(codes) + len(new) > self.size:
+                codes.clear()
+            for v, n in new.items():
+                code = codes[v] = bucket_code(v)
+                counts[code] += n
+        return counts
+
+
 class StageAccumulator:
     """One stage of one request type in one window: DDSketch buckets + fixed histogram buckets."""
 
@@ -55,30 +98,21 @@ class StageAccumulator:
         self.min = math.inf
         self.max = -math.inf
 
-    def fold(self, values: tuple[float, ...] | list[float]) -> None:
+    def fold(self, values: tuple[float, ...] | list[float], memo: BucketMemo | None = None) -> None:
         if not values:
             return
         self.count += len(values)
         self.sum += math.fsum(values)
-        # Stage times have microsecond resolution and repeat a lot (0, small queue times):
-        # bucket each distinct value once, weighted by how often it occurred.
-        distinct = Counter(values)
-        self.min = min(self.min, min(distinct))
-        self.max = max(self.max, max(distinct))
+        self.min = min(self.min, min(values))
+        self.max = max(self.max, max(values))
         buckets, hist = self.buckets, self.hist
-        top = len(HISTOGRAM_BOUNDS_MS)
-        log, log2, ceil, mult, floor_v = math.log, math.log2, math.ceil, _LOG2_MULT, _MIN_KEY_VALUE
-        for v, n in distinct.items():
-            if v > floor_v:
-                # DDSketch's LogarithmicMapping key, same expression: the same buckets as
-                # LatencySketch.add would give.
-                buckets[ceil(log(v, 2) * mult)] += n
-                # Histogram bound i is 0.25 ms * 2^i: v falls in the first i with log2(v) + 2 <= i.
-                i = ceil(log2(v) + 2.0)
-                hist[0 if i < 0 else (i if i <= top else top)] += n
-            else:
+        for code, n in (memo or BucketMemo()).count(values).items():
+            if code == _ZERO_CODE:
                 self.zero += n
                 hist[0] += n
+            else:
+                buckets[code >> _HIST_BITS] += n
+                hist[code & 31] += n
 
     def sketch(self) -> LatencySketch:
         return LatencySketch.from_dict(self.sketch_dict())
@@ -99,18 +133,19 @@ class RequestAccumulator:
     """All stages of one request type in one window; stage tuples are buffered, then folded
     column by column (one list append per line on the hot path)."""
 
-    __slots__ = ("pending", "stages")
+    __slots__ = ("memo", "pending", "stages")
 
-    def __init__(self) -> None:
+    def __init__(self, memo: BucketMemo | None = None) -> None:
         self.pending: list[tuple[float, ...]] = []
         self.stages = tuple(StageAccumulator() for _ in STAGES)
+        self.memo = memo or BucketMemo()
 
     def fold(self) -> None:
         if self.pending:
             columns = zip(*self.pending, strict=True)
             self.pending = []
             for acc, column in zip(self.stages, columns, strict=True):
-                acc.fold(column)
+                acc.fold(column, self.memo)
 
 
 @dataclass
@@ -160,6 +195,7 @@ class WindowAggregator:
         self._closed_before = -1  # windows starting before this are closed
         self._watermark = -1
         self._seq = count()
+        self.memo = BucketMemo()
 
     def add(self, req: ParsedRequest) -> list[ClosedWindow]:
         """Account one request; returns windows this line's timestamp closed (usually none)."""
@@ -174,7 +210,7 @@ class WindowAggregator:
             win = self._windows[start] = Window(start)
         acc = win.requests.get(req.request)
         if acc is None:
-            acc = win.requests[req.request] = RequestAccumulator()
+            acc = win.requests[req.request] = RequestAccumulator(self.memo)
         acc.pending.append(req.stages)
         if len(acc.pending) >= CHUNK:
             acc.fold()
@@ -190,6 +226,12 @@ class WindowAggregator:
             if ts - self.grace_ms >= self._oldest_end() or len(self._windows) > MAX_OPEN_WINDOWS:
                 return self.close_due(ts)
         return []
+
+    def close_threshold(self) -> int:
+        """The first line timestamp above the watermark that makes :meth:`add` close windows."""
+        if len(self._windows) > MAX_OPEN_WINDOWS:
+            return -(1 << 62)
+        return self._oldest_end() + self.grace_ms
 
     def _oldest_end(self) -> int:
         return min(self._windows) + self.window_ms if self._windows else 1 << 62

@@ -6,8 +6,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from agent.health import Health
 from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
@@ -19,13 +17,17 @@ from tests.agent.traffic import create_topic, run_traffic
 
 # Pauses of 500 ms: much longer ones made the kafka-python consumer give up on the paused broker's
 # requests, which then never complete (and are never logged).
-# Consumer fetches: on a healthy broker they wait at most fetch_max_wait_ms (100 ms) in purgatory,
-# whatever broker 2 does; on the paused broker a request in flight is stretched by the pause.
+# The broker times a request from when it reads it: a request that arrives while the JVM is
+# stopped waits in the socket, unseen. What a pause stretches is the requests already inside the
+# broker. So the consumer long-polls (fetch.min.bytes above what 200 ms of traffic brings, max
+# wait 200 ms): a fetch sits in purgatory almost all the time, on every broker, and the one on
+# broker 2 at each pause is stretched by it (remote 500-700 ms instead of ~200), whatever the
+# machine's load. Healthy brokers' fetches wait their 200 ms whatever broker 2 does.
 # (Produce is not compared: acks=all produce on the healthy leaders rightly waits for follower 2.)
 COMPARED = {
     (FETCH_CONSUMER, stage) for stage in ("requestQueue", "local", "remote", "responseQueue", "total")
 }
-PHASE_S = 12
+PHASE_S = 15
 
 
 def p99_by_stage(windows: list[ClosedWindow], since_ms: int, until_ms: int) -> dict[str, float]:
@@ -39,12 +41,11 @@ def p99_by_stage(windows: list[ClosedWindow], since_ms: int, until_ms: int) -> d
     return {stage: sk.quantile(0.99) or 0.0 for stage, sk in merged.items()}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="flaky in the full suite (issue 3): late in the shared session its consumer sometimes never fetches from every broker within 60 s; passes alone",
-)
 def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, topic_name: str) -> None:
-    create_topic(admin, topic_name)
+    # Independent of what earlier tests did to the shared cluster: each broker leads one partition
+    # (preferred leaders elected if leadership moved), and the consumer is assigned every
+    # partition rather than joining a group, so it fetches from all three leaders at once.
+    create_topic(admin, topic_name, leaders=[1, 2, 3])
     sources = {
         n.node_id: RequestLogSource(
             n.request_log, WindowAggregator(cluster="t", broker=n.node_id, window_s=5, grace_s=1), Health()
@@ -67,12 +68,14 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
 
     done = threading.Event()
     traffic = threading.Thread(
-        target=run_traffic, args=(cluster3.bootstrap, topic_name, 180, 200), kwargs={"until": done}
+        target=run_traffic,
+        args=(cluster3.bootstrap, topic_name, 180, 200),
+        kwargs={"until": done, "group": False, "fetch_max_wait_ms": 200, "fetch_min_bytes": 1 << 20},
     )
     traffic.start()
     try:
-        # Warm-up until the consumer group fetches from every broker (slow on a loaded machine).
-        deadline = time.monotonic() + 60
+        # Warm-up until the consumer fetches from every broker (slow on a loaded machine).
+        deadline = time.monotonic() + 120
         while not consuming_everywhere() and time.monotonic() < deadline:
             poll_for(1)
         assert consuming_everywhere(), "the consumer never fetched from every broker"
