@@ -9,7 +9,8 @@ log() { printf 'bootstrap: %s\n' "$*" >&2; }
 # Debian packages: Java 17+ for Kafka and Spark, Maven to resolve jars, Prometheus/promtool and
 # Alertmanager for the alert tests and the demo.
 apt_pkgs=()
-command -v java >/dev/null || apt_pkgs+=(openjdk-17-jre-headless)
+# javac: the capture-cost bench compiles its Java load client against the broker jars.
+command -v javac >/dev/null || apt_pkgs+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || apt_pkgs+=(maven)
 command -v promtool >/dev/null || apt_pkgs+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || [ -x /usr/bin/alertmanager ] || apt_pkgs+=(prometheus-alertmanager)
