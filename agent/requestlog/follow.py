@@ -107,8 +107,11 @@ class FileFollower:
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, chunk: bytes, out: list[bytes]) -> None:
-        data = self._partial + chunk if self._partial else chunk
-        parts = data.split(b"\n")
+        # Split the chunk first and glue the partial line onto its first piece only: joining
+        # it to the whole chunk would copy every byte read once more.
+        parts = chunk.split(b"\n")
+        if self._partial:
+            parts[0] = self._partial + parts[0]
         self._partial = parts.pop()
         if self._skipping:
             if not parts:
