@@ -224,6 +224,43 @@ def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -
     return [(topic, p) for p in sorted(parts)]
 
 
+def _steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
+    """Work around two kafka-python 3.0.12 group-join races that the pump's short polls hit.
+
+    1. The coordinator compares the metadata it assigned with (``_assignment_snapshot``) to the
+       latest one and rejoins when they differ. Its snapshot is only rebuilt on a metadata
+       *update*; when the topic's metadata was already loaded before ``subscribe`` (as
+       :meth:`AsyncFetchConsumer._await_metadata` does), the first assignment is made with an
+       empty snapshot, the next metadata refresh differs, and the group rebalances right after
+       its first join — records delivered in between become stale and are delivered again.
+       Fix: build the snapshot from the metadata at hand right after ``subscribe``.
+    2. ``join_group_async`` runs JoinGroup+SyncGroup as a task and gives up waiting when the
+       caller's poll timeout expires, leaving the task in flight for the next poll — but only
+       while ``need_rejoin()`` is still true. The leader's own assignment equalises the two
+       snapshots during that task, so ``need_rejoin()`` turns false, the finished join is never
+       completed (no ``on_partitions_assigned``, partitions left pending revocation) and the
+       consumer fetches nothing until the session ends. Fix: a join task in flight means a
+       rejoin is still needed, and a join is awaited for up to ``join_wait_ms`` per poll (so a
+       join is not abandoned every 20 ms pump poll in the first place).
+    """
+    coordinator = consumer._coordinator
+    coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(
+        consumer._subscription, consumer._cluster
+    )
+    need_rejoin = coordinator.need_rejoin
+    join_group_async = coordinator.join_group_async
+
+    def need_rejoin_or_joining() -> bool:
+        return coordinator._join_task is not None or need_rejoin()
+
+    async def join_patiently(timeout_ms: float | None = None) -> bool:
+        wait = join_wait_ms if timeout_ms is None else max(timeout_ms, join_wait_ms)
+        return await join_group_async(timeout_ms=wait)
+
+    coordinator.need_rejoin = need_rejoin_or_joining
+    coordinator.join_group_async = join_patiently
+
+
 def _kafka_offsets(offsets: dict[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
     return {TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}
 
@@ -301,6 +338,7 @@ class AsyncFetchConsumer:
         if self._topics:
             self._await_metadata(consumer)
             consumer.subscribe(self._topics, listener=_Listener(self))
+            _steady_group_join(consumer, cfg.session_timeout_ms)
         else:
             tps = [TopicPartition(*tp) for tp in self._partitions]
             consumer.assign(tps)
