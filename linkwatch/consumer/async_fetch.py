@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -83,6 +84,7 @@ class ConsumerConfig(StrictModel):
     session_timeout_ms: int = Field(45_000, gt=0)
     heartbeat_interval_ms: int = Field(3_000, gt=0)
     pump_poll_ms: int = Field(20, gt=0)
+    topic_gone_s: float = Field(3.0, gt=0, description="a topic missing from metadata this long is deleted")
     # Client timings as ClientFetch records on linkwatch.samples.
     metrics_window_s: int = Field(10, gt=0)
     publish_samples: bool = False
@@ -210,7 +212,10 @@ class _Listener(AsyncConsumerRebalanceListener):
 
 def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[TP]:
     """Every partition of ``topic`` (for manual assignment); ConfigError if it has none."""
-    probe = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False)
+    probe = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False, allow_auto_create_topics=False
+    )
+    probe._cluster.config["allow_auto_create_topics"] = False
     try:
         deadline = time.monotonic() + timeout_s
         parts = probe.partitions_for_topic(topic)
@@ -222,6 +227,24 @@ def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -
     if not parts:
         raise ConfigError("consume", [f"topic={topic!r}: no such topic (or no partitions)"])
     return [(topic, p) for p in sorted(parts)]
+
+
+_TP_IN_ERROR = re.compile(r"TopicPartition\(topic='([^']+)', partition=(\d+)\)")
+
+
+def _failing_partition(consumer: KafkaConsumer, e: KafkaError) -> TopicPartition | None:
+    """The partition a fetch error is about (kafka-python names it in the message), with the
+    broken parsed response discarded: kafka-python 3.0.12 otherwise keeps re-reading the
+    exhausted iterator of a batch that failed its CRC check and ``poll`` never returns."""
+    fetcher = consumer._fetcher
+    broken = fetcher._next_partition_records
+    match = _TP_IN_ERROR.search(str(e))
+    tp = TopicPartition(match.group(1), int(match.group(2))) if match else None
+    if broken is not None and (tp is None or broken.topic_partition == tp):
+        tp = broken.topic_partition
+        broken.drain()
+        fetcher._next_partition_records = None
+    return tp
 
 
 def _steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
@@ -315,6 +338,10 @@ class AsyncFetchConsumer:
         self.stats: dict[str, int] = {}
         self._leaders: dict[TP, int] = {}
         self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
+        self._unreadable: tuple[TP, int, int] | None = None  # (partition, offset, failed fetches in a row)
+        self._missing_since: dict[str, float] = {}  # assigned topic -> when metadata stopped listing it
+        self._seen_topics: set[str] = set()
+        self._next_topic_check = 0.0
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -325,6 +352,9 @@ class AsyncFetchConsumer:
             group_id=cfg.group_id,
             client_id=cfg.client_id,
             enable_auto_commit=False,
+            # A consumer never creates topics: with auto-creation on, the metadata requests of a
+            # consumer of a deleted topic would create it again, empty, under the operator's feet.
+            allow_auto_create_topics=False,
             auto_offset_reset=cfg.auto_offset_reset,
             fetch_max_wait_ms=cfg.fetch_max_wait_ms,
             fetch_min_bytes=cfg.fetch_min_bytes,
@@ -333,6 +363,8 @@ class AsyncFetchConsumer:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         )
+        # kafka-python 3.0.12 does not pass allow_auto_create_topics on to its metadata client.
+        consumer._cluster.config["allow_auto_create_topics"] = False
         self._time_fetches(consumer)
         self._consumer = consumer
         if self._topics:
@@ -476,10 +508,22 @@ class AsyncFetchConsumer:
             self._buf.drop({d.tp})
 
     def _dead_letter(self, d: Delivery, error: str) -> bool:
-        topic = self.config.dead_letter_topic or f"{d.topic}.dead-letter"
+        return self._send_dead_letter(d.topic, d.partition, d.offset, d.raw_key, d.raw_value, d.headers, error)
+
+    def _send_dead_letter(
+        self,
+        source_topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+        error: str,
+    ) -> bool:
+        topic = self.config.dead_letter_topic or f"{source_topic}.dead-letter"
         headers = [
-            *d.headers,
-            ("linkwatch.source", f"{d.topic}-{d.partition}@{d.offset}".encode()),
+            *headers,
+            ("linkwatch.source", f"{source_topic}-{partition}@{offset}".encode()),
             ("linkwatch.error", error[:1000].encode("utf-8", "replace")),
         ]
         try:
@@ -488,9 +532,9 @@ class AsyncFetchConsumer:
                     self._producer = KafkaProducer(
                         bootstrap_servers=self.config.bootstrap_servers.split(","), acks="all"
                     )
-            self._producer.send(topic, value=d.raw_value, key=d.raw_key, headers=headers).get(timeout=30)
+            self._producer.send(topic, value=value, key=key, headers=headers).get(timeout=30)
         except Exception as e:
-            log.error("dead-letter send of %r to %s failed: %s", d, topic, e)
+            log.error("dead-letter send of %s-%s@%s to %s failed: %s", source_topic, partition, offset, topic, e)
             self._count("dead_letter_failed")
             return False
         self.timings.metrics.dead_letter.inc()
@@ -612,6 +656,7 @@ class AsyncFetchConsumer:
                     continue
                 self._accept(consumer, batch, epochs)
                 now = time.monotonic()
+                self._check_deleted_topics(consumer, now)
                 if self._commit_now.is_set():
                     self._commit(consumer)
                 elif now - last_commit >= self.config.commit_interval_ms / 1000:
@@ -634,12 +679,88 @@ class AsyncFetchConsumer:
                 self._buf.cond.notify_all()
 
     def _on_fetch_error(self, consumer: KafkaConsumer, e: KafkaError) -> None:
-        """Errors surfaced by poll (corrupt or oversized records, …): count, skip, go on."""
+        """Errors surfaced by poll (corrupt record batches, …): counted by type; a partition
+        that fails at the same offset more than ``max_retries`` times in a row takes the
+        exhausted path there (the unreadable offset is dead-lettered and skipped, or the
+        partition stops), so one bad batch never wedges the consumer or retries forever."""
         name = type(e).__name__
         self.timings.metrics.drop(name)
         self._count(f"fetch_error_{name}")
         log.warning("fetch error: %s", e)
-        time.sleep(0.1)
+        tp = _failing_partition(consumer, e)
+        key = (tp.topic, tp.partition) if tp is not None else None
+        state = consumer._subscription.assignment.get(tp) if tp is not None else None
+        if key is None or state is None or state.position is None:
+            time.sleep(0.1)
+            return
+        offset = state.position.offset
+        failures = 1
+        if self._unreadable is not None and self._unreadable[:2] == (key, offset):
+            failures = self._unreadable[2] + 1
+        self._unreadable = (key, offset, failures)
+        if failures <= self.config.max_retries:
+            time.sleep(0.1)
+            return
+        self._unreadable = None
+        error = f"unreadable: {e}"
+        with self._buf.cond:
+            epoch = self._assigned.get(key)
+        if epoch is None:
+            return
+        self._count("unreadable_records")
+        if self.config.on_exhausted == "dead_letter" and self._send_dead_letter(
+            key[0], key[1], offset, None, b"", [], error
+        ):
+            consumer.seek(tp, offset + 1)
+            return
+        self.tracker.stop(key, epoch, offset)
+        self._count("partitions_stopped")
+        log.error("partition %s-%s stopped at offset %s: %s", key[0], key[1], offset, error)
+
+    def _check_deleted_topics(self, consumer: KafkaConsumer, now: float) -> None:
+        """Stop consuming partitions of topics that were deleted (no longer in the metadata for
+        ``topic_gone_s``): counted ``partitions_deleted``, their buffered records dropped; the
+        other partitions go on. Without this kafka-python keeps them assigned and fetches
+        nothing from them forever, silently."""
+        if now < self._next_topic_check:
+            return
+        self._next_topic_check = now + 0.5
+        with self._buf.cond:
+            topics = {tp[0] for tp in self._assigned} | set(self._topics)
+        cluster = consumer._cluster
+        gone = []
+        for topic in topics:
+            if cluster.partitions_for_topic(topic):
+                self._missing_since.pop(topic, None)
+                self._seen_topics.add(topic)
+                continue
+            if topic not in self._seen_topics:  # not created yet: assigned once it exists
+                continue
+            since = self._missing_since.setdefault(topic, now)
+            if now - since >= self.config.topic_gone_s:
+                gone.append(topic)
+        if not gone:
+            if topics and len(self._missing_since) > 0:
+                cluster.request_update()
+            return
+        for topic in gone:
+            self._missing_since.pop(topic, None)
+            log.error("topic %s was deleted while consumed: its partitions are no longer consumed", topic)
+        self._count("topics_deleted", len(gone))
+        with self._buf.cond:
+            lost = [TopicPartition(*tp) for tp in self._assigned if tp[0] in gone]
+        self._release(lost)
+        self._count("partitions_deleted", len(lost))
+        self.timings.metrics.drop("partition_deleted", len(lost))
+        if self._topics:
+            self._topics = [t for t in self._topics if t not in gone]
+            if self._topics:
+                consumer.subscribe(self._topics, listener=_Listener(self))
+            else:
+                consumer.unsubscribe()
+        else:
+            self._partitions = [tp for tp in self._partitions if tp[0] not in gone]
+            consumer.assign([TopicPartition(*tp) for tp in self._partitions])
 
     def _accept(
         self, consumer: KafkaConsumer, batch: dict[TopicPartition, list[Any]], epochs: dict[TP, int]
