@@ -213,7 +213,9 @@ class _Listener(AsyncConsumerRebalanceListener):
 def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[TP]:
     """Every partition of ``topic`` (for manual assignment); ConfigError if it has none."""
     probe = KafkaConsumer(
-        bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False, allow_auto_create_topics=False
+        bootstrap_servers=bootstrap_servers.split(","),
+        enable_auto_commit=False,
+        allow_auto_create_topics=False,
     )
     probe._cluster.config["allow_auto_create_topics"] = False
     try:
@@ -508,7 +510,9 @@ class AsyncFetchConsumer:
             self._buf.drop({d.tp})
 
     def _dead_letter(self, d: Delivery, error: str) -> bool:
-        return self._send_dead_letter(d.topic, d.partition, d.offset, d.raw_key, d.raw_value, d.headers, error)
+        return self._send_dead_letter(
+            d.topic, d.partition, d.offset, d.raw_key, d.raw_value, d.headers, error
+        )
 
     def _send_dead_letter(
         self,
@@ -534,7 +538,9 @@ class AsyncFetchConsumer:
                     )
             self._producer.send(topic, value=value, key=key, headers=headers).get(timeout=30)
         except Exception as e:
-            log.error("dead-letter send of %s-%s@%s to %s failed: %s", source_topic, partition, offset, topic, e)
+            log.error(
+                "dead-letter send of %s-%s@%s to %s failed: %s", source_topic, partition, offset, topic, e
+            )
             self._count("dead_letter_failed")
             return False
         self.timings.metrics.dead_letter.inc()
@@ -646,6 +652,7 @@ class AsyncFetchConsumer:
         last_commit = last_publish = time.monotonic()
         try:
             while not self._closing.is_set():
+                self._check_deleted_topics(consumer, time.monotonic())
                 self._plan_fetch(consumer)
                 with self._buf.cond:
                     epochs = dict(self._assigned)
@@ -656,7 +663,6 @@ class AsyncFetchConsumer:
                     continue
                 self._accept(consumer, batch, epochs)
                 now = time.monotonic()
-                self._check_deleted_topics(consumer, now)
                 if self._commit_now.is_set():
                     self._commit(consumer)
                 elif now - last_commit >= self.config.commit_interval_ms / 1000:
