@@ -55,6 +55,7 @@ from linkwatch.records import SAMPLES_TOPIC
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+_ACK_KEYS = {o: f"ack_{o.value}" for o in Outcome}
 RECORD_OVERHEAD_BYTES = 64  # per-record bookkeeping counted against buffer_max_bytes
 
 
@@ -105,26 +106,27 @@ class Delivery:
         "size",
         "timestamp_ms",
         "topic",
+        "tp",
         "value",
     )
 
     def __init__(self, rec: Any, epoch: int) -> None:
         self.topic: str = rec.topic
         self.partition: int = rec.partition
+        self.tp: TP = (rec.topic, rec.partition)
         self.offset: int = rec.offset
         self.timestamp_ms: int = rec.timestamp
         self.raw_key: bytes | None = rec.key
         self.raw_value: bytes | None = rec.value
         self.key: Any = rec.key
         self.value: Any = rec.value
-        self.headers: list[tuple[str, bytes]] = list(rec.headers or ())
+        self.headers: list[tuple[str, bytes]] = rec.headers or []
         self.epoch = epoch
         self.attempts = 0
-        self.size = (rec.serialized_key_size or 0) + max(rec.serialized_value_size, 0) + RECORD_OVERHEAD_BYTES
-
-    @property
-    def tp(self) -> TP:
-        return (self.topic, self.partition)
+        key_size, value_size = rec.serialized_key_size, rec.serialized_value_size
+        self.size = (
+            (key_size if key_size > 0 else 0) + (value_size if value_size > 0 else 0) + RECORD_OVERHEAD_BYTES
+        )
 
     def header(self, name: str) -> bytes | None:
         for k, v in self.headers:
@@ -168,12 +170,31 @@ class _Buffer:
         self._count(d, 1)
         self.peak_bytes = max(self.peak_bytes, self.bytes)
 
+    def put_many(self, tp: TP, ds: list[Delivery]) -> None:
+        """Append a fetched run of one partition (one accounting update for the run)."""
+        size = sum(d.size for d in ds)
+        self.queue.extend(ds)
+        self.bytes += size
+        self.tp_bytes[tp] = self.tp_bytes.get(tp, 0) + size
+        self.tp_records[tp] = self.tp_records.get(tp, 0) + len(ds)
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
     def take(self, n: int) -> list[Delivery]:
-        out = []
-        while self.queue and len(out) < n:
-            d = self.queue.popleft()
-            self._count(d, -1)
-            out.append(d)
+        queue = self.queue
+        k = min(n, len(queue))
+        out = [queue.popleft() for _ in range(k)]
+        by_tp: dict[TP, list[int]] = {}
+        for d in out:
+            acc = by_tp.get(d.tp)
+            if acc is None:
+                by_tp[d.tp] = [d.size, 1]
+            else:
+                acc[0] += d.size
+                acc[1] += 1
+        for tp, (size, count) in by_tp.items():
+            self.bytes -= size
+            self.tp_bytes[tp] = self.tp_bytes.get(tp, 0) - size
+            self.tp_records[tp] = self.tp_records.get(tp, 0) - count
         return out
 
     def drop(self, tps: set[TP]) -> int:
@@ -321,7 +342,12 @@ class AsyncFetchConsumer:
         self._store = offset_store
         self._tracer = tracer
         self.timings = ClientTimings(
-            config.cluster, config.client_id, config.group_id or "", config.metrics_window_s, registry
+            config.cluster,
+            config.client_id,
+            config.group_id or "",
+            config.metrics_window_s,
+            registry,
+            end_to_end_sketches=config.publish_samples,
         )
         self.tracker = CommitTracker(config.max_retries)
         self._buf = _Buffer()
@@ -480,8 +506,17 @@ class AsyncFetchConsumer:
     def ack(self, d: Delivery) -> Outcome:
         """The record is done. Stale acks (partition revoked since) are counted and ignored."""
         outcome = self.tracker.ack(d.tp, d.epoch, d.offset)
-        self._count(f"ack_{outcome.value}")
+        self._count(_ACK_KEYS[outcome])
         return outcome
+
+    def ack_many(self, ds: Iterable[Delivery]) -> dict[Outcome, int]:
+        """:meth:`ack` for a processed batch (one lock round for all); outcome -> count."""
+        counts = self.tracker.ack_many([(d.tp, d.epoch, d.offset) for d in ds])
+        with self._stats_lock:
+            for outcome, n in counts.items():
+                key = _ACK_KEYS[outcome]
+                self.stats[key] = self.stats.get(key, 0) + n
+        return counts
 
     def fail(self, d: Delivery, error: str = "") -> Outcome:
         """The record failed: redelivered first in line until ``max_retries``, then exhausted."""
@@ -783,8 +818,8 @@ class AsyncFetchConsumer:
                 accepted = self.tracker.delivered_many(key, epoch, [rec.offset for rec in recs])
                 if accepted < len(recs):
                     self._count("dropped_stopped", len(recs) - accepted)
-                for rec in recs[len(recs) - accepted :]:
-                    self._buf.put(Delivery(rec, epoch))
+                if accepted:
+                    self._buf.put_many(key, [Delivery(rec, epoch) for rec in recs[len(recs) - accepted :]])
             self._buf.cond.notify_all()
             buffered = (self._buf.bytes, len(self._buf.queue))
         self.timings.buffer(*buffered)
