@@ -370,6 +370,7 @@ class AsyncFetchConsumer:
         self._missing_since: dict[str, float] = {}  # assigned topic -> when metadata stopped listing it
         self._seen_topics: set[str] = set()
         self._next_topic_check = 0.0
+        self._next_metadata_refresh = 0.0
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -781,8 +782,11 @@ class AsyncFetchConsumer:
             if now - since >= self.config.topic_gone_s:
                 gone.append(topic)
         if not gone:
-            if topics and len(self._missing_since) > 0:
+            if self._missing_since or now >= self._next_metadata_refresh:
+                # kafka-python refreshes metadata only on errors or every metadata_max_age_ms
+                # (5 min): ask every topic_gone_s, so a deletion is seen within seconds.
                 cluster.request_update()
+                self._next_metadata_refresh = now + self.config.topic_gone_s
             return
         for topic in gone:
             self._missing_since.pop(topic, None)
@@ -811,6 +815,7 @@ class AsyncFetchConsumer:
         with self._buf.cond:
             for tp, recs in batch.items():
                 key = (tp.topic, tp.partition)
+                self._seen_topics.add(tp.topic)  # it existed: its absence later means deleted
                 epoch = self._assigned.get(key)
                 if epoch is None or epoch != epochs.get(key):
                     self._refetch_later(consumer, tp, recs)
