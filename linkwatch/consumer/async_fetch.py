@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -54,6 +55,7 @@ from linkwatch.records import SAMPLES_TOPIC
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+_ACK_KEYS = {o: f"ack_{o.value}" for o in Outcome}
 RECORD_OVERHEAD_BYTES = 64  # per-record bookkeeping counted against buffer_max_bytes
 
 
@@ -83,6 +85,7 @@ class ConsumerConfig(StrictModel):
     session_timeout_ms: int = Field(45_000, gt=0)
     heartbeat_interval_ms: int = Field(3_000, gt=0)
     pump_poll_ms: int = Field(20, gt=0)
+    topic_gone_s: float = Field(3.0, gt=0, description="a topic missing from metadata this long is deleted")
     # Client timings as ClientFetch records on linkwatch.samples.
     metrics_window_s: int = Field(10, gt=0)
     publish_samples: bool = False
@@ -103,26 +106,27 @@ class Delivery:
         "size",
         "timestamp_ms",
         "topic",
+        "tp",
         "value",
     )
 
     def __init__(self, rec: Any, epoch: int) -> None:
         self.topic: str = rec.topic
         self.partition: int = rec.partition
+        self.tp: TP = (rec.topic, rec.partition)
         self.offset: int = rec.offset
         self.timestamp_ms: int = rec.timestamp
         self.raw_key: bytes | None = rec.key
         self.raw_value: bytes | None = rec.value
         self.key: Any = rec.key
         self.value: Any = rec.value
-        self.headers: list[tuple[str, bytes]] = list(rec.headers or ())
+        self.headers: list[tuple[str, bytes]] = rec.headers or []
         self.epoch = epoch
         self.attempts = 0
-        self.size = (rec.serialized_key_size or 0) + max(rec.serialized_value_size, 0) + RECORD_OVERHEAD_BYTES
-
-    @property
-    def tp(self) -> TP:
-        return (self.topic, self.partition)
+        key_size, value_size = rec.serialized_key_size, rec.serialized_value_size
+        self.size = (
+            (key_size if key_size > 0 else 0) + (value_size if value_size > 0 else 0) + RECORD_OVERHEAD_BYTES
+        )
 
     def header(self, name: str) -> bytes | None:
         for k, v in self.headers:
@@ -166,12 +170,31 @@ class _Buffer:
         self._count(d, 1)
         self.peak_bytes = max(self.peak_bytes, self.bytes)
 
+    def put_many(self, tp: TP, ds: list[Delivery]) -> None:
+        """Append a fetched run of one partition (one accounting update for the run)."""
+        size = sum(d.size for d in ds)
+        self.queue.extend(ds)
+        self.bytes += size
+        self.tp_bytes[tp] = self.tp_bytes.get(tp, 0) + size
+        self.tp_records[tp] = self.tp_records.get(tp, 0) + len(ds)
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
     def take(self, n: int) -> list[Delivery]:
-        out = []
-        while self.queue and len(out) < n:
-            d = self.queue.popleft()
-            self._count(d, -1)
-            out.append(d)
+        queue = self.queue
+        k = min(n, len(queue))
+        out = [queue.popleft() for _ in range(k)]
+        by_tp: dict[TP, list[int]] = {}
+        for d in out:
+            acc = by_tp.get(d.tp)
+            if acc is None:
+                by_tp[d.tp] = [d.size, 1]
+            else:
+                acc[0] += d.size
+                acc[1] += 1
+        for tp, (size, count) in by_tp.items():
+            self.bytes -= size
+            self.tp_bytes[tp] = self.tp_bytes.get(tp, 0) - size
+            self.tp_records[tp] = self.tp_records.get(tp, 0) - count
         return out
 
     def drop(self, tps: set[TP]) -> int:
@@ -210,7 +233,12 @@ class _Listener(AsyncConsumerRebalanceListener):
 
 def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[TP]:
     """Every partition of ``topic`` (for manual assignment); ConfigError if it has none."""
-    probe = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), enable_auto_commit=False)
+    probe = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers.split(","),
+        enable_auto_commit=False,
+        allow_auto_create_topics=False,
+    )
+    probe._cluster.config["allow_auto_create_topics"] = False
     try:
         deadline = time.monotonic() + timeout_s
         parts = probe.partitions_for_topic(topic)
@@ -222,6 +250,61 @@ def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -
     if not parts:
         raise ConfigError("consume", [f"topic={topic!r}: no such topic (or no partitions)"])
     return [(topic, p) for p in sorted(parts)]
+
+
+_TP_IN_ERROR = re.compile(r"TopicPartition\(topic='([^']+)', partition=(\d+)\)")
+
+
+def _failing_partition(consumer: KafkaConsumer, e: KafkaError) -> TopicPartition | None:
+    """The partition a fetch error is about (kafka-python names it in the message), with the
+    broken parsed response discarded: kafka-python 3.0.12 otherwise keeps re-reading the
+    exhausted iterator of a batch that failed its CRC check and ``poll`` never returns."""
+    fetcher = consumer._fetcher
+    broken = fetcher._next_partition_records
+    match = _TP_IN_ERROR.search(str(e))
+    tp = TopicPartition(match.group(1), int(match.group(2))) if match else None
+    if broken is not None and (tp is None or broken.topic_partition == tp):
+        tp = broken.topic_partition
+        broken.drain()
+        fetcher._next_partition_records = None
+    return tp
+
+
+def _steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
+    """Work around two kafka-python 3.0.12 group-join races that the pump's short polls hit.
+
+    1. The coordinator compares the metadata it assigned with (``_assignment_snapshot``) to the
+       latest one and rejoins when they differ. Its snapshot is only rebuilt on a metadata
+       *update*; when the topic's metadata was already loaded before ``subscribe`` (as
+       :meth:`AsyncFetchConsumer._await_metadata` does), the first assignment is made with an
+       empty snapshot, the next metadata refresh differs, and the group rebalances right after
+       its first join — records delivered in between become stale and are delivered again.
+       Fix: build the snapshot from the metadata at hand right after ``subscribe``.
+    2. ``join_group_async`` runs JoinGroup+SyncGroup as a task and gives up waiting when the
+       caller's poll timeout expires, leaving the task in flight for the next poll — but only
+       while ``need_rejoin()`` is still true. The leader's own assignment equalises the two
+       snapshots during that task, so ``need_rejoin()`` turns false, the finished join is never
+       completed (no ``on_partitions_assigned``, partitions left pending revocation) and the
+       consumer fetches nothing until the session ends. Fix: a join task in flight means a
+       rejoin is still needed, and a join is awaited for up to ``join_wait_ms`` per poll (so a
+       join is not abandoned every 20 ms pump poll in the first place).
+    """
+    coordinator = consumer._coordinator
+    coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(
+        consumer._subscription, consumer._cluster
+    )
+    need_rejoin = coordinator.need_rejoin
+    join_group_async = coordinator.join_group_async
+
+    def need_rejoin_or_joining() -> bool:
+        return coordinator._join_task is not None or need_rejoin()
+
+    async def join_patiently(timeout_ms: float | None = None) -> bool:
+        wait = join_wait_ms if timeout_ms is None else max(timeout_ms, join_wait_ms)
+        return await join_group_async(timeout_ms=wait)
+
+    coordinator.need_rejoin = need_rejoin_or_joining
+    coordinator.join_group_async = join_patiently
 
 
 def _kafka_offsets(offsets: dict[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -259,7 +342,12 @@ class AsyncFetchConsumer:
         self._store = offset_store
         self._tracer = tracer
         self.timings = ClientTimings(
-            config.cluster, config.client_id, config.group_id or "", config.metrics_window_s, registry
+            config.cluster,
+            config.client_id,
+            config.group_id or "",
+            config.metrics_window_s,
+            registry,
+            end_to_end_sketches=config.publish_samples,
         )
         self.tracker = CommitTracker(config.max_retries)
         self._buf = _Buffer()
@@ -278,6 +366,11 @@ class AsyncFetchConsumer:
         self.stats: dict[str, int] = {}
         self._leaders: dict[TP, int] = {}
         self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
+        self._unreadable: tuple[TP, int, int] | None = None  # (partition, offset, failed fetches in a row)
+        self._missing_since: dict[str, float] = {}  # assigned topic -> when metadata stopped listing it
+        self._seen_topics: set[str] = set()
+        self._next_topic_check = 0.0
+        self._next_metadata_refresh = 0.0
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -288,6 +381,9 @@ class AsyncFetchConsumer:
             group_id=cfg.group_id,
             client_id=cfg.client_id,
             enable_auto_commit=False,
+            # A consumer never creates topics: with auto-creation on, the metadata requests of a
+            # consumer of a deleted topic would create it again, empty, under the operator's feet.
+            allow_auto_create_topics=False,
             auto_offset_reset=cfg.auto_offset_reset,
             fetch_max_wait_ms=cfg.fetch_max_wait_ms,
             fetch_min_bytes=cfg.fetch_min_bytes,
@@ -296,11 +392,14 @@ class AsyncFetchConsumer:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         )
+        # kafka-python 3.0.12 does not pass allow_auto_create_topics on to its metadata client.
+        consumer._cluster.config["allow_auto_create_topics"] = False
         self._time_fetches(consumer)
         self._consumer = consumer
         if self._topics:
             self._await_metadata(consumer)
             consumer.subscribe(self._topics, listener=_Listener(self))
+            _steady_group_join(consumer, cfg.session_timeout_ms)
         else:
             tps = [TopicPartition(*tp) for tp in self._partitions]
             consumer.assign(tps)
@@ -408,8 +507,17 @@ class AsyncFetchConsumer:
     def ack(self, d: Delivery) -> Outcome:
         """The record is done. Stale acks (partition revoked since) are counted and ignored."""
         outcome = self.tracker.ack(d.tp, d.epoch, d.offset)
-        self._count(f"ack_{outcome.value}")
+        self._count(_ACK_KEYS[outcome])
         return outcome
+
+    def ack_many(self, ds: Iterable[Delivery]) -> dict[Outcome, int]:
+        """:meth:`ack` for a processed batch (one lock round for all); outcome -> count."""
+        counts = self.tracker.ack_many([(d.tp, d.epoch, d.offset) for d in ds])
+        with self._stats_lock:
+            for outcome, n in counts.items():
+                key = _ACK_KEYS[outcome]
+                self.stats[key] = self.stats.get(key, 0) + n
+        return counts
 
     def fail(self, d: Delivery, error: str = "") -> Outcome:
         """The record failed: redelivered first in line until ``max_retries``, then exhausted."""
@@ -438,10 +546,24 @@ class AsyncFetchConsumer:
             self._buf.drop({d.tp})
 
     def _dead_letter(self, d: Delivery, error: str) -> bool:
-        topic = self.config.dead_letter_topic or f"{d.topic}.dead-letter"
+        return self._send_dead_letter(
+            d.topic, d.partition, d.offset, d.raw_key, d.raw_value, d.headers, error
+        )
+
+    def _send_dead_letter(
+        self,
+        source_topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+        error: str,
+    ) -> bool:
+        topic = self.config.dead_letter_topic or f"{source_topic}.dead-letter"
         headers = [
-            *d.headers,
-            ("linkwatch.source", f"{d.topic}-{d.partition}@{d.offset}".encode()),
+            *headers,
+            ("linkwatch.source", f"{source_topic}-{partition}@{offset}".encode()),
             ("linkwatch.error", error[:1000].encode("utf-8", "replace")),
         ]
         try:
@@ -450,9 +572,11 @@ class AsyncFetchConsumer:
                     self._producer = KafkaProducer(
                         bootstrap_servers=self.config.bootstrap_servers.split(","), acks="all"
                     )
-            self._producer.send(topic, value=d.raw_value, key=d.raw_key, headers=headers).get(timeout=30)
+            self._producer.send(topic, value=value, key=key, headers=headers).get(timeout=30)
         except Exception as e:
-            log.error("dead-letter send of %r to %s failed: %s", d, topic, e)
+            log.error(
+                "dead-letter send of %s-%s@%s to %s failed: %s", source_topic, partition, offset, topic, e
+            )
             self._count("dead_letter_failed")
             return False
         self.timings.metrics.dead_letter.inc()
@@ -564,6 +688,7 @@ class AsyncFetchConsumer:
         last_commit = last_publish = time.monotonic()
         try:
             while not self._closing.is_set():
+                self._check_deleted_topics(consumer, time.monotonic())
                 self._plan_fetch(consumer)
                 with self._buf.cond:
                     epochs = dict(self._assigned)
@@ -596,12 +721,91 @@ class AsyncFetchConsumer:
                 self._buf.cond.notify_all()
 
     def _on_fetch_error(self, consumer: KafkaConsumer, e: KafkaError) -> None:
-        """Errors surfaced by poll (corrupt or oversized records, …): count, skip, go on."""
+        """Errors surfaced by poll (corrupt record batches, …): counted by type; a partition
+        that fails at the same offset more than ``max_retries`` times in a row takes the
+        exhausted path there (the unreadable offset is dead-lettered and skipped, or the
+        partition stops), so one bad batch never wedges the consumer or retries forever."""
         name = type(e).__name__
         self.timings.metrics.drop(name)
         self._count(f"fetch_error_{name}")
         log.warning("fetch error: %s", e)
-        time.sleep(0.1)
+        tp = _failing_partition(consumer, e)
+        key = (tp.topic, tp.partition) if tp is not None else None
+        state = consumer._subscription.assignment.get(tp) if tp is not None else None
+        if key is None or state is None or state.position is None:
+            time.sleep(0.1)
+            return
+        offset = state.position.offset
+        failures = 1
+        if self._unreadable is not None and self._unreadable[:2] == (key, offset):
+            failures = self._unreadable[2] + 1
+        self._unreadable = (key, offset, failures)
+        if failures <= self.config.max_retries:
+            time.sleep(0.1)
+            return
+        self._unreadable = None
+        error = f"unreadable: {e}"
+        with self._buf.cond:
+            epoch = self._assigned.get(key)
+        if epoch is None:
+            return
+        self._count("unreadable_records")
+        if self.config.on_exhausted == "dead_letter" and self._send_dead_letter(
+            key[0], key[1], offset, None, b"", [], error
+        ):
+            consumer.seek(tp, offset + 1)
+            return
+        self.tracker.stop(key, epoch, offset)
+        self._count("partitions_stopped")
+        log.error("partition %s-%s stopped at offset %s: %s", key[0], key[1], offset, error)
+
+    def _check_deleted_topics(self, consumer: KafkaConsumer, now: float) -> None:
+        """Stop consuming partitions of topics that were deleted (no longer in the metadata for
+        ``topic_gone_s``): counted ``partitions_deleted``, their buffered records dropped; the
+        other partitions go on. Without this kafka-python keeps them assigned and fetches
+        nothing from them forever, silently."""
+        if now < self._next_topic_check:
+            return
+        self._next_topic_check = now + 0.5
+        with self._buf.cond:
+            topics = {tp[0] for tp in self._assigned} | set(self._topics)
+        cluster = consumer._cluster
+        gone = []
+        for topic in topics:
+            if cluster.partitions_for_topic(topic):
+                self._missing_since.pop(topic, None)
+                self._seen_topics.add(topic)
+                continue
+            if topic not in self._seen_topics:  # not created yet: assigned once it exists
+                continue
+            since = self._missing_since.setdefault(topic, now)
+            if now - since >= self.config.topic_gone_s:
+                gone.append(topic)
+        if not gone:
+            if self._missing_since or now >= self._next_metadata_refresh:
+                # kafka-python refreshes metadata only on errors or every metadata_max_age_ms
+                # (5 min): ask every topic_gone_s, so a deletion is seen within seconds.
+                cluster.request_update()
+                self._next_metadata_refresh = now + self.config.topic_gone_s
+            return
+        for topic in gone:
+            self._missing_since.pop(topic, None)
+            log.error("topic %s was deleted while consumed: its partitions are no longer consumed", topic)
+        self._count("topics_deleted", len(gone))
+        with self._buf.cond:
+            lost = [TopicPartition(*tp) for tp in self._assigned if tp[0] in gone]
+        self._release(lost)
+        self._count("partitions_deleted", len(lost))
+        self.timings.metrics.drop("partition_deleted", len(lost))
+        if self._topics:
+            self._topics = [t for t in self._topics if t not in gone]
+            if self._topics:
+                consumer.subscribe(self._topics, listener=_Listener(self))
+            else:
+                consumer.unsubscribe()
+        else:
+            self._partitions = [tp for tp in self._partitions if tp[0] not in gone]
+            consumer.assign([TopicPartition(*tp) for tp in self._partitions])
 
     def _accept(
         self, consumer: KafkaConsumer, batch: dict[TopicPartition, list[Any]], epochs: dict[TP, int]
@@ -611,6 +815,7 @@ class AsyncFetchConsumer:
         with self._buf.cond:
             for tp, recs in batch.items():
                 key = (tp.topic, tp.partition)
+                self._seen_topics.add(tp.topic)  # it existed: its absence later means deleted
                 epoch = self._assigned.get(key)
                 if epoch is None or epoch != epochs.get(key):
                     self._refetch_later(consumer, tp, recs)
@@ -618,8 +823,8 @@ class AsyncFetchConsumer:
                 accepted = self.tracker.delivered_many(key, epoch, [rec.offset for rec in recs])
                 if accepted < len(recs):
                     self._count("dropped_stopped", len(recs) - accepted)
-                for rec in recs[len(recs) - accepted :]:
-                    self._buf.put(Delivery(rec, epoch))
+                if accepted:
+                    self._buf.put_many(key, [Delivery(rec, epoch) for rec in recs[len(recs) - accepted :]])
             self._buf.cond.notify_all()
             buffered = (self._buf.bytes, len(self._buf.queue))
         self.timings.buffer(*buffered)

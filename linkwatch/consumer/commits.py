@@ -57,10 +57,24 @@ class PartitionOffsets:
         self._pending[offset] = _PENDING
 
     def ack(self, offset: int) -> Outcome:
-        if self._pending.get(offset) != _PENDING:
+        pending = self._pending
+        if pending.get(offset) != _PENDING:
             return Outcome.UNKNOWN
-        self._pending[offset] = _DONE
-        self._attempts.pop(offset, None)
+        if self._attempts:
+            self._attempts.pop(offset, None)
+        if self.stopped_at is None and next(iter(pending)) == offset:
+            # In-order ack (the common case): the prefix moves past it and any done followers.
+            pending.popitem(last=False)
+            self._next = offset + 1
+            while pending:
+                first = next(iter(pending))
+                if pending[first] != _DONE:
+                    self._next = max(self._next, first)  # skip holes up to the first pending
+                    break
+                pending.popitem(last=False)
+                self._next = first + 1
+            return Outcome.DONE
+        pending[offset] = _DONE
         self._advance()
         return Outcome.DONE
 
@@ -190,6 +204,16 @@ class CommitTracker:
         with self._lock:
             part = self._get(tp, epoch)
             return Outcome.STALE if part is None else part.ack(offset)
+
+    def ack_many(self, acks: list[tuple[tuple[str, int], int, int]]) -> dict[Outcome, int]:
+        """Ack (tp, epoch, offset) triples under one lock round; returns the outcome counts."""
+        counts: dict[Outcome, int] = {}
+        with self._lock:
+            for tp, epoch, offset in acks:
+                part = self._get(tp, epoch)
+                outcome = Outcome.STALE if part is None else part.ack(offset)
+                counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
 
     def fail(self, tp: tuple[str, int], epoch: int, offset: int) -> Outcome:
         with self._lock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -88,8 +89,12 @@ class ClientTimings:
         group: str,
         window_s: int = 10,
         registry: CollectorRegistry | None = None,
+        end_to_end_sketches: bool = True,
     ) -> None:
         self.cluster, self.client_id, self.group, self.window_s = cluster, client_id, group, window_s
+        # The per-broker end-to-end sketches only feed the ClientFetch records: without
+        # publishing they are not kept (they were the costliest per-record step).
+        self.end_to_end_sketches = end_to_end_sketches
         self.metrics = ClientMetrics(cluster, client_id, group, registry)
         self._lock = threading.Lock()
         self._wait = LatencySketch()
@@ -116,20 +121,32 @@ class ClientTimings:
             self._fetch.setdefault(broker, LatencySketch()).add(seconds * 1000)
 
     def end_to_end_many(self, items: list[tuple[int, str, float]]) -> None:
-        """Record (broker, topic, seconds) for a batch of deliveries (one lock round)."""
-        for _broker, topic, seconds in items:
+        """Record (broker, topic, seconds) for a batch of deliveries (one lock round; the
+        histogram is updated once per bucket touched, not once per record)."""
+        by_topic: dict[str, list[float]] = {}
+        by_broker: dict[int, list[float]] = {}
+        keep = self.end_to_end_sketches
+        for broker, topic, seconds in items:
+            seconds = seconds if seconds > 0.0 else 0.0
+            by_topic.setdefault(topic, []).append(seconds)
+            if keep:
+                by_broker.setdefault(broker, []).append(seconds)
+        for topic, values in by_topic.items():
             child = self._e2e_children.get(topic)
             if child is None:
                 child = self._e2e_children[topic] = self.metrics.end_to_end.labels(
                     *self.metrics._values, topic
                 )
-            child.observe(max(0.0, seconds))
+            observe_many(child, values)
+        if not self.end_to_end_sketches:
+            return
         with self._lock:
-            for broker, _topic, seconds in items:
+            for broker, values in by_broker.items():
                 sketch = self._e2e.get(broker)
                 if sketch is None:
                     sketch = self._e2e[broker] = LatencySketch()
-                sketch.add(max(0.0, seconds) * 1000)
+                for seconds in values:
+                    sketch.add(seconds * 1000)
 
     def end_to_end(self, broker: int, topic: str, seconds: float) -> None:
         self.end_to_end_many([(broker, topic, seconds)])
@@ -180,3 +197,23 @@ class ClientTimings:
                 )
             )
         return out
+
+
+def observe_many(child: Any, values: list[float]) -> None:
+    """``Histogram.observe`` for many values at once: the same bucket counts and sum, one
+    increment per bucket touched (prometheus_client's child keeps ``_upper_bounds``,
+    ``_buckets`` and ``_sum``; falls back to per-value observe if that ever changes)."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None:
+        for v in values:
+            child.observe(v)
+        return
+    counts: dict[int, int] = {}
+    for v in values:
+        i = bisect_left(bounds, v)
+        counts[i] = counts.get(i, 0) + 1
+    for i, n in counts.items():
+        buckets[i].inc(n)
+    total.inc(sum(values))

@@ -286,6 +286,41 @@ class LocalCluster:
             raise
         return state
 
+    def stop_node(self, node_id: int, sig: signal.Signals = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+        """Stop one broker of the running cluster (``SIGKILL`` for a crash); returns its pid.
+
+        The other nodes keep running; :meth:`start_node` starts it again with the same data."""
+        state = self.state()
+        if state is None:
+            raise SetupError(f"no cluster under {self.root}")
+        node = state.node(node_id)
+        pid = node.pid
+        if pid and node.alive():
+            _signal(pid, signal.SIGCONT)
+            _signal(pid, sig)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and pid_alive(pid):
+                _reap([pid])
+                time.sleep(0.1)
+            if pid_alive(pid):
+                _signal(pid, signal.SIGKILL)
+            _reap([pid], block=True)
+        return pid
+
+    def start_node(self, node_id: int) -> ClusterState:
+        """Start one stopped broker again (same id, dirs, ports, data) and wait until every
+        broker answers metadata listing all of them. Returns the saved state with its new pid."""
+        state = self.state()
+        if state is None:
+            raise SetupError(f"no cluster under {self.root}")
+        node = state.node(node_id)
+        if node.alive():
+            raise SetupError(f"broker {node_id} is running (pid {node.pid})")
+        node.pid = self._start(_java(), jars.resolve(), node)
+        state.save()
+        self._wait_ready(state)
+        return state
+
     def down(self, keep_data: bool = False, timeout_s: float = 20.0) -> list[int]:
         """Stop every node (TERM, then KILL after ``timeout_s``); remove the data unless asked.
 

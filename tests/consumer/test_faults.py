@@ -1,0 +1,272 @@
+"""Faults on real brokers: oversized and corrupt records, a broker restart mid-fetch, a topic
+deleted while consumed. Each: no loss beyond what is reported, nothing wedged, counted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from tests.consumer.conftest import create_topic, produce
+
+pytestmark = pytest.mark.cluster
+
+
+def _collect(consumer: AsyncFetchConsumer, until, timeout_s: float) -> dict[tuple[str, int], list]:
+    """Poll and ack until ``until(got)`` or the timeout; got = (topic, partition) -> deliveries."""
+    got: dict[tuple[str, int], list] = defaultdict(list)
+    deadline = time.monotonic() + timeout_s
+    while not until(got) and time.monotonic() < deadline:
+        for d in consumer.poll(0.2):
+            got[d.tp].append(d)
+            consumer.ack(d)
+    return got
+
+
+# ------------------------------------------------------------------ oversized records
+
+
+def test_record_larger_than_the_buffer_is_delivered(cluster3, admin, topic_name):
+    """A 600 KB record with a 64 KiB buffer and 16 KiB fetches: delivered whole, in order, and
+    the partition goes on (the broker returns at least one batch; the empty share admits it)."""
+    create_topic(admin, topic_name, partitions=2)
+    big = os.urandom(600 * 1024)
+    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, max_request_size=2 * 1024 * 1024)
+    values = [b"small-%d" % i for i in range(5)] + [big] + [b"small-%d" % i for i in range(6, 10)]
+    for v in values:
+        producer.send(topic_name, value=v, partition=0).get(30)
+    for i in range(10):
+        producer.send(topic_name, value=b"other-%d" % i, partition=1)
+    producer.flush()
+    producer.close()
+    cfg = ConsumerConfig(
+        bootstrap_servers=cluster3.bootstrap,
+        buffer_max_bytes=64 * 1024,
+        max_partition_fetch_bytes=16 * 1024,
+        fetch_max_bytes=32 * 1024,
+    )
+    with AsyncFetchConsumer(cfg, partitions=[(topic_name, 0), (topic_name, 1)]) as consumer:
+        got = _collect(consumer, lambda g: sum(map(len, g.values())) >= 20, 30)
+        peak = consumer.peak_buffer_bytes
+        left = consumer.buffered()
+    assert [d.raw_value for d in got[(topic_name, 0)]] == values
+    assert [d.offset for d in got[(topic_name, 0)]] == list(range(10))
+    assert len(got[(topic_name, 1)]) == 10
+    # The bound is exceeded by that one record only (documented): admitted into an empty share.
+    assert len(big) <= peak < len(big) + 64 * 1024 + 2 * 16 * 1024
+    assert left == (0, 0)
+
+
+# ------------------------------------------------------------------ corrupt record batches
+
+
+def _corrupt(cluster: ClusterState, broker: int, topic: str, partition: int, marker: bytes) -> None:
+    """Flip one byte of ``marker`` (a record value) in the partition's segment on disk: the
+    broker serves the batch as stored, so its CRC no longer matches."""
+    node = cluster.node(broker)
+    segments = [p for d in node.log_dirs for p in Path(d, f"{topic}-{partition}").glob("*.log")]
+    for seg in segments:
+        data = seg.read_bytes()
+        at = data.find(marker)
+        if at >= 0:
+            with seg.open("r+b") as f:
+                f.seek(at + len(marker) - 1)
+                f.write(bytes([data[at + len(marker) - 1] ^ 0xFF]))
+            return
+    raise AssertionError(f"{marker!r} not found in {segments}")
+
+
+@pytest.mark.parametrize(
+    ("on_exhausted", "p0_offsets", "dead", "stopped"),
+    [
+        # the unreadable offset goes to the dead-letter topic (empty value, source + error
+        # headers) and is skipped; everything else arrives
+        ("dead_letter", [o for o in range(20) if o != 10], 1, {}),
+        # the partition stops at the unreadable offset; the other partition is unaffected
+        ("stop_partition", list(range(10)), 0, {0: 10}),
+    ],
+)
+def test_corrupt_batch(cluster3, admin, topic_name, on_exhausted, p0_offsets, dead, stopped):
+    create_topic(admin, topic_name, partitions=2)  # partition 0 led by broker 1
+    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=0)
+    for i in range(20):
+        producer.send(topic_name, value=b"rec-%03d" % i, partition=0).get(30)  # one batch each
+        producer.send(topic_name, value=b"rec-%03d" % i, partition=1)
+    producer.flush()
+    producer.close()
+    _corrupt(cluster3, 1, topic_name, 0, b"rec-010")
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    cfg = ConsumerConfig(
+        bootstrap_servers=cluster3.bootstrap, group_id=group, max_retries=2, on_exhausted=on_exhausted
+    )
+    with AsyncFetchConsumer(cfg, partitions=[(topic_name, 0), (topic_name, 1)]) as consumer:
+        got = _collect(
+            consumer,
+            lambda g: len(g[(topic_name, 1)]) == 20 and len(g[(topic_name, 0)]) == len(p0_offsets),
+            30,
+        )
+        time.sleep(1.0)  # nothing more arrives for partition 0
+        got[(topic_name, 0)] += consumer.poll(0.5)
+        consumer.commit()
+        stats = dict(consumer.stats)
+        stopped_now = consumer.stopped_partitions()
+    assert [d.offset for d in got[(topic_name, 0)]] == p0_offsets
+    assert [d.offset for d in got[(topic_name, 1)]] == list(range(20))
+    assert stats["fetch_error_CorruptRecordError"] == 3  # first try + max_retries, then no more
+    assert stats["unreadable_records"] == 1
+    assert stats.get("dead_lettered", 0) == dead
+    assert stopped_now == {(topic_name, p): o for p, o in stopped.items()}
+    committed = admin.list_group_offsets(group)[group]
+    assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 20 if dead else 10, 1: 20}
+    if dead:
+        reader = KafkaConsumer(
+            f"{topic_name}.dead-letter", bootstrap_servers=cluster3.bootstrap, auto_offset_reset="earliest"
+        )
+        records = []
+        deadline = time.monotonic() + 20
+        while not records and time.monotonic() < deadline:
+            records += [r for recs in reader.poll(500).values() for r in recs]
+        reader.close()
+        assert len(records) == 1
+        headers = dict(records[0].headers)
+        assert headers["linkwatch.source"] == f"{topic_name}-0@10".encode()
+        assert b"CorruptRecordError" in headers["linkwatch.error"]
+
+
+# ------------------------------------------------------------------ topic deleted while consumed
+
+
+@pytest.mark.parametrize("mode", ["assign", "subscribe"])
+def test_topic_deleted_while_consumed(cluster3, admin, mode):
+    gone, kept = f"t-{uuid.uuid4().hex[:10]}", f"t-{uuid.uuid4().hex[:10]}"
+    create_topic(admin, gone, partitions=3)
+    create_topic(admin, kept, partitions=3)
+    produce(cluster3.bootstrap, gone, 3, 20)
+    produce(cluster3.bootstrap, kept, 3, 20)
+    cfg = ConsumerConfig(bootstrap_servers=cluster3.bootstrap, group_id=f"g-{uuid.uuid4().hex[:6]}")
+    where = (
+        {"topics": [gone, kept]}
+        if mode == "subscribe"
+        else {"partitions": [(t, p) for t in (gone, kept) for p in range(3)]}
+    )
+    with AsyncFetchConsumer(cfg, **where) as consumer:
+        first = _collect(consumer, lambda g: sum(map(len, g.values())) >= 120, 30)
+        admin.delete_topics([gone])
+        deadline = time.monotonic() + 20
+        while consumer.stats.get("topics_deleted", 0) == 0 and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        produce(cluster3.bootstrap, kept, 3, 20, start=20)
+        after = _collect(consumer, lambda g: sum(map(len, g.values())) >= 60, 30)
+        stats = dict(consumer.stats)
+        assigned = consumer.assignment()
+        fetching = {(tp.topic, tp.partition) for tp in consumer._consumer.assignment()}
+    assert sum(map(len, first.values())) == 120
+    assert stats["topics_deleted"] == 1
+    # The other partitions are unaffected: every new record of the kept topic arrives, in order.
+    assert {tp: [d.offset for d in ds] for tp, ds in after.items()} == {
+        (kept, p): list(range(20, 40)) for p in range(3)
+    }
+    assert assigned == fetching == {(kept, p) for p in range(3)}  # nothing left fetching the gone topic
+    if mode == "assign":
+        assert stats["partitions_deleted"] == 3
+    time.sleep(1)
+    assert gone not in admin.list_topics()  # the consumer's metadata requests did not re-create it
+
+
+# ------------------------------------------------------------------ broker restart mid-fetch
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A 3-broker cluster of this module only: a broker of it is killed and started again."""
+    root = tmp_path_factory.mktemp("restart") / "kafka"
+    start = 40000 + (os.getpid() % 200) * 100
+    cluster = LocalCluster(
+        ClusterSpec(brokers=3, root=root, base_port=find_free_base_port(3, start=start), heap_mb=256)
+    )
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def test_broker_restart_mid_fetch(own_cluster):
+    state = own_cluster.state()
+    assert state is not None
+    bootstrap = state.bootstrap
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    create_topic(admin, topic, partitions=6)  # partitions 1 and 4 led by broker 2
+    on_2 = {1, 4}
+    sent = produce(bootstrap, topic, 6, 100)
+    cfg = ConsumerConfig(
+        bootstrap_servers=bootstrap,
+        group_id=f"g-{uuid.uuid4().hex[:6]}",
+        max_partition_fetch_bytes=512,  # many small fetches: one is in flight when the broker dies
+        fetch_max_wait_ms=200,
+    )
+    got: dict[int, list[int]] = defaultdict(list)
+    values: dict[int, list[bytes]] = defaultdict(list)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def app(consumer: AsyncFetchConsumer) -> None:
+        while not stop.is_set():
+            for d in consumer.poll(0.2):
+                with lock:
+                    got[d.partition].append(d.offset)
+                    values[d.partition].append(d.raw_value)
+                consumer.ack(d)
+
+    def count(parts) -> int:
+        with lock:
+            return sum(len(got[p]) for p in parts)
+
+    def wait_for(parts, n: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while count(parts) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return count(parts) >= n
+
+    with AsyncFetchConsumer(cfg, partitions=[(topic, p) for p in range(6)]) as consumer:
+        thread = threading.Thread(target=app, args=(consumer,), daemon=True)
+        thread.start()
+        try:
+            assert wait_for(range(6), 150, 30)  # mid-stream: fetching from every broker
+            own_cluster.stop_node(2, signal.SIGKILL)
+            live = [p for p in range(6) if p not in on_2]
+            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+            for i in range(100, 150):
+                for p in live:
+                    v = f"{p}:{i}".encode()
+                    producer.send(topic, value=v, partition=p)
+                    sent[p].append(v)
+            producer.flush(30)
+            producer.close()
+            # Broker 2 is down: the partitions of brokers 1 and 3 still deliver everything.
+            assert wait_for(live, 150 * len(live), 30), f"live partitions stalled at {count(live)}"
+            own_cluster.start_node(2)
+            more = produce(bootstrap, topic, 6, 50, start=150)
+            for p, vs in more.items():
+                sent[p] += vs
+            assert wait_for(range(6), sum(map(len, sent.values())), 60), f"stalled at {count(range(6))}"
+        finally:
+            stop.set()
+            thread.join(5)
+        stats = dict(consumer.stats)
+    admin.close()
+    for p in range(6):  # no loss, no duplicates, in order
+        assert values[p] == sent[p], f"partition {p}: {len(values[p])} of {len(sent[p])}"
+        assert got[p] == list(range(len(sent[p])))
+    print(f"restart: delivered={sum(map(len, got.values()))} stats={stats}")
