@@ -62,11 +62,12 @@ class DemoOptions:
     components: list[Callable[[], DemoComponent]] = field(default_factory=list)
 
 
-def default_components(workdir: Path) -> list[Callable[[], DemoComponent]]:
+def default_components(workdir: Path, analyzer: bool = False) -> list[Callable[[], DemoComponent]]:
     """Everything the demo shows besides the cluster and the load, in start order.
 
     The agents start first so the alerting stack (Prometheus, Alertmanager, the receiver) knows
-    the ports to scrape; ``workdir`` holds the stack's files.
+    the ports to scrape; ``workdir`` holds the stack's files. ``analyzer`` adds the Spark
+    analyzer reading the agents' samples (its findings appear and clear in the display).
     """
     from alerts.stack import AlertingDemoComponent
     from linkwatch.demo_components import AgentsComponent, scrape_targets
@@ -74,7 +75,12 @@ def default_components(workdir: Path) -> list[Callable[[], DemoComponent]]:
 
     agents, lag = AgentsComponent(), LagComponent()
     alerting = AlertingDemoComponent(workdir / "alerts", lambda _cluster: scrape_targets(agents, lag))
-    return [lambda: agents, lambda: lag, lambda: alerting]
+    comps: list[Callable[[], DemoComponent]] = [lambda: agents, lambda: lag, lambda: alerting]
+    if analyzer:
+        from analyzer.service import AnalyzerComponent, demo_config
+
+        comps.append(lambda: AnalyzerComponent(demo_config(agents.window_s)))
+    return comps
 
 
 def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
