@@ -151,7 +151,8 @@ class AnalysisService:
         if self.sampler is not None:
             self.sampler.poll()
             hot = self.sampler.hot_keys()
-        raw = read_archive(self.spark, self.archive_dir, now_ms - span - self.cfg.window_s * 1000, now_ms)
+        since = now_ms - span - self.cfg.window_s * 1000
+        raw = read_archive(self.spark, self.archive_dir, since, now_ms, single_partition=True)
         if raw is None:
             data = Aggregates(cluster=self.cfg.cluster, window_s=self.cfg.window_s, hot_keys=hot)
         else:
