@@ -53,7 +53,7 @@ def main() -> None:
         admin.close()
         feed = RequestLogFeed(state, "bench", args.window_s).start()
         load = ProducerLoad(
-            state.bootstrap, "bench.load", 400, KeyDistribution("uniform", 1000), acks=1
+            state.bootstrap, "bench.load", 400, KeyDistribution("uniform", 1000), acks="all"
         ).start()
         cfg = AnalyzerConfig(
             cluster="bench",
