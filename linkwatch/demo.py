@@ -59,6 +59,7 @@ class DemoOptions:
     root: Path = Path("/tmp/linkwatch-demo")
     refresh_s: float = 2.0
     topic: str = "demo.orders"
+    acks: int | str = 1  # "all" lets a stalled follower show in the leaders' request times
     components: list[Callable[[], DemoComponent]] = field(default_factory=list)
 
 
@@ -112,7 +113,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         consumer = ConsumerLoad(state.bootstrap, opts.topic, "demo-consumer").start()
         if not consumer.assigned.wait(60):
             console.print("[yellow]the demo consumer has not joined its group after 60 s; going on[/]")
-        producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=1).start()
+        producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=opts.acks).start()
         # A second group that stops a quarter of the way in: the lag collector must call it STOP.
         quitter = ConsumerLoad(state.bootstrap, opts.topic, "demo-stops-early").start()
         victim = state.node(opts.slow_broker)
@@ -216,7 +217,7 @@ def _broker_table(
     for at, latency, partition in list(producer.stats.recent_latencies):
         if now - at <= window_s and partition in leaders:
             by_broker.setdefault(leaders[partition], []).append(latency)
-    table = Table(title="per-broker produce (acks=1), last few seconds")
+    table = Table(title=f"per-broker produce (acks={producer.acks}), last few seconds")
     for col in ("broker", "leads partitions", "acked msg/s", "ack p50 ms", "ack p99 ms"):
         table.add_column(col, justify="right")
     p50s: dict[int, float] = {}

@@ -33,6 +33,9 @@ def app(
         slow_broker=slow_broker,
         root=dir,
         components=demo.default_components(dir.parent / f"{dir.name}-stack", analyzer=analyzer),
+        # The analyzer finds the paused broker from the leaders waiting on it as follower,
+        # which needs acks=all (docs/analyzer.md, Rule 5).
+        acks="all" if analyzer else 1,
     )
     summary = demo.run(opts, console)
     console.print(
