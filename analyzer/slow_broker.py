@@ -14,6 +14,18 @@ Rule 3 — when more than ``cluster_wide_fraction`` of the reporting brokers are
 absolute threshold in a window (scored like Rule 2), the finding is one cluster-wide slowdown,
 and per-broker findings are withheld: a slow cluster is not N slow nodes.
 
+Rule 5 — a stalled follower (e.g. a JVM paused by GC or SIGSTOP) is invisible in its own
+request times: a request that arrives while it is stopped is timestamped only when it is
+read. It shows on the *leaders* instead: with ``acks=all`` they wait in ``remote`` for it. In
+a window where at least ``min_waiting_leaders`` brokers are above the threshold with
+``remote`` carrying at least ``remote_share`` of their p99, and exactly one reporting broker
+is not (and is itself below the threshold), that broker is the suspected stalled follower.
+Those windows are scored like Rule 2; an active suspect gets the finding (stage ``remote``,
+the waiting leaders named), and the leaders' own slowness is not reported again, nor as a
+cluster-wide slowdown. (With exactly one non-waiting broker the rule fits small clusters and
+clusters where every leader replicates to the stalled broker; larger clusters need the
+partition → replica map.)
+
 Rule 4 — stage attribution: over the broker's slow windows, the stage whose p99 exceeds the
 peers' median p99 by the most carries the excess. ``remote`` means the leader waits for
 followers; the follower that looks slowest itself is named, and a leader whose excess is only
@@ -76,6 +88,8 @@ class SlowBrokerConfig(DetectorConfig):
     stages: list[str] = Field(
         default_factory=lambda: ["requestQueue", "local", "remote", "responseQueue", "send", "throttle"]
     )
+    remote_share: float = Field(0.5, gt=0, le=1)  # Rule 5: remote p99 / total p99 of a waiting leader
+    min_waiting_leaders: int = Field(2, ge=1)
 
 
 @dataclass(frozen=True)
@@ -199,6 +213,65 @@ def attribute_stage(
     return excess
 
 
+@dataclass(frozen=True)
+class StalledFollower:
+    """Rule 5 outcome for one suspect and request type."""
+
+    broker: int
+    request: str
+    score: Score
+    leaders_waiting: tuple[int, ...]
+    leader_p99_ms: tuple[float | None, ...]  # per window: the worst waiting leader's p99
+
+
+def stalled_followers(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> list[StalledFollower]:
+    """Rule 5 for every request type: suspects whose score is active."""
+    table = _Table(data.broker_stages)
+    out = []
+    for request in cfg.requests:
+        windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
+        per_window: list[tuple[int, int | None, list[int], dict[int, StageWindow], float | None]] = []
+        for w in windows:
+            usable = table.usable(request, "total", w, cfg.min_requests)
+            remote = table.usable(request, "remote", w, 1)
+            waiting = sorted(
+                b
+                for b, r in usable.items()
+                if (r.p99_ms or 0.0) > cfg.p99_threshold_ms
+                and b in remote
+                and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (r.p99_ms or 0.0)
+            )
+            others = [b for b in usable if b not in waiting]
+            suspect = None
+            if (
+                len(waiting) >= cfg.min_waiting_leaders
+                and len(others) == 1
+                and (usable[others[0]].p99_ms or 0.0) <= cfg.p99_threshold_ms
+            ):
+                suspect = others[0]
+            worst = max((usable[b].p99_ms or 0.0 for b in waiting), default=None)
+            per_window.append((w, suspect, waiting, usable, worst))
+        for b in sorted({s for _, s, *_ in per_window if s is not None}):
+            rows = [(w, s, usable.get(b), worst) for w, s, _, usable, worst in per_window]
+            verdicts = tuple(
+                WindowVerdict(w, row.count if row else 0, row.p99_ms if row else None, worst, s == b)
+                for w, s, row, worst in rows
+            )
+            score, active = walk_score((v.slow for v in verdicts), cfg)
+            if active:
+                leaders = sorted({x for _, s, waiting, *_ in per_window if s == b for x in waiting})
+                out.append(
+                    StalledFollower(
+                        b,
+                        request,
+                        Score(score, active, verdicts),
+                        tuple(leaders),
+                        tuple(p[4] for p in per_window),
+                    )
+                )
+    return out
+
+
 def slowest_peer(scores: dict[tuple[int, str], Score], broker: int) -> int | None:
     """The peer that looks slowest itself: highest score, then highest recent p99 ratio."""
 
@@ -223,12 +296,22 @@ class SlowBrokerDetector(Detector):
     def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
         cfg: SlowBrokerConfig = self.config  # type: ignore[assignment]
         scores = broker_scores(data, now_ms, cfg)
-        cluster = [(r, *cluster_score(data, now_ms, cfg, r)) for r in cfg.requests]
+        stalled: dict[int, StalledFollower] = {}
+        for sf in stalled_followers(data, now_ms, cfg):
+            if sf.broker not in stalled or sf.score.score > stalled[sf.broker].score.score:
+                stalled[sf.broker] = sf
+        explained = {b for sf in stalled.values() for b in sf.leaders_waiting} | set(stalled)
+        if stalled:  # Rule 5 explains the leaders' slowness: report the follower, not them.
+            scores = {key: s for key, s in scores.items() if key[0] not in explained}
+        found = [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
+        cluster = [] if stalled else [(r, *cluster_score(data, now_ms, cfg, r)) for r in cfg.requests]
         wide = [(r, s, ev) for r, s, ev in cluster if s.active]
         active = {key: s for key, s in scores.items() if s.active}
         brokers = {b for b, _ in scores}
         flagged = {b for b, _ in active}
-        if wide or (len(brokers) >= 2 and len(flagged) / len(brokers) > cfg.cluster_wide_fraction):
+        if wide or (
+            not stalled and len(brokers) >= 2 and len(flagged) / len(brokers) > cfg.cluster_wide_fraction
+        ):
             return [self._cluster_finding(data, now_ms, cfg, wide, sorted(flagged))]
         table = _Table(data.broker_stages)
         per_broker: dict[int, dict] = {}
@@ -252,7 +335,52 @@ class SlowBrokerDetector(Detector):
                 for f in set(waits):
                     per_broker[f]["leaders_waiting"].append(b)
                 del per_broker[b]
-        return [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
+        return found + [
+            self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())
+        ]
+
+    def _stalled_finding(
+        self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, sf: StalledFollower
+    ) -> Finding:
+        windows = sf.score.windows
+        slow = [v for v in windows if v.slow]
+        worst = max((p for p in sf.leader_p99_ms if p is not None), default=0.0)
+        meaning = (
+            "leaders wait in replication (remote) for this broker while its own request times "
+            "look normal: it stalls as a follower (GC or process pauses, a hung fetcher, its network)"
+        )
+        leaders = ", ".join(map(str, sf.leaders_waiting))
+        return self.finding(
+            data,
+            now_ms,
+            subject=f"broker:{sf.broker}",
+            severity="critical" if sf.score.score >= cfg.max_score else "warning",
+            summary=(
+                f"brokers {leaders} wait on broker {sf.broker} as follower: their {sf.request} p99 up to "
+                f"{worst:.0f} ms > {cfg.p99_threshold_ms:.0f} ms, spent in stage remote, in {len(slow)} of "
+                f"{len(windows)} windows; broker {sf.broker}'s own p99 stays normal"
+            ),
+            evidence={
+                "request": sf.request,
+                "stage": "remote",
+                "stage_meaning": meaning,
+                "slow_follower": sf.broker,
+                "leaders_waiting": list(sf.leaders_waiting),
+                "score": sf.score.score,
+                "values": {
+                    "leaders_p99_ms": list(sf.leader_p99_ms),
+                    "own_p99_ms": [v.p99_ms for v in windows],
+                    "count": [v.count for v in windows],
+                },
+                "baseline": {"p99_threshold_ms": cfg.p99_threshold_ms, "remote_share": cfg.remote_share},
+                "windows": [v.window_start_ms for v in windows],
+                "slow_windows": [v.window_start_ms for v in slow],
+            },
+            action=(
+                f"check broker {sf.broker} for JVM pauses (GC log, safepoints), its replica fetcher "
+                f"threads and its network; leaders {leaders} recover when it keeps up"
+            ),
+        )
 
     def _broker_finding(
         self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, b: int, ev: dict

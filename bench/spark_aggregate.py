@@ -13,6 +13,7 @@ results are compared row for row on a sample, and the ratio is printed.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -127,12 +128,14 @@ def main() -> None:
     root = args.dir or Path(tempfile.mkdtemp(prefix="lw-bench-"))
     data = root / "sketches"
     windows = args.minutes * 60 // args.window_s
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     spark = spark_session("local[2]", app_name="linkwatch-bench", shuffle_partitions=8)
     started = time.perf_counter()
     n = generate(spark, data, args.brokers, windows, args.window_s, args.stages, args.width)
     print(
         f"generated {n:,} sketches ({args.brokers} brokers × {windows} windows × {args.stages} stage(s), "
-        f"{args.width} buckets each = {n * args.width:,} bucket counts) in {time.perf_counter() - started:.1f}s"
+        f"{args.width} buckets each = {n * args.width:,} bucket counts) in {time.perf_counter() - started:.1f}s",
+        flush=True,
     )
 
     started = time.perf_counter()
@@ -140,10 +143,10 @@ def main() -> None:
     result.write.mode("overwrite").parquet(str(root / "spark_out"))
     spark_s = time.perf_counter() - started
     spark_rows = spark.read.parquet(str(root / "spark_out")).count()
-    print(f"spark local[2]: {spark_s:.1f}s for {spark_rows:,} result rows")
+    print(f"spark local[2]: {spark_s:.1f}s for {spark_rows:,} result rows", flush=True)
 
     duck_s, con, duck_rows = run_duckdb(data, args.window_s, threads=2)
-    print(f"duckdb (2 threads): {duck_s:.1f}s for {duck_rows:,} result rows")
+    print(f"duckdb (2 threads): {duck_s:.1f}s for {duck_rows:,} result rows", flush=True)
     mismatches = con.execute(
         f"""SELECT count(*) FROM result d JOIN read_parquet('{root}/spark_out/*.parquet') s
             USING (broker, request, stage, window_start_ms)
@@ -152,6 +155,7 @@ def main() -> None:
     ).fetchone()[0]
     print(f"rows differing between engines: {mismatches}")
     print(f"ratio spark/duckdb: {spark_s / duck_s:.1f}x")
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     spark.stop()
     if args.dir is None:
         shutil.rmtree(root, ignore_errors=True)

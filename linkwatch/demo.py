@@ -59,14 +59,16 @@ class DemoOptions:
     root: Path = Path("/tmp/linkwatch-demo")
     refresh_s: float = 2.0
     topic: str = "demo.orders"
+    acks: int | str = 1  # "all" lets a stalled follower show in the leaders' request times
     components: list[Callable[[], DemoComponent]] = field(default_factory=list)
 
 
-def default_components(workdir: Path) -> list[Callable[[], DemoComponent]]:
+def default_components(workdir: Path, analyzer: bool = False) -> list[Callable[[], DemoComponent]]:
     """Everything the demo shows besides the cluster and the load, in start order.
 
     The agents start first so the alerting stack (Prometheus, Alertmanager, the receiver) knows
-    the ports to scrape; ``workdir`` holds the stack's files.
+    the ports to scrape; ``workdir`` holds the stack's files. ``analyzer`` adds the Spark
+    analyzer reading the agents' samples (its findings appear and clear in the display).
     """
     from alerts.stack import AlertingDemoComponent
     from linkwatch.demo_components import AgentsComponent, scrape_targets
@@ -74,7 +76,12 @@ def default_components(workdir: Path) -> list[Callable[[], DemoComponent]]:
 
     agents, lag = AgentsComponent(), LagComponent()
     alerting = AlertingDemoComponent(workdir / "alerts", lambda _cluster: scrape_targets(agents, lag))
-    return [lambda: agents, lambda: lag, lambda: alerting]
+    comps: list[Callable[[], DemoComponent]] = [lambda: agents, lambda: lag, lambda: alerting]
+    if analyzer:
+        from analyzer.service import AnalyzerComponent, demo_config
+
+        comps.append(lambda: AnalyzerComponent(demo_config(agents.window_s)))
+    return comps
 
 
 def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
@@ -106,7 +113,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         consumer = ConsumerLoad(state.bootstrap, opts.topic, "demo-consumer").start()
         if not consumer.assigned.wait(60):
             console.print("[yellow]the demo consumer has not joined its group after 60 s; going on[/]")
-        producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=1).start()
+        producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=opts.acks).start()
         # A second group that stops a quarter of the way in: the lag collector must call it STOP.
         quitter = ConsumerLoad(state.bootstrap, opts.topic, "demo-stops-early").start()
         victim = state.node(opts.slow_broker)
@@ -210,7 +217,7 @@ def _broker_table(
     for at, latency, partition in list(producer.stats.recent_latencies):
         if now - at <= window_s and partition in leaders:
             by_broker.setdefault(leaders[partition], []).append(latency)
-    table = Table(title="per-broker produce (acks=1), last few seconds")
+    table = Table(title=f"per-broker produce (acks={producer.acks}), last few seconds")
     for col in ("broker", "leads partitions", "acked msg/s", "ack p50 ms", "ack p99 ms"):
         table.add_column(col, justify="right")
     p50s: dict[int, float] = {}

@@ -59,13 +59,23 @@ def collect(
     """Bring the (small) aggregates to the driver as the analyzer's rows."""
     # One job for both stage frames (they share the sketch explode and per-key sums).
     stages = _rows(frames.broker_stages.unionByName(frames.cluster_stages), StageWindow)
+    # The imbalances are computed from the partition and log-dir frames: keep those cached
+    # while collecting so their shuffles run once per evaluation, not twice.
+    cached = [frames.partitions.cache(), frames.logdirs.cache()]
+    try:
+        partitions = _rows(frames.partitions, PartitionWindow)
+        logdirs = _rows(frames.logdirs, LogDirWindow)
+        imbalances = _rows(frames.imbalances, ImbalanceWindow)
+    finally:
+        for df in cached:
+            df.unpersist()
     return Aggregates(
         cluster=cluster,
         window_s=window_s,
         broker_stages=[r for r in stages if r.broker is not None],
         cluster_stages=[r for r in stages if r.broker is None],
-        partitions=_rows(frames.partitions, PartitionWindow),
-        logdirs=_rows(frames.logdirs, LogDirWindow),
-        imbalances=_rows(frames.imbalances, ImbalanceWindow),
+        partitions=partitions,
+        logdirs=logdirs,
+        imbalances=imbalances,
         hot_keys=hot_keys,
     )

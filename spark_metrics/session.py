@@ -30,6 +30,10 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.adaptive.enabled", "true")
+        # The streaming archive is many small files (a few per micro-batch). With the default
+        # open cost (4 MiB) every file becomes its own scan task, so an evaluation's first stage
+        # grows with the archive's age; a small open cost packs them into a few tasks.
+        .config("spark.sql.files.openCostInBytes", "8192")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")

@@ -64,7 +64,10 @@ def start_archive_stream(spark: SparkSession, opts: StreamOptions) -> StreamingQ
     rows = envelope(kafka_source(spark, opts))
     deduped = rows.withWatermark("event_time", opts.watermark).dropDuplicatesWithinWatermark(["key"])
     return (
+        # One writer task per micro-batch: one file per (kind, hour) and batch, not one per
+        # shuffle partition (the samples are small; files and tasks are what cost).
         deduped.drop("event_time")
+        .coalesce(1)
         .writeStream.format("parquet")
         .option("path", str(opts.archive_dir))
         .option("checkpointLocation", str(opts.checkpoint_dir))

@@ -18,6 +18,11 @@ def app(
     dir: Path = typer.Option(
         Path("/tmp/linkwatch-demo"), "--dir", help="Cluster directory (removed at the end)."
     ),
+    analyzer: bool = typer.Option(
+        False,
+        help="Also run the Spark analyzer (local[2]) and show its findings appear and clear; "
+        "needs a longer run (--duration 300) on a small machine.",
+    ),
 ) -> None:
     """Start 3 brokers, run skewed load, inject a slow broker midway, clean up by itself."""
     console = Console()
@@ -27,7 +32,10 @@ def app(
         keys=keys,
         slow_broker=slow_broker,
         root=dir,
-        components=demo.default_components(dir.parent / f"{dir.name}-stack"),
+        components=demo.default_components(dir.parent / f"{dir.name}-stack", analyzer=analyzer),
+        # The analyzer finds the paused broker from the leaders waiting on it as follower,
+        # which needs acks=all (docs/analyzer.md, Rule 5).
+        acks="all" if analyzer else 1,
     )
     summary = demo.run(opts, console)
     console.print(

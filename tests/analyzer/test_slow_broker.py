@@ -110,6 +110,34 @@ CASES = [
         {3: slow_in(range(8)), 0: slow_in(range(8), stage="remote")},
         {("slow_broker", "broker:3"): "local"},
     ),
+    (
+        "stalled follower: two leaders wait in remote, broker 2 looks normal",
+        8,
+        3,
+        {0: slow_in(range(3, 8), stage="remote"), 1: slow_in(range(3, 8), stage="remote")},
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        "stalled follower, one noisy window",
+        8,
+        3,
+        {0: slow_in([7], stage="remote"), 1: slow_in([7], stage="remote")},
+        {},
+    ),
+    (
+        "all three wait in remote: cluster-wide, no follower to blame",
+        8,
+        3,
+        {b: slow_in(range(8), stage="remote") for b in range(3)},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
+        "two leaders slow on disk, not remote: cluster-wide",
+        8,
+        3,
+        {0: slow_in(range(8)), 1: slow_in(range(8))},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
 ]
 
 
@@ -173,3 +201,14 @@ def test_scores_for_every_broker() -> None:
         (1, "Produce"): 0,
         (2, "Produce"): 5,
     }
+
+
+def test_stalled_follower_names_the_waiting_leaders_and_clears() -> None:
+    special = {0: slow_in(range(2, 6), stage="remote"), 1: slow_in(range(2, 6), stage="remote")}
+    [f] = SlowBrokerDetector().detect(scenario(6, 3, special), now_after(6))
+    ev = f.evidence
+    assert (f.subject, ev["slow_follower"], ev["leaders_waiting"]) == ("broker:2", 2, [0, 1])
+    assert ev["slow_windows"] == [window(i) for i in range(2, 6)]
+    assert ev["values"]["own_p99_ms"] == [20.0] * 6 and f.to_json()
+    # Fault removed: four normal windows later the score is down to clear_score.
+    assert SlowBrokerDetector().detect(scenario(10, 3, special), now_after(10)) == []
