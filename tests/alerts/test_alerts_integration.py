@@ -127,7 +127,7 @@ def _start_analyzer(cluster: ClusterState, live_stops: list, state_dir: Path) ->
             "cluster": CLUSTER,
             "bootstrap": cluster.bootstrap,
             "window_s": 2,
-            "lookback_windows": 10,
+            "lookback_windows": 30,
             "interval_s": 4.0,
             "trigger_s": 5.0,
             "state_dir": str(state_dir),
@@ -301,7 +301,10 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     resolved = stack.wait_received(
         lambda r: any(a["status"] == "resolved" for a in r), 180, "LinkwatchSlowBroker"
     )
-    assert [a["labels"]["broker"] for a in resolved if a["status"] == "resolved"] == [str(victim.node_id)]
+    assert [a["labels"]["broker"] for a in resolved if a["status"] == "resolved"] == [str(victim.node_id)], (
+        f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in stack.received()]}; "
+        f"Prometheus alerts: {[(a['labels'], a['state']) for a in stack.prometheus_alerts()]}"
+    )
 
 
 def _substitute(expr: str) -> str:
