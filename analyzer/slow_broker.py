@@ -190,7 +190,10 @@ def cluster_score(
         usable = table.usable(request, "total", w, cfg.min_requests)
         above = sorted(b for b, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms)
         fraction = len(above) / len(usable) if len(usable) >= 2 else 0.0
-        flags.append(fraction > cfg.cluster_wide_fraction)
+        # Leaders waiting on one stalled follower (Rule 5) are not a cluster-wide slowdown, even
+        # in the windows before Rule 5's own score has fired.
+        stalled = _window_suspect(table, request, w, cfg)[0] is not None
+        flags.append(fraction > cfg.cluster_wide_fraction and not stalled)
         evidence.append({"window_start_ms": w, "brokers_above": above, "brokers_reporting": len(usable)})
     score, active = walk_score(flags, cfg)
     return Score(score, active, ()), evidence
@@ -224,6 +227,33 @@ class StalledFollower:
     leader_p99_ms: tuple[float | None, ...]  # per window: the worst waiting leader's p99
 
 
+def _window_suspect(
+    table: _Table, request: str, w: int, cfg: SlowBrokerConfig
+) -> tuple[int | None, list[int], dict[int, StageWindow]]:
+    """Rule 5 in one window: (suspected stalled follower or None, waiting leaders, usable rows).
+
+    The suspect is the one reporting broker that is not waiting. It may have served too few
+    requests to be judged itself (a stalled JVM serves few): then it is a suspect whatever its
+    p99; with enough requests its p99 must be below the threshold (else it is slow itself)."""
+    usable = table.usable(request, "total", w, cfg.min_requests)
+    reporting = table.usable(request, "total", w, 1)
+    remote = table.usable(request, "remote", w, 1)
+    waiting = sorted(
+        b
+        for b, r in usable.items()
+        if (r.p99_ms or 0.0) > cfg.p99_threshold_ms
+        and b in remote
+        and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (r.p99_ms or 0.0)
+    )
+    others = [b for b in reporting if b not in waiting]
+    suspect = None
+    if len(waiting) >= cfg.min_waiting_leaders and len(others) == 1:
+        b = others[0]
+        if b not in usable or (usable[b].p99_ms or 0.0) <= cfg.p99_threshold_ms:
+            suspect = b
+    return suspect, waiting, usable
+
+
 def stalled_followers(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> list[StalledFollower]:
     """Rule 5 for every request type: suspects whose score is active."""
     table = _Table(data.broker_stages)
@@ -232,23 +262,7 @@ def stalled_followers(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> l
         windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
         per_window: list[tuple[int, int | None, list[int], dict[int, StageWindow], float | None]] = []
         for w in windows:
-            usable = table.usable(request, "total", w, cfg.min_requests)
-            remote = table.usable(request, "remote", w, 1)
-            waiting = sorted(
-                b
-                for b, r in usable.items()
-                if (r.p99_ms or 0.0) > cfg.p99_threshold_ms
-                and b in remote
-                and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (r.p99_ms or 0.0)
-            )
-            others = [b for b in usable if b not in waiting]
-            suspect = None
-            if (
-                len(waiting) >= cfg.min_waiting_leaders
-                and len(others) == 1
-                and (usable[others[0]].p99_ms or 0.0) <= cfg.p99_threshold_ms
-            ):
-                suspect = others[0]
+            suspect, waiting, usable = _window_suspect(table, request, w, cfg)
             worst = max((usable[b].p99_ms or 0.0 for b in waiting), default=None)
             per_window.append((w, suspect, waiting, usable, worst))
         for b in sorted({s for _, s, *_ in per_window if s is not None}):

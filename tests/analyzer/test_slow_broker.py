@@ -118,6 +118,17 @@ CASES = [
         {("slow_broker", "broker:2"): "remote"},
     ),
     (
+        "stalled follower serving too few requests to judge (a paused JVM): still the suspect",
+        8,
+        3,
+        {
+            0: slow_in(range(3, 8), stage="remote"),
+            1: slow_in(range(3, 8), stage="remote"),
+            2: {i: {"count": 4, "p99": 450.0} for i in range(3, 8)},
+        },
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
         "stalled follower, one noisy window",
         8,
         3,
