@@ -19,7 +19,9 @@ request times: a request that arrives while it is stopped is timestamped only wh
 read. It shows on the *leaders* instead: with ``acks=all`` they wait in ``remote`` for it. In
 a window where at least ``min_waiting_leaders`` brokers are above the threshold with
 ``remote`` carrying at least ``remote_share`` of their p99, and exactly one reporting broker
-is not (and is itself below the threshold), that broker is the suspected stalled follower.
+is not (and is itself below the threshold, or served too few requests to be judged — a
+stalled JVM serves few), that broker is the suspected stalled follower. Such windows never
+count toward Rule 3's cluster-wide slowdown.
 Those windows are scored like Rule 2; an active suspect gets the finding (stage ``remote``,
 the waiting leaders named), and the leaders' own slowness is not reported again, nor as a
 cluster-wide slowdown. (With exactly one non-waiting broker the rule fits small clusters and
