@@ -30,11 +30,10 @@ import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
+from _kit import retry, wait_ready
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic, OffsetSpec
 from kafka.structs import OffsetAndMetadata
@@ -45,35 +44,13 @@ from linkwatch.lag.outputs import LagMetrics, lag_records
 from linkwatch.lag.rules import Status
 from linkwatch.lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
+from linkwatch.testbed.faults import DeleteMidPass
 
 MIB = 1024 * 1024
 
 
 def rss() -> int:
     return psutil.Process().memory_info().rss
-
-
-def wait_ready(admin: KafkaAdminClient, tps: list[TopicPartition], timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if len(admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})) == len(tps):
-                return
-        except Exception:
-            pass
-        time.sleep(2)
-    raise SystemExit(f"{len(tps)} partitions did not become ready in {timeout_s:.0f}s")
-
-
-def retry(fn: Callable[[], Any], attempts: int = 60) -> Any:
-    for i in range(attempts):
-        try:
-            return fn()
-        except Exception:
-            if i == attempts - 1:
-                raise
-            time.sleep(1)
-    return None
 
 
 def setup(
@@ -87,7 +64,7 @@ def setup(
     admin.create_topics([NewTopic(gone, args.gone, 1)])
     tps = [TopicPartition(t, p) for t in topics for p in range(args.partitions)]
     gone_tps = [TopicPartition(gone, p) for p in range(args.gone)]
-    wait_ready(admin, tps + gone_tps)
+    wait_ready(admin, tps + gone_tps, timeout_s=600, poll_s=2)
     print(f"  topics created and ready: {time.monotonic() - t0:.0f}s")
     t0 = time.monotonic()
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=16384)
@@ -105,43 +82,15 @@ def setup(
     offsets = {tp: OffsetAndMetadata(1, "", -1) for tp in tps + gone_tps}
     for tp in tps[: args.beyond]:
         offsets[tp] = OffsetAndMetadata(args.records + 1000, "", -1)  # past the end: clamped
-    retry(lambda: admin.alter_group_offsets(group, offsets))
+    retry(lambda: admin.alter_group_offsets(group, offsets), attempts=60, delay_s=1)
     vanishing = f"{prefix}-vanishing"
-    retry(lambda: admin.alter_group_offsets(vanishing, {tps[0]: OffsetAndMetadata(1, "", -1)}))
+    retry(
+        lambda: admin.alter_group_offsets(vanishing, {tps[0]: OffsetAndMetadata(1, "", -1)}),
+        attempts=60,
+        delay_s=1,
+    )
     print(f"  committed {len(offsets)} offsets: {time.monotonic() - t0:.0f}s")
     return group, topics
-
-
-class DeleteMidPass:
-    """The real admin client, with a fault at a real point of the pass: right after ListGroups
-    the ``groups`` are deleted (they vanish mid-pass), right after the committed offsets are read
-    the ``topics`` are deleted (their partitions are committed but gone). Once only."""
-
-    def __init__(self, admin: KafkaAdminClient, topics: list[str], groups: list[str]) -> None:
-        self._admin, self.topics, self.groups = admin, topics, groups
-        self.groups_done = self.topics_done = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._admin, name)
-
-    def list_groups(self, *a: Any, **kw: Any) -> Any:
-        out = self._admin.list_groups(*a, **kw)
-        if not self.groups_done:
-            self.groups_done = True
-            self._admin.delete_groups(self.groups)
-        return out
-
-    def list_group_offsets(self, *a: Any, **kw: Any) -> Any:
-        out = self._admin.list_group_offsets(*a, **kw)
-        if not self.topics_done:
-            self.topics_done = True
-            self._admin.delete_topics(self.topics)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if not {t["name"] for t in self._admin.describe_topics()} & set(self.topics):
-                    break
-                time.sleep(0.2)
-        return out
 
 
 def floor_pass(admin: KafkaAdminClient, group: str) -> int:

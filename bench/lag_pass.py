@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _kit import retry, wait_ready
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic, OffsetSpec
 from kafka.structs import OffsetAndMetadata
@@ -41,7 +42,7 @@ def setup(admin: KafkaAdminClient, bootstrap: str, args: argparse.Namespace, pre
     topics = [f"{prefix}-t{i}" for i in range(args.topics)]
     admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics])
     tps = [TopicPartition(t, p) for t in topics for p in range(args.partitions)]
-    _wait_ready(admin, tps)
+    wait_ready(admin, tps, timeout_s=120, poll_s=1)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
     now_ms = int(time.time() * 1000)
     for tp in tps:
@@ -55,38 +56,15 @@ def setup(admin: KafkaAdminClient, bootstrap: str, args: argparse.Namespace, pre
     per = len(tps) // len(groups)
     for i, g in enumerate(groups):
         offsets = {tp: OffsetAndMetadata(args.records // 2, "", -1) for tp in tps[i * per : (i + 1) * per]}
-        _retry(lambda g=g, offsets=offsets: admin.alter_group_offsets(g, offsets))
+        retry(lambda g=g, offsets=offsets: admin.alter_group_offsets(g, offsets), attempts=60, delay_s=0.5)
     return groups
-
-
-def _wait_ready(admin: KafkaAdminClient, tps: list[TopicPartition]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if len(admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})) == len(tps):
-                return
-        except Exception:
-            pass
-        time.sleep(1)
-    raise SystemExit("topics did not become ready")
-
-
-def _retry(fn: Callable[[], Any]) -> Any:
-    for attempt in range(60):
-        try:
-            return fn()
-        except Exception:
-            if attempt == 59:
-                raise
-            time.sleep(0.5)
-    return None
 
 
 def per_group_pass(admin: KafkaAdminClient, groups: list[str]) -> tuple[int, int]:
     """The baseline: one OffsetFetch and one ListOffsets per group. Returns (calls, partitions)."""
     calls = n = 0
     for g in groups:
-        committed = _retry(lambda g=g: admin.list_group_offsets(g))[g]
+        committed = retry(lambda g=g: admin.list_group_offsets(g), attempts=60, delay_s=0.5)[g]
         ends = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in committed})
         calls += 2
         for tp, oam in committed.items():

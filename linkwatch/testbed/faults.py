@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
 
@@ -214,3 +215,35 @@ def throttle_replication(admin, broker_id: int, rate_bytes_per_s: int, topics: l
     finally:
         _unregister(token)
         undo()
+
+
+class DeleteMidPass:
+    """The real admin client with a fault at a real point of a lag pass: right after ListGroups
+    the ``groups`` are deleted (they vanish mid-pass); right after the committed offsets are read
+    the ``topics`` are deleted (their partitions are committed but gone). Once each."""
+
+    def __init__(self, admin: Any, topics: list[str], groups: list[str]) -> None:
+        self._admin, self.topics, self.groups = admin, topics, groups
+        self.groups_done = self.topics_done = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admin, name)  # everything else is the real client
+
+    def list_groups(self, *a: Any, **kw: Any) -> Any:
+        out = self._admin.list_groups(*a, **kw)
+        if not self.groups_done:
+            self.groups_done = True
+            self._admin.delete_groups(self.groups)
+        return out
+
+    def list_group_offsets(self, *a: Any, **kw: Any) -> Any:
+        out = self._admin.list_group_offsets(*a, **kw)
+        if not self.topics_done:
+            self.topics_done = True
+            self._admin.delete_topics(self.topics)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if not {t["name"] for t in self._admin.describe_topics()} & set(self.topics):
+                    break
+                time.sleep(0.2)
+        return out

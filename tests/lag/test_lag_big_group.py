@@ -16,7 +16,8 @@ from linkwatch.lag.collector import CollectorConfig, LagCollector
 from linkwatch.lag.outputs import lag_records
 from linkwatch.lag.rules import Status
 from linkwatch.testbed.cluster import ClusterState
-from tests.lag.lagkit import DeleteMidPass, commit, make_topic
+from linkwatch.testbed.faults import DeleteMidPass
+from tests.lag.lagkit import commit, make_topic
 
 pytestmark = pytest.mark.cluster
 PARTITIONS, GONE, BEYOND = 1000, 20, 7

@@ -1,0 +1,35 @@
+"""Small helpers the lag benchmarks share (run as scripts: ``bench/`` is on ``sys.path``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import OffsetSpec
+
+
+def wait_ready(admin: KafkaAdminClient, tps: list[TopicPartition], timeout_s: float, poll_s: float) -> None:
+    """Until every partition in ``tps`` answers ListOffsets (new topics take a while)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if len(admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})) == len(tps):
+                return
+        except Exception:
+            pass
+        time.sleep(poll_s)
+    raise SystemExit(f"{len(tps)} partitions did not become ready in {timeout_s:.0f}s")
+
+
+def retry(fn: Callable[[], Any], attempts: int, delay_s: float) -> Any:
+    """``fn()``, retried on any error up to ``attempts`` times (the last error is raised)."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception:
+            if i == attempts - 1:
+                raise
+            time.sleep(delay_s)
+    return None
