@@ -8,6 +8,13 @@ a group id is set for commits but no group membership, so rebalances do not blur
 * ``slow_broker`` — broker 2 SIGSTOPped for ``--pause-ms`` out of every second (PauseDutyCycle);
 * ``slow_app``    — the application spends ``--app-ms`` per record.
 
+Clients: ``AsyncFetchConsumer`` with the same single poll loop as the others, and
+``AsyncFetchConsumer+workers`` — the same consumer with the per-record work on
+:class:`~linkwatch.consumer.workers.PartitionWorkers` (one worker per partition, in order per
+partition; safe because only acked offsets are committed). With kafka-python's or confluent's
+commit-the-polled-position model that concurrency would commit unfinished records, so they run
+the loop only.
+
 Per (case, client):
 
 * *throughput* — a backlog of ``--backlog`` records is drained; records/s from the first to
@@ -27,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import threading
 import time
@@ -50,23 +56,29 @@ SEND_TIME = "kafka.network:type=RequestMetrics,name=ResponseSendTimeMs,request=F
 
 
 # --------------------------------------------------------------------------- clients
-# Each client is a generator factory: start(bootstrap, topic, group) -> (poll() -> [(ts_ms)], close())
+# Each client: open(bootstrap, topic, group, app_s) -> (poll, close, assigned).
+# poll() -> [(CreateTime ms, when the application started on it or None)]; None: the bench loop
+# does the work (app_s per record) and takes the start time itself.
+
+Polled = list[tuple[int, float | None]]
 
 
 @dataclass
 class Client:
     name: str
-    open: Callable[[str, str, str], tuple[Callable[[], list[int]], Callable[[], None], Callable[[], bool]]]
+    open: Callable[
+        [str, str, str, float], tuple[Callable[[], Polled], Callable[[], None], Callable[[], bool]]
+    ]
 
 
-def _async(bootstrap: str, topic: str, group: str):
+def _async(bootstrap: str, topic: str, group: str, app_s: float):
     cfg = ConsumerConfig(bootstrap_servers=bootstrap, group_id=group, client_id="bench-async")
     c = AsyncFetchConsumer(cfg, partitions=[(topic, p) for p in range(PARTITIONS)]).start()
 
-    def poll() -> list[int]:
+    def poll() -> Polled:
         batch = c.poll(timeout_s=0.1, max_records=500)
         c.ack_many(batch)  # acked before the work: the app-ms sleep happens in the loop below
-        return [d.timestamp_ms for d in batch]
+        return [(d.timestamp_ms, None) for d in batch]
 
     def close() -> None:
         c.close()
@@ -75,7 +87,45 @@ def _async(bootstrap: str, topic: str, group: str):
     return poll, close, lambda: bool(c.assignment())
 
 
-def _kafka_python(bootstrap: str, topic: str, group: str):
+def _async_workers(bootstrap: str, topic: str, group: str, app_s: float):
+    import queue
+
+    from linkwatch.consumer.workers import PartitionWorkers
+
+    cfg = ConsumerConfig(bootstrap_servers=bootstrap, group_id=group, client_id="bench-async-workers")
+    c = AsyncFetchConsumer(cfg, partitions=[(topic, p) for p in range(PARTITIONS)]).start()
+    handled: queue.SimpleQueue[tuple[int, float]] = queue.SimpleQueue()
+
+    def work(d) -> None:
+        handled.put((d.timestamp_ms, time.time()))
+        if app_s:
+            time.sleep(app_s)
+
+    stop = threading.Event()
+    pool = PartitionWorkers(c, work, workers=PARTITIONS, queue_records=500)
+    runner = threading.Thread(target=pool.run, args=(stop,), daemon=True)
+    runner.start()
+
+    def poll() -> Polled:
+        out: Polled = []
+        try:
+            out.append(handled.get(timeout=0.1))
+            while len(out) < 5000:
+                out.append(handled.get_nowait())
+        except queue.Empty:
+            pass
+        return out
+
+    def close() -> None:
+        stop.set()
+        runner.join(30)
+        c.close()
+        print(f"  async+workers stats: {c.stats}", file=sys.stderr)
+
+    return poll, close, lambda: bool(c.assignment())
+
+
+def _kafka_python(bootstrap: str, topic: str, group: str, app_s: float):
     from kafka import TopicPartition
 
     c = KafkaConsumer(
@@ -83,13 +133,15 @@ def _kafka_python(bootstrap: str, topic: str, group: str):
     )
     c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
 
-    def poll() -> list[int]:
-        return [r.timestamp for recs in c.poll(timeout_ms=100, max_records=500).values() for r in recs]
+    def poll() -> Polled:
+        return [
+            (r.timestamp, None) for recs in c.poll(timeout_ms=100, max_records=500).values() for r in recs
+        ]
 
     return poll, c.close, lambda: bool(c.assignment())
 
 
-def _confluent(bootstrap: str, topic: str, group: str):
+def _confluent(bootstrap: str, topic: str, group: str, app_s: float):
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer(
@@ -102,14 +154,17 @@ def _confluent(bootstrap: str, topic: str, group: str):
     )
     c.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])  # -2: beginning
 
-    def poll() -> list[int]:
-        return [m.timestamp()[1] for m in c.consume(num_messages=500, timeout=0.1) if m.error() is None]
+    def poll() -> Polled:
+        return [
+            (m.timestamp()[1], None) for m in c.consume(num_messages=500, timeout=0.1) if m.error() is None
+        ]
 
     return poll, c.close, lambda: bool(c.assignment())
 
 
 CLIENTS = [
     Client("AsyncFetchConsumer", _async),
+    Client("AsyncFetchConsumer+workers", _async_workers),
     Client("KafkaConsumer", _kafka_python),
     Client("confluent", _confluent),
 ]
@@ -184,7 +239,7 @@ def run_one(state: ClusterState, admin: KafkaAdminClient, case: str, client: Cli
     create_topic(admin, topic)
     backlog = args.backlog if case != "slow_app" else int(args.backlog / 10)
     produce(bootstrap, topic, backlog, rate=None)
-    poll, close, assigned = client.open(bootstrap, topic, f"bench-{uuid.uuid4().hex[:6]}")
+    poll, close, assigned = client.open(bootstrap, topic, f"bench-{uuid.uuid4().hex[:6]}", app_s)
     try:
         with fault() if case == "slow_broker" else nullcontext():
             # 1. drain the backlog
@@ -196,9 +251,9 @@ def run_one(state: ClusterState, admin: KafkaAdminClient, case: str, client: Cli
                 batch = poll()
                 if first is None and (batch or assigned()):
                     first = time.monotonic()
-                for _ts in batch:
+                for _ts, started in batch:
                     got += 1
-                    if app_s:
+                    if app_s and started is None:
                         time.sleep(app_s)
                 if batch:
                     last = time.monotonic()
@@ -213,9 +268,9 @@ def run_one(state: ClusterState, admin: KafkaAdminClient, case: str, client: Cli
             e2e: list[float] = []
             deadline = time.monotonic() + args.seconds + 60
             while len(e2e) < n and time.monotonic() < deadline:
-                for ts in poll():
-                    e2e.append(time.time() * 1000 - ts)
-                    if app_s:
+                for ts, started in poll():
+                    e2e.append((started if started is not None else time.time()) * 1000 - ts)
+                    if app_s and started is None:
                         time.sleep(app_s)
             stop.set()
             producer.join(60)
@@ -278,13 +333,14 @@ def main() -> int:
     admin.close()
     for case in args.cases.split(","):
         by = {r.client: r for r in results if r.case == case}
-        a, k = by.get("AsyncFetchConsumer"), by.get("KafkaConsumer")
-        if a and k:
-            print(
-                f"{case}: p99 async/KafkaConsumer = {a.p99_ms / k.p99_ms:.2f}; "
-                f"throughput async/KafkaConsumer = {a.throughput / k.throughput:.2f}; "
-                f"p50 spread {statistics.mean([a.p50_ms, k.p50_ms]):.1f} ms"
-            )
+        k = by.get("KafkaConsumer")
+        for name in ("AsyncFetchConsumer", "AsyncFetchConsumer+workers"):
+            a = by.get(name)
+            if a and k:
+                print(
+                    f"{case}: {name}/KafkaConsumer p99 = {a.p99_ms / k.p99_ms:.2f}, "
+                    f"throughput = {a.throughput / k.throughput:.2f}"
+                )
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=2))
     return 0
