@@ -26,7 +26,7 @@ from tests.agent.traffic import create_topic, run_traffic
 OUTAGE_S = 60
 
 
-def consume_keys(bootstrap: str, expected: int, timeout_s: float = 60) -> Counter[str]:
+def consume_keys(bootstrap: str, expected: int, timeout_s: float = 180) -> Counter[str]:
     consumer = KafkaConsumer(
         SAMPLES_TOPIC, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -49,10 +49,9 @@ def consume_keys(bootstrap: str, expected: int, timeout_s: float = 60) -> Counte
     return keys
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 3: the 60 s outage test passed in two full CI runs, failed (with its rerun) in the third",
-)
+# The session cluster may start inside this test, the monitoring cluster starts twice, and the
+# spool drains after the outage: on a slow machine that is more than pytest-timeout's 600 s.
+@pytest.mark.timeout(1500)
 def test_every_window_arrives_exactly_once_across_an_outage(
     cluster3: ClusterState,
     admin,
@@ -112,7 +111,7 @@ def test_every_window_arrives_exactly_once_across_an_outage(
             agent._stop.set()
         for _, thread in running:
             thread.join(timeout=10)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240
         while time.monotonic() < deadline and any(len(a.sink.spool) for a, _ in running):
             time.sleep(0.5)
         for agent, _ in running:

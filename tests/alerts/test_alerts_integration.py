@@ -260,32 +260,38 @@ def _wait_query(stack: AlertStack, expr: str, n: int, timeout_s: float) -> list[
         time.sleep(2)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 7: passed in two full CI runs, failed (twice, with its rerun) in the third on a slower machine",
-)
+# The module's stack (Spark included) starts inside this test's time, and on a slow machine every
+# stage below takes longer: the waits end as soon as their condition holds, the limits are for
+# a machine running at a third of its speed (pytest-timeout's default 600 s is not).
+@pytest.mark.timeout(1800)
 def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolves(live: Live) -> None:
     stack = live.stack
-    base = _wait_query(stack, 'linkwatch:broker_request_p99_seconds:2m{request="Produce"}', 3, 120)
+    print(f"stack up {time.time() - live.started_s:.0f} s")
+    base = _wait_query(stack, 'linkwatch:broker_request_p99_seconds:2m{request="Produce"}', 3, 300)
     assert len(base) == 3, f"no Produce p99 for every broker: {base}"
     # A quiet baseline first: while Spark and the exporters start, the 2-core machine itself is
     # slow for a minute or so and a broker may briefly read as slow (a real slowdown the rules
     # are right to report). Wait until no slow alert is pending or firing, then judge only the
     # notifications that arrive after the fault starts.
-    quiet = _wait_quiet(stack, ("LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding"), 240)
+    quiet = _wait_quiet(stack, ("LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding"), 360)
     assert quiet, f"the cluster never settled before the fault: {stack.prometheus_alerts()}"
     seen = len(stack.received())
 
     victim = live.cluster.nodes[1]
     with faults.PauseDutyCycle(victim.pid, pause_ms=900, period_ms=1000).start():
-        fired = _wait_new(stack, seen, "LinkwatchSlowBroker", "firing", 180)
+        fault_at = time.monotonic()
+        fired = _wait_new(stack, seen, "LinkwatchSlowBroker", "firing", 300)
+        print(f"LinkwatchSlowBroker received {time.monotonic() - fault_at:.0f} s after the fault began")
         p99 = {
             r["metric"]["broker"]: float(r["value"][1])
             for r in stack.query('linkwatch:broker_request_p99_seconds:2m{request="Produce"}')
         }
         # The analyzer's path: its slow_broker finding, exported as linkwatch_finding_active,
         # fires the same kind of alert through the same Prometheus and Alertmanager.
-        from_analyzer = _wait_new(stack, seen, "LinkwatchSlowBrokerFinding", "firing", 180)
+        from_analyzer = _wait_new(stack, seen, "LinkwatchSlowBrokerFinding", "firing", 300)
+        print(
+            f"LinkwatchSlowBrokerFinding received {time.monotonic() - fault_at:.0f} s after the fault began"
+        )
     print(f"Produce p99 during the fault: {p99}")
     firing = [a for a in fired if a["status"] == "firing"]
     assert firing, f"no LinkwatchSlowBroker firing; Prometheus alerts: {stack.prometheus_alerts()}"
@@ -300,7 +306,7 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     assert {a["labels"]["broker"] for a in found} == {str(victim.node_id)}
     assert found[0]["labels"]["stage"] in STAGES
 
-    resolved = _wait_new(stack, seen, "LinkwatchSlowBroker", "resolved", 180)
+    resolved = _wait_new(stack, seen, "LinkwatchSlowBroker", "resolved", 300)
     assert [a["labels"]["broker"] for a in resolved if a["status"] == "resolved"] == [str(victim.node_id)], (
         f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in stack.received()]}; "
         f"Prometheus alerts: {[(a['labels'], a['state']) for a in stack.prometheus_alerts()]}"
@@ -319,11 +325,20 @@ def _wait_new(stack: AlertStack, seen: int, alertname: str, status: str, timeout
 
 
 def _wait_quiet(stack: AlertStack, names: tuple[str, ...], timeout_s: float) -> bool:
-    """True once Prometheus has none of ``names`` pending or firing."""
-    deadline = time.monotonic() + timeout_s
+    """True once Prometheus has none of ``names`` pending or firing. Prints what it waits for
+    (shown with a failure), every 30 s."""
+    started = time.monotonic()
+    deadline, next_report = started + timeout_s, started + 30
     while time.monotonic() < deadline:
-        if not [a for a in stack.prometheus_alerts() if a["labels"].get("alertname") in names]:
+        active = [a for a in stack.prometheus_alerts() if a["labels"].get("alertname") in names]
+        if not active:
+            print(f"quiet after {time.monotonic() - started:.0f} s")
             return True
+        if time.monotonic() > next_report:
+            next_report += 30
+            print(
+                f"{time.monotonic() - started:.0f} s, still active: {[(a['labels'], a['state']) for a in active]}"
+            )
         time.sleep(2.0)
     return False
 
@@ -349,6 +364,7 @@ def _raw_metrics(expr: str, recorded: dict[str, str]) -> set[str]:
     return out
 
 
+@pytest.mark.timeout(1200)
 def test_every_dashboard_panel_query_returns_data(live: Live) -> None:
     """Every panel query of every dashboard returns data from the live Prometheus, run the way
     Grafana runs it (instant targets as instant queries, the others as range queries over the
@@ -369,7 +385,7 @@ def test_every_dashboard_panel_query_returns_data(live: Live) -> None:
         return any(series["values"] for series in stack.query_range(expr, live.started_s, time.time()))
 
     empty = queries
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 420
     while True:
         empty = [(name, expr, instant) for name, expr, instant in empty if not has_data(expr, instant)]
         if not empty or time.monotonic() > deadline:
