@@ -293,30 +293,36 @@ class AlertStack:
         p.wait_http(f"{self.prometheus_url}/-/ready")
 
     # --- what tests and the demo look at ----------------------------------------------------
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query through Prometheus's HTTP API; the result vector."""
-        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    def _api(self, path: str, params: dict[str, Any] | list[tuple[str, str]]) -> Any:
+        """GET a Prometheus HTTP API path; the ``data`` of a successful answer."""
+        url = f"{self.prometheus_url}{path}?" + urllib.parse.urlencode(params)
         with urllib.request.urlopen(url, timeout=10) as r:
             doc = json.loads(r.read())
         if doc.get("status") != "success":
-            raise ValueError(f"query {expr!r} failed: {doc}")
-        return doc["data"]["result"]
+            raise ValueError(f"{path} {params!r} failed: {doc}")
+        return doc["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query through Prometheus's HTTP API; the result vector."""
+        return self._api("/api/v1/query", {"query": expr})["result"]
 
     def query_range(
         self, expr: str, start_s: float, end_s: float, step_s: float = 5.0
     ) -> list[dict[str, Any]]:
         """Range query (what a Grafana time-series panel runs); the result matrix."""
         params = {"query": expr, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
-        url = f"{self.prometheus_url}/api/v1/query_range?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=10) as r:
-            doc = json.loads(r.read())
-        if doc.get("status") != "success":
-            raise ValueError(f"query {expr!r} failed: {doc}")
-        return doc["data"]["result"]
+        return self._api("/api/v1/query_range", params)["result"]
+
+    def series(self, selector: str) -> list[dict[str, str]]:
+        """Label sets of the series matching ``selector`` (what Grafana's ``label_values`` reads)."""
+        return self._api("/api/v1/series", [("match[]", selector)])
+
+    def label_values(self, label: str) -> list[str]:
+        """Every value of ``label`` in the TSDB (``__name__``: every metric name)."""
+        return self._api(f"/api/v1/label/{label}/values", {})
 
     def prometheus_alerts(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alerts", timeout=10) as r:
-            return json.loads(r.read())["data"]["alerts"]
+        return self._api("/api/v1/alerts", {})["alerts"]
 
     def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
         """Push alerts straight into Alertmanager (API v2), as Prometheus would."""
@@ -329,23 +335,32 @@ class AlertStack:
         with urllib.request.urlopen(req, timeout=10) as r:
             r.read()
 
-    def received(self, alertname: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
-        """Alert records in the receiver's audit log (new events only)."""
+    def received(
+        self, alertname: str | None = None, status: str | None = None, since: int = 0
+    ) -> list[dict[str, Any]]:
+        """Alert records in the receiver's audit log (new events only), from the ``since``-th on
+        (``len(received())`` taken earlier: only what arrived after that moment)."""
         return [
             r
-            for r in self.audit.read()
-            if r["event"] == "alert"
-            and not r["duplicate"]
-            and (alertname is None or r["alertname"] == alertname)
+            for r in self.received_all()[since:]
+            if (alertname is None or r["alertname"] == alertname)
             and (status is None or r["status"] == status)
         ]
 
+    def received_all(self) -> list[dict[str, Any]]:
+        return [r for r in self.audit.read() if r["event"] == "alert" and not r["duplicate"]]
+
     def wait_received(
-        self, cond: Callable[[list[dict[str, Any]]], bool], timeout_s: float, alertname: str | None = None
+        self,
+        cond: Callable[[list[dict[str, Any]]], bool],
+        timeout_s: float,
+        alertname: str | None = None,
+        since: int = 0,
     ) -> list[dict[str, Any]]:
+        """``received(alertname, since=since)`` once ``cond`` holds for it, or at the timeout."""
         deadline = time.monotonic() + timeout_s
         while True:
-            got = self.received(alertname)
+            got = self.received(alertname, since=since)
             if cond(got) or time.monotonic() > deadline:
                 return got
             time.sleep(1.0)

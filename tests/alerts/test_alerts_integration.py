@@ -314,14 +314,10 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
 
 
 def _wait_new(stack: AlertStack, seen: int, alertname: str, status: str, timeout_s: float) -> list[dict]:
-    """Notifications of ``alertname`` received after the first ``seen`` audit records, once one
-    has ``status`` (or the timeout passed)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = [a for a in stack.received()[seen:] if a["alertname"] == alertname]
-        if any(a["status"] == status for a in got) or time.monotonic() > deadline:
-            return got
-        time.sleep(1.0)
+    """Notifications of ``alertname`` received after the first ``seen``, once one has ``status``."""
+    return stack.wait_received(
+        lambda got: any(a["status"] == status for a in got), timeout_s, alertname, since=seen
+    )
 
 
 def _wait_quiet(stack: AlertStack, names: tuple[str, ...], timeout_s: float) -> bool:
@@ -392,7 +388,7 @@ def test_every_dashboard_panel_query_returns_data(live: Live) -> None:
             break
         time.sleep(10)
     print(f"{len(queries) - len(empty)} of {len(queries)} panel queries returned data")
-    exported = set(_label_values(stack, "__name__"))
+    exported = set(stack.label_values("__name__"))
     assert empty == [], "panel queries without data:\n" + "\n".join(
         f"{n}: {e}  (metrics not exported at all: {sorted(_raw_metrics(e, recorded) - exported)})"
         for n, e, _ in empty
@@ -404,18 +400,9 @@ def test_every_dashboard_panel_query_returns_data(live: Live) -> None:
             m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
             assert m, f"{path.stem}: variable {name} has a query Grafana's label_values cannot run: {query}"
             selector, label = _substitute(m.group(1)), m.group(2)
-            if not {s.get(label) for s in _series(stack, selector)} - {None}:
+            if not {s.get(label) for s in stack.series(selector)} - {None}:
                 without_values.append(f"{path.stem} / ${name}: {query}")
     assert without_values == [], "template variables without values:\n" + "\n".join(without_values)
-
-
-def _series(stack: AlertStack, selector: str) -> list[dict[str, str]]:
-    import urllib.parse
-    import urllib.request
-
-    url = f"{stack.prometheus_url}/api/v1/series?" + urllib.parse.urlencode({"match[]": selector})
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())["data"]
 
 
 def _recording_rules() -> list[dict]:
@@ -424,10 +411,3 @@ def _recording_rules() -> list[dict]:
     from alerts.rules_check import RULES_DIR
 
     return yaml.safe_load((RULES_DIR / "recording.yml").read_text())["groups"][0]["rules"]
-
-
-def _label_values(stack: AlertStack, label: str) -> list[str]:
-    import urllib.request
-
-    with urllib.request.urlopen(f"{stack.prometheus_url}/api/v1/label/{label}/values", timeout=10) as r:
-        return json.loads(r.read())["data"]
