@@ -37,6 +37,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
+from operator import attrgetter
 from typing import Any, Literal, Protocol
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -57,6 +59,11 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 _ACK_KEYS = {o: f"ack_{o.value}" for o in Outcome}
 RECORD_OVERHEAD_BYTES = 64  # per-record bookkeeping counted against buffer_max_bytes
+_TP = attrgetter("tp")
+_TP_EPOCH = attrgetter("tp", "epoch")
+_SIZE = attrgetter("size")
+_OFFSET = attrgetter("offset")
+_TIMESTAMP_MS = attrgetter("timestamp_ms")
 
 
 class ConsumerConfig(StrictModel):
@@ -182,19 +189,15 @@ class _Buffer:
     def take(self, n: int) -> list[Delivery]:
         queue = self.queue
         k = min(n, len(queue))
-        out = [queue.popleft() for _ in range(k)]
-        by_tp: dict[TP, list[int]] = {}
-        for d in out:
-            acc = by_tp.get(d.tp)
-            if acc is None:
-                by_tp[d.tp] = [d.size, 1]
-            else:
-                acc[0] += d.size
-                acc[1] += 1
-        for tp, (size, count) in by_tp.items():
+        popleft = queue.popleft
+        out = [popleft() for _ in range(k)]
+        # Accounting once per run of one partition (the queue holds fetched runs back to back).
+        for tp, run in groupby(out, _TP):
+            sizes = list(map(_SIZE, run))
+            size = sum(sizes)
             self.bytes -= size
             self.tp_bytes[tp] = self.tp_bytes.get(tp, 0) - size
-            self.tp_records[tp] = self.tp_records.get(tp, 0) - count
+            self.tp_records[tp] = self.tp_records.get(tp, 0) - len(sizes)
         return out
 
     def drop(self, tps: set[TP]) -> int:
@@ -476,20 +479,21 @@ class AsyncFetchConsumer:
         return self._deliver(taken)
 
     def _deliver(self, taken: list[Delivery]) -> list[Delivery]:
-        now = time.time()
-        out = []
-        e2e = []
-        for d in taken:
-            if (self._key_deserializer or self._value_deserializer) and not self._deserialize(d):
-                continue
-            e2e.append((self._leader(d.tp), d.topic, now - d.timestamp_ms / 1000))
-            if self._tracer is not None and d.headers and d.header("traceparent") is not None:
-                self._link_span(d)
-            out.append(d)
-        if e2e:
-            self.timings.end_to_end_many(e2e)
-            self._count("delivered", len(out))
-        return out
+        if self._key_deserializer or self._value_deserializer:
+            taken = [d for d in taken if self._deserialize(d)]
+        if self._tracer is not None:
+            for d in taken:
+                if d.headers and d.header("traceparent") is not None:
+                    self._link_span(d)
+        if taken:
+            now = time.time()
+            runs = []
+            for tp, run in groupby(taken, _TP):
+                stamps = list(map(_TIMESTAMP_MS, run))
+                runs.append((self._leader(tp), tp[0], [now - ms / 1000 for ms in stamps]))
+            self.timings.end_to_end_runs(runs)
+            self._count("delivered", len(taken))
+        return taken
 
     def _deserialize(self, d: Delivery) -> bool:
         try:
@@ -512,7 +516,8 @@ class AsyncFetchConsumer:
 
     def ack_many(self, ds: Iterable[Delivery]) -> dict[Outcome, int]:
         """:meth:`ack` for a processed batch (one lock round for all); outcome -> count."""
-        counts = self.tracker.ack_many([(d.tp, d.epoch, d.offset) for d in ds])
+        runs = [(key[0], key[1], list(map(_OFFSET, run))) for key, run in groupby(ds, _TP_EPOCH)]
+        counts = self.tracker.ack_runs(runs)
         with self._stats_lock:
             for outcome, n in counts.items():
                 key = _ACK_KEYS[outcome]

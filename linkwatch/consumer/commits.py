@@ -18,9 +18,12 @@ partition was revoked (or revoked and assigned again) is recognised as stale and
 from __future__ import annotations
 
 import enum
+import operator
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import islice, repeat
 
 
 class Outcome(enum.Enum):
@@ -55,6 +58,44 @@ class PartitionOffsets:
         if self._next is not None and offset < self._next:
             raise ValueError(f"offset {offset} is below the processed prefix {self._next}")
         self._pending[offset] = _PENDING
+
+    def delivered_run(self, offsets: list[int]) -> int:
+        """Register a fetched run (ascending offsets) in one step; returns how many *trailing*
+        offsets were new (leading ones already tracked, after a seek back, are skipped)."""
+        floor = next(reversed(self._pending)) if self._pending else -1
+        if self._next is not None and self._next - 1 > floor:
+            floor = self._next - 1
+        start = bisect_right(offsets, floor)
+        run = offsets[start:] if start else offsets
+        if len(run) > 1 and not all(map(operator.lt, run, islice(run, 1, None))):
+            raise ValueError(f"offsets delivered out of order: {run[:10]}...")
+        self._pending.update(zip(run, repeat(_PENDING)))
+        return len(run)
+
+    def ack_run(self, offsets: list[int]) -> dict[Outcome, int]:
+        """:meth:`ack` for each offset in turn; outcome -> count. The usual case — the run is
+        exactly the oldest pending records, in order — moves the prefix in one step."""
+        pending, k = self._pending, len(offsets)
+        if (
+            k
+            and self.stopped_at is None
+            and k <= len(pending)
+            and list(islice(pending.items(), k)) == list(zip(offsets, repeat(_PENDING)))
+        ):
+            if self._attempts:
+                for offset in offsets:
+                    self._attempts.pop(offset, None)
+            popitem = pending.popitem
+            for _ in range(k):
+                popitem(last=False)
+            self._next = offsets[-1] + 1
+            self._advance()
+            return {Outcome.DONE: k}
+        counts: dict[Outcome, int] = {}
+        for offset in offsets:
+            outcome = self.ack(offset)
+            counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
 
     def ack(self, offset: int) -> Outcome:
         pending = self._pending
@@ -184,21 +225,14 @@ class CommitTracker:
             return True
 
     def delivered_many(self, tp: tuple[str, int], epoch: int, offsets: list[int]) -> int:
-        """Register a fetched run of offsets; returns how many *trailing* ones were accepted
-        (leading ones already tracked after a seek back are skipped; none if stopped/stale)."""
+        """Register a fetched run of ascending offsets; returns how many *trailing* ones were
+        accepted (leading ones already tracked after a seek back are skipped; none if
+        stopped/stale)."""
         with self._lock:
             part = self._get(tp, epoch)
             if part is None or part.stopped_at is not None:
                 return 0
-            accepted = 0
-            for offset in offsets:
-                try:
-                    part.delivered(offset)
-                    accepted += 1
-                except ValueError:
-                    if accepted:  # a gap inside a run cannot happen; refuse the rest
-                        raise
-            return accepted
+            return part.delivered_run(offsets)
 
     def ack(self, tp: tuple[str, int], epoch: int, offset: int) -> Outcome:
         with self._lock:
@@ -207,12 +241,26 @@ class CommitTracker:
 
     def ack_many(self, acks: list[tuple[tuple[str, int], int, int]]) -> dict[Outcome, int]:
         """Ack (tp, epoch, offset) triples under one lock round; returns the outcome counts."""
+        runs: list[tuple[tuple[str, int], int, list[int]]] = []
+        for tp, epoch, offset in acks:
+            if runs and runs[-1][0] == tp and runs[-1][1] == epoch:
+                runs[-1][2].append(offset)
+            else:
+                runs.append((tp, epoch, [offset]))
+        return self.ack_runs(runs)
+
+    def ack_runs(self, runs: list[tuple[tuple[str, int], int, list[int]]]) -> dict[Outcome, int]:
+        """Ack runs of offsets, each ``(tp, epoch, offsets)``, in order, under one lock round;
+        returns the outcome counts."""
         counts: dict[Outcome, int] = {}
         with self._lock:
-            for tp, epoch, offset in acks:
+            for tp, epoch, offsets in runs:
                 part = self._get(tp, epoch)
-                outcome = Outcome.STALE if part is None else part.ack(offset)
-                counts[outcome] = counts.get(outcome, 0) + 1
+                if part is None:
+                    counts[Outcome.STALE] = counts.get(Outcome.STALE, 0) + len(offsets)
+                    continue
+                for outcome, n in part.ack_run(offsets).items():
+                    counts[outcome] = counts.get(outcome, 0) + n
         return counts
 
     def fail(self, tp: tuple[str, int], epoch: int, offset: int) -> Outcome:

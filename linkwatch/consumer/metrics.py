@@ -20,6 +20,8 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
+from collections import Counter as Tally
+from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -121,16 +123,22 @@ class ClientTimings:
             self._fetch.setdefault(broker, LatencySketch()).add(seconds * 1000)
 
     def end_to_end_many(self, items: list[tuple[int, str, float]]) -> None:
-        """Record (broker, topic, seconds) for a batch of deliveries (one lock round; the
-        histogram is updated once per bucket touched, not once per record)."""
+        """Record (broker, topic, seconds) for a batch of deliveries."""
+        self.end_to_end_runs([(broker, topic, [seconds]) for broker, topic, seconds in items])
+
+    def end_to_end_runs(self, runs: list[tuple[int, str, list[float]]]) -> None:
+        """Record (broker, topic, [seconds, ...]) runs for a batch of deliveries (one lock round;
+        the histogram is updated once per bucket touched, not once per record). Negative
+        values (clock skew between producer and consumer) count as 0."""
         by_topic: dict[str, list[float]] = {}
         by_broker: dict[int, list[float]] = {}
         keep = self.end_to_end_sketches
-        for broker, topic, seconds in items:
-            seconds = seconds if seconds > 0.0 else 0.0
-            by_topic.setdefault(topic, []).append(seconds)
+        for broker, topic, values in runs:
+            if min(values) < 0.0:
+                values = [v if v > 0.0 else 0.0 for v in values]
+            by_topic.setdefault(topic, []).extend(values)
             if keep:
-                by_broker.setdefault(broker, []).append(seconds)
+                by_broker.setdefault(broker, []).extend(values)
         for topic, values in by_topic.items():
             child = self._e2e_children.get(topic)
             if child is None:
@@ -138,7 +146,7 @@ class ClientTimings:
                     *self.metrics._values, topic
                 )
             observe_many(child, values)
-        if not self.end_to_end_sketches:
+        if not keep:
             return
         with self._lock:
             for broker, values in by_broker.items():
@@ -210,10 +218,6 @@ def observe_many(child: Any, values: list[float]) -> None:
         for v in values:
             child.observe(v)
         return
-    counts: dict[int, int] = {}
-    for v in values:
-        i = bisect_left(bounds, v)
-        counts[i] = counts.get(i, 0) + 1
-    for i, n in counts.items():
+    for i, n in Tally(map(partial(bisect_left, bounds), values)).items():
         buckets[i].inc(n)
     total.inc(sum(values))

@@ -110,3 +110,63 @@ def test_at_risk_counts_acked_records_beyond_a_gap():
         tracker.ack(tp, 1, o)
     revoked = tracker.revoke(tp)
     assert (revoked.commit, revoked.at_risk) == (1, 2)  # 2 and 3 will be processed again
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_runs_give_what_single_steps_give(seed):
+    """delivered_run / ack_run (the batch paths) against delivered / ack one offset at a time,
+    over random interleavings: refetched overlaps, holes, out-of-order and repeated acks,
+    failures, a stop and commits. Every outcome count and every state reading must agree."""
+    import random
+
+    rnd = random.Random(seed)
+    single, batch = PartitionOffsets(max_retries=1), PartitionOffsets(max_retries=1)
+    delivered: list[int] = []
+    nxt = 0
+    for _ in range(60):
+        op = rnd.random()
+        if op < 0.35:  # a fetched run, sometimes overlapping what was delivered (seek back)
+            start = max(0, nxt - rnd.randrange(4)) if delivered else nxt
+            run = sorted({start + i + rnd.choice((0, 0, 0, 2)) * i for i in range(rnd.randrange(1, 8))})
+            expected = 0
+            for o in run:
+                try:
+                    single.delivered(o)
+                    expected += 1
+                except ValueError:
+                    assert expected == 0
+            assert batch.delivered_run(run) == expected
+            delivered += run[len(run) - expected :]
+            nxt = max(nxt, run[-1] + 1)
+        elif op < 0.75 and delivered:  # ack a run: mostly the oldest in order, sometimes not
+            k = rnd.randrange(1, 6)
+            pool = delivered if rnd.random() < 0.3 else delivered[:k]
+            offsets = sorted(rnd.sample(pool, min(k, len(pool)))) if rnd.random() < 0.5 else pool[:k]
+            counts: dict[Outcome, int] = {}
+            for o in offsets:
+                outcome = single.ack(o)
+                counts[outcome] = counts.get(outcome, 0) + 1
+            assert batch.ack_run(list(offsets)) == counts
+        elif op < 0.85 and delivered:
+            o = rnd.choice(delivered)
+            assert batch.fail(o) == single.fail(o)
+        elif op < 0.88 and delivered:
+            o = rnd.choice(delivered)
+            single.stop(o)
+            batch.stop(o)
+        elif single.committable() is not None:
+            c = single.committable()
+            single.mark_committed(c)
+            batch.mark_committed(c)
+        for reading in ("committable", "first_unfinished", "position"):
+            assert getattr(batch, reading)() == getattr(single, reading)(), reading
+        assert (batch.uncommitted, batch.done_beyond_prefix) == (
+            single.uncommitted,
+            single.done_beyond_prefix,
+        )
+
+
+def test_delivered_run_refuses_descending_offsets():
+    part = PartitionOffsets(max_retries=0)
+    with pytest.raises(ValueError, match="out of order"):
+        part.delivered_run([5, 7, 6])
