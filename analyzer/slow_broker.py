@@ -135,6 +135,8 @@ class _Table:
         self.rows: dict[tuple[str, str], dict[int, dict[int, StageWindow]]] = defaultdict(
             lambda: defaultdict(dict)
         )
+        # Rule 5 per (request, window): read by Rules 3 and 5, computed once per table.
+        self.suspects: dict[tuple[str, int], tuple[int | None, list[int], dict[int, StageWindow]]] = {}
         for r in rows:
             if r.broker is not None:
                 self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
@@ -152,9 +154,11 @@ def _peer_median(usable: dict[int, StageWindow], broker: int) -> float | None:
     return _median([r.p99_ms for b, r in usable.items() if b != broker and r.p99_ms is not None])
 
 
-def broker_scores(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> dict[tuple[int, str], Score]:
+def broker_scores(
+    data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, table: _Table | None = None
+) -> dict[tuple[int, str], Score]:
     """Rules 1–2 for every (broker, request type) seen; also feeds the score gauge."""
-    table = _Table(data.broker_stages)
+    table = table if table is not None else _Table(data.broker_stages)
     out: dict[tuple[int, str], Score] = {}
     for request in cfg.requests:
         windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
@@ -182,10 +186,10 @@ def broker_scores(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> dict[
 
 
 def cluster_score(
-    data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, request: str
+    data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, request: str, table: _Table | None = None
 ) -> tuple[Score, list[dict]]:
     """Rule 3 for one request type: the fraction of brokers above the absolute threshold."""
-    table = _Table(data.broker_stages)
+    table = table if table is not None else _Table(data.broker_stages)
     windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
     flags, evidence = [], []
     for w in windows:
@@ -237,6 +241,9 @@ def _window_suspect(
     The suspect is the one reporting broker that is not waiting. It may have served too few
     requests to be judged itself (a stalled JVM serves few): then it is a suspect whatever its
     p99; with enough requests its p99 must be below the threshold (else it is slow itself)."""
+    cached = table.suspects.get((request, w))
+    if cached is not None:
+        return cached
     usable = table.usable(request, "total", w, cfg.min_requests)
     reporting = table.usable(request, "total", w, 1)
     remote = table.usable(request, "remote", w, 1)
@@ -253,12 +260,15 @@ def _window_suspect(
         b = others[0]
         if b not in usable or (usable[b].p99_ms or 0.0) <= cfg.p99_threshold_ms:
             suspect = b
+    table.suspects[(request, w)] = (suspect, waiting, usable)
     return suspect, waiting, usable
 
 
-def stalled_followers(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> list[StalledFollower]:
+def stalled_followers(
+    data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, table: _Table | None = None
+) -> list[StalledFollower]:
     """Rule 5 for every request type: suspects whose score is active."""
-    table = _Table(data.broker_stages)
+    table = table if table is not None else _Table(data.broker_stages)
     out = []
     for request in cfg.requests:
         windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
@@ -311,16 +321,17 @@ class SlowBrokerDetector(Detector):
 
     def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
         cfg: SlowBrokerConfig = self.config  # type: ignore[assignment]
-        scores = broker_scores(data, now_ms, cfg)
+        table = _Table(data.broker_stages)  # one index and one Rule 5 pass for every rule
+        scores = broker_scores(data, now_ms, cfg, table)
         stalled: dict[int, StalledFollower] = {}
-        for sf in stalled_followers(data, now_ms, cfg):
+        for sf in stalled_followers(data, now_ms, cfg, table):
             if sf.broker not in stalled or sf.score.score > stalled[sf.broker].score.score:
                 stalled[sf.broker] = sf
         explained = {b for sf in stalled.values() for b in sf.leaders_waiting} | set(stalled)
         if stalled:  # Rule 5 explains the leaders' slowness: report the follower, not them.
             scores = {key: s for key, s in scores.items() if key[0] not in explained}
         found = [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
-        cluster = [] if stalled else [(r, *cluster_score(data, now_ms, cfg, r)) for r in cfg.requests]
+        cluster = [] if stalled else [(r, *cluster_score(data, now_ms, cfg, r, table)) for r in cfg.requests]
         wide = [(r, s, ev) for r, s, ev in cluster if s.active]
         active = {key: s for key, s in scores.items() if s.active}
         brokers = {b for b, _ in scores}
@@ -329,7 +340,6 @@ class SlowBrokerDetector(Detector):
             not stalled and len(brokers) >= 2 and len(flagged) / len(brokers) > cfg.cluster_wide_fraction
         ):
             return [self._cluster_finding(data, now_ms, cfg, wide, sorted(flagged))]
-        table = _Table(data.broker_stages)
         per_broker: dict[int, dict] = {}
         for (b, request), s in sorted(active.items()):
             slow_windows = [v.window_start_ms for v in s.windows if v.slow] or [s.windows[-1].window_start_ms]
