@@ -15,8 +15,8 @@ Contract:
   line to the same worker, after those of its partition already queued there);
 * ``handler(delivery)`` returning normally acks the record; raising fails it (retried up to the
   consumer's ``max_retries``, then dead-lettered or the partition stops, as configured);
-* each worker queue holds at most ``queue_records`` records; when one is full the dispatcher
-  waits for it, the consumer's buffer fills and its pump pauses fetching — memory stays bounded
+* records go to the workers in runs (one per worker and poll; acked per run); each worker
+  queue holds at most ``queue_records`` records; when one is full the dispatcher waits for it, the consumer's buffer fills and its pump pauses fetching — memory stays bounded
   by the consumer's buffer plus ``workers × queue_records`` records;
 * :meth:`run` returns when ``stop`` is set; records already dispatched are handled first
   (unless ``drain=False``), so acked work is committed by the consumer's :meth:`close`.
@@ -25,9 +25,11 @@ Contract:
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
+from itertools import groupby
+from operator import attrgetter
 
 from linkwatch.consumer.async_fetch import AsyncFetchConsumer, Delivery
 from linkwatch.errors import ConfigError
@@ -35,7 +37,40 @@ from linkwatch.errors import ConfigError
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Delivery], object]
-_DONE = None  # end-of-work marker in a worker queue
+_TP = attrgetter("tp")
+
+
+class _WorkQueue:
+    """Runs of deliveries for one worker, bounded by record count (a run larger than the bound
+    is accepted into an empty queue, so no run can wait forever)."""
+
+    def __init__(self, max_records: int) -> None:
+        self.max_records = max_records
+        self.runs: deque[list[Delivery] | None] = deque()
+        self.records = 0
+        self.cond = threading.Condition()
+
+    def put(self, run: list[Delivery] | None, stop: threading.Event | None = None) -> bool:
+        """Queue ``run`` (None: end of work); False if ``stop`` was set while waiting for room."""
+        n = len(run) if run else 0
+        with self.cond:
+            while self.records and self.records + n > self.max_records:
+                if stop is not None and stop.is_set():
+                    return False
+                self.cond.wait(0.2)
+            self.runs.append(run)
+            self.records += n
+            self.cond.notify_all()
+        return True
+
+    def get(self) -> list[Delivery] | None:
+        with self.cond:
+            while not self.runs:
+                self.cond.wait()
+            run = self.runs.popleft()
+            self.records -= len(run) if run else 0
+            self.cond.notify_all()
+            return run
 
 
 class PartitionWorkers:
@@ -61,32 +96,39 @@ class PartitionWorkers:
         self.handler = handler
         self.workers = workers
         self.poll_timeout_s = poll_timeout_s
-        self._queues: list[queue.Queue[Delivery | None]] = [
-            queue.Queue(queue_records) for _ in range(workers)
-        ]
+        self.queue_records = queue_records
+        self._queues = [_WorkQueue(queue_records) for _ in range(workers)]
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self.handled = 0
         self.failed = 0
 
-    def _worker(self, q: queue.Queue[Delivery | None], drain: threading.Event) -> None:
+    def _worker(self, q: _WorkQueue, drain: threading.Event) -> None:
         while True:
-            d = q.get()
-            if d is _DONE:
+            run = q.get()
+            if run is None:
                 return
             if not drain.is_set():
-                continue  # stopping without draining: leave it unacked (redelivered later)
-            try:
-                self.handler(d)
-            except Exception as e:  # the record failed, not the worker
-                self.consumer.fail(d, repr(e))
-                with self._lock:
-                    self.failed += 1
-                log.debug("handler failed on %r: %r", d, e)
-            else:
-                self.consumer.ack(d)
-                with self._lock:
-                    self.handled += 1
+                continue  # stopping without draining: left unacked (redelivered later)
+            done: list[Delivery] = []
+            failed = 0
+            for d in run:
+                try:
+                    self.handler(d)
+                except Exception as e:  # the record failed, not the worker
+                    if done:  # keep acks in order with the failure
+                        self.consumer.ack_many(done)
+                        done = []
+                    self.consumer.fail(d, repr(e))
+                    failed += 1
+                    log.debug("handler failed on %r: %r", d, e)
+                else:
+                    done.append(d)
+            if done:
+                self.consumer.ack_many(done)
+            with self._lock:
+                self.handled += len(run) - failed
+                self.failed += failed
 
     def run(self, stop: threading.Event, drain: bool = True) -> None:
         """Poll, dispatch and handle until ``stop`` is set; then let the workers finish."""
@@ -102,18 +144,19 @@ class PartitionWorkers:
             t.start()
         try:
             while not stop.is_set():
-                for d in self.consumer.poll(timeout_s=self.poll_timeout_s):
-                    q = self._queues[hash(d.tp) % self.workers]
-                    while not stop.is_set():
-                        try:
-                            q.put(d, timeout=0.2)
+                batch = self.consumer.poll(timeout_s=self.poll_timeout_s)
+                # One run per worker and poll; a partition's records keep their order in it.
+                runs: dict[int, list[Delivery]] = {}
+                for tp, part in groupby(batch, _TP):
+                    runs.setdefault(hash(tp) % self.workers, []).extend(part)
+                for i, run in runs.items():
+                    for start in range(0, len(run), self.queue_records):
+                        if not self._queues[i].put(run[start : start + self.queue_records], stop):
                             break
-                        except queue.Full:
-                            continue
         finally:
             if not drain:
                 draining.clear()
             for q in self._queues:
-                q.put(_DONE)  # blocks until there is room: after the queued records
+                q.put(None)  # after the queued runs
             for t in self._threads:
                 t.join()
