@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka import errors as Errors
 from kafka.admin import NewTopic, OffsetSpec
 from kafka.structs import OffsetAndMetadata
@@ -48,3 +52,58 @@ def end_offsets(admin: KafkaAdminClient, tps: list[TopicPartition]) -> dict[Topi
     return {
         tp: o.offset for tp, o in admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps}).items()
     }
+
+
+@dataclass
+class MonthOld:
+    """A one-partition topic whose first 4,000 records are 30 days old (rolled into several
+    segments), then 40 fresh ones; ``old`` committed at 45 (reads a month back), ``fresh`` at
+    4,035 (a few records behind the end)."""
+
+    tp: TopicPartition
+    old: str
+    fresh: str
+    leader: int
+
+
+def month_old_topic(admin: KafkaAdminClient, bootstrap: str, topic: str, group: str) -> MonthOld:
+    make_topic(admin, topic, **{"segment.ms": "50", "retention.ms": "-1"})
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=64 * 1024)
+    month_ago = int(time.time() * 1000) - 30 * 86400 * 1000
+    for chunk in range(10):  # 4 MB of old data; segment.ms 50 rolls a segment per chunk
+        for _ in range(400):
+            producer.send(topic, b"x" * 1000, partition=0, timestamp_ms=month_ago + chunk * 1000)
+        producer.flush()
+        time.sleep(0.06)
+    for _ in range(40):
+        producer.send(topic, b"y" * 100, partition=0)
+    producer.flush()
+    producer.close()
+    tp = TopicPartition(topic, 0)
+    old, fresh = group + "-old", group + "-fresh"
+    commit(admin, old, {tp: 45})
+    commit(admin, fresh, {tp: 4000 + 35})
+    leader = admin.describe_topics([topic])[0]["partitions"][0]["leader_id"]
+    return MonthOld(tp, old, fresh, leader)
+
+
+def evict(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache (after writing them back)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def write_load(stop: threading.Event, path: Path) -> None:
+    """Real writes (about 4 MB/s) while /proc is sampled, so the measured rate is not zero."""
+    block = os.urandom(1024 * 1024)
+    with open(path, "wb") as f:
+        while not stop.is_set():
+            f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+            f.seek(0)
+            stop.wait(0.25)

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kafka import KafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.runner import config_for_node, start_agent_process
@@ -29,8 +28,7 @@ from linkwatch.lag.runner import LagConfig, LagService
 from linkwatch.records import HostStats
 from linkwatch.testbed.cluster import ClusterState
 from tests.agent.conftest import free_port
-from tests.lag.lagkit import commit, make_topic
-from tests.lag.test_lag_coldread import evict, write_load
+from tests.lag.lagkit import evict, month_old_topic, write_load
 
 pytestmark = pytest.mark.cluster
 
@@ -96,23 +94,8 @@ def running_agent(cluster3: ClusterState, tmp_path: Path, request: pytest.Fixtur
 def test_hoststats_window_cold_read_risk_and_agent_confirmation(
     cluster3: ClusterState, admin, topic_name: str, group_name: str, running_agent, tmp_path: Path
 ) -> None:
-    make_topic(admin, topic_name, **{"segment.ms": "50", "retention.ms": "-1"})
-    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=5, batch_size=64 * 1024)
-    month_ago = int(time.time() * 1000) - 30 * 86400 * 1000
-    for chunk in range(10):  # 4 MB of month-old data, rolled into several segments
-        for _ in range(400):
-            producer.send(topic_name, b"x" * 1000, partition=0, timestamp_ms=month_ago + chunk * 1000)
-        producer.flush()
-        time.sleep(0.06)
-    for _ in range(40):
-        producer.send(topic_name, b"y" * 100, partition=0)
-    producer.flush()
-    producer.close()
-    tp = TopicPartition(topic_name, 0)
-    old, fresh = group_name + "-old", group_name + "-fresh"
-    commit(admin, old, {tp: 45})
-    commit(admin, fresh, {tp: 4000 + 35})
-    leader = admin.describe_topics([topic_name])[0]["partitions"][0]["leader_id"]
+    data = month_old_topic(admin, cluster3.bootstrap, topic_name, group_name)
+    old, fresh, leader = data.old, data.fresh, data.leader
     pdir = partition_dir(cluster3.node(leader).log_dirs, topic_name, 0)
     url = running_agent(leader)
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer, TopicPartition
 
 from agent.pagecache import check_cold_read
 from agent.segments import partition_dir
@@ -22,7 +20,7 @@ from linkwatch.lag.coldread import (
 )
 from linkwatch.lag.collector import PassResult
 from linkwatch.testbed.cluster import ClusterState
-from tests.lag.lagkit import commit, make_topic
+from tests.lag.lagkit import evict, month_old_topic, write_load
 
 GIB = 1024**3
 
@@ -60,48 +58,12 @@ def test_cold_read_rule(row: tuple, windows: dict[int, float], risky: bool) -> N
         assert (risks[0].leader, risks[0].window_s) == (1, windows[1])
 
 
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def write_load(stop: threading.Event, path: Path) -> None:
-    """Real writes (about 4 MB/s) while /proc is sampled, so the measured rate is not zero."""
-    block = os.urandom(1024 * 1024)
-    with open(path, "wb") as f:
-        while not stop.is_set():
-            f.write(block)
-            f.flush()
-            os.fsync(f.fileno())
-            f.seek(0)
-            stop.wait(0.25)
-
-
 @pytest.mark.cluster
 def test_group_reading_old_data_is_a_confirmed_cold_read_risk(
     cluster3: ClusterState, admin, topic_name: str, group_name: str, make_collector, tmp_path: Path
 ) -> None:
-    make_topic(admin, topic_name, **{"segment.ms": "50", "retention.ms": "-1"})
-    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=5, batch_size=64 * 1024)
-    month_ago = int(time.time() * 1000) - 30 * 86400 * 1000
-    for chunk in range(10):  # 4 MB of old data, rolled into several segments
-        for _ in range(400):
-            producer.send(topic_name, b"x" * 1000, partition=0, timestamp_ms=month_ago + chunk * 1000)
-        producer.flush()
-        time.sleep(0.06)
-    for _ in range(40):  # fresh data
-        producer.send(topic_name, b"y" * 100, partition=0)
-    producer.flush()
-    producer.close()
-    tp = TopicPartition(topic_name, 0)
-    old, fresh = group_name + "-old", group_name + "-fresh"
-    commit(admin, old, {tp: 45})
-    commit(admin, fresh, {tp: 4000 + 35})
-    leader = admin.describe_topics([topic_name])[0]["partitions"][0]["leader_id"]
+    data = month_old_topic(admin, cluster3.bootstrap, topic_name, group_name)
+    old, fresh, leader = data.old, data.fresh, data.leader
     dirs = cluster3.node(leader).log_dirs
     pdir = partition_dir(dirs, topic_name, 0)
     time.sleep(1.0)
