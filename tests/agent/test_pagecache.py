@@ -12,16 +12,8 @@ from kafka import KafkaProducer
 from agent.pagecache import PAGE, check_cold_read, log_ranges, residency
 from agent.segments import partition_dir
 from linkwatch.testbed.cluster import ClusterState
+from linkwatch.testbed.faults import evict_page_cache
 from tests.agent.test_segments import many_segment_topic
-
-
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # dirty pages are not dropped; write them back first
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def test_written_file_is_resident_and_evicted_file_is_not(tmp_path: Path) -> None:
@@ -30,7 +22,7 @@ def test_written_file_is_resident_and_evicted_file_is_not(tmp_path: Path) -> Non
     f.read_bytes()
     assert residency(f) == residency(f, 0, 64 * PAGE)
     assert residency(f).resident_pages == residency(f).total_pages == 64
-    evict(f)
+    evict_page_cache(f)
     assert residency(f).resident_pages <= 2
     # Reading a range brings back that range only.
     with open(f, "rb") as fh:
@@ -80,7 +72,7 @@ def test_evicted_old_segment_is_confirmed_cold_and_fresh_tail_is_resident(
     pdir = partition_dir(dirs, topic_name, 0)
     time.sleep(1.0)  # let the broker's asynchronous flush of rolled segments finish
     for seg in pdir.glob("*.log"):
-        evict(seg)
+        evict_page_cache(seg)
     cold = check_cold_read(dirs, topic_name, 0, 40, skip_bytes=0)
     assert cold.confirmed is True, cold.reason
     assert cold.segment is not None and cold.resident_pages < cold.total_pages

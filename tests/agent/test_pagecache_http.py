@@ -14,15 +14,7 @@ import pytest
 from agent.config import AgentConfig
 from agent.pagecache import PAGE
 from agent.runner import Agent
-
-
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+from linkwatch.testbed.faults import evict_page_cache
 
 
 @pytest.fixture
@@ -72,7 +64,7 @@ def test_answers_segment_position_and_residency_and_metrics_still_work(agent: Ag
     assert body["position"] == 0  # no .index: the segment start
     assert (body["resident_pages"], body["total_pages"]) == (16, 16)
     assert body["resident_fraction"] == 1.0 and body["confirmed"] is False
-    evict(tmp_path / "d1" / "t-0" / f"{100:020d}.log")
+    evict_page_cache(tmp_path / "d1" / "t-0" / f"{100:020d}.log")
     status, body = get(agent, "topic=t&partition=0&offset=150&span_bytes=40960")
     assert status == 200 and body["total_pages"] == 10
     assert body["resident_fraction"] < 0.5 and body["confirmed"] is True, body

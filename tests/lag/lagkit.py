@@ -87,16 +87,6 @@ def month_old_topic(admin: KafkaAdminClient, bootstrap: str, topic: str, group: 
     return MonthOld(tp, old, fresh, leader)
 
 
-def evict(path: Path) -> None:
-    """Drop ``path``'s pages from the page cache (after writing them back)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def write_load(stop: threading.Event, path: Path) -> None:
     """Real writes (about 4 MB/s) while /proc is sampled, so the measured rate is not zero."""
     block = os.urandom(1024 * 1024)

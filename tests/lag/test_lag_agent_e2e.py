@@ -27,8 +27,9 @@ from agent.segments import partition_dir
 from linkwatch.lag.runner import LagConfig, LagService
 from linkwatch.records import HostStats
 from linkwatch.testbed.cluster import ClusterState
+from linkwatch.testbed.faults import evict_page_cache
 from tests.agent.conftest import free_port
-from tests.lag.lagkit import evict, month_old_topic, write_load
+from tests.lag.lagkit import month_old_topic, write_load
 
 pytestmark = pytest.mark.cluster
 
@@ -125,7 +126,7 @@ def test_hoststats_window_cold_read_risk_and_agent_confirmation(
         port = service.serve_metrics()
         time.sleep(0.5)
         for seg in sorted(pdir.glob("*.log"))[:-1]:  # the old segments leave the page cache
-            evict(seg)
+            evict_page_cache(seg)
         findings = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

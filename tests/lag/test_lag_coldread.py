@@ -20,7 +20,8 @@ from linkwatch.lag.coldread import (
 )
 from linkwatch.lag.collector import PassResult
 from linkwatch.testbed.cluster import ClusterState
-from tests.lag.lagkit import evict, month_old_topic, write_load
+from linkwatch.testbed.faults import evict_page_cache
+from tests.lag.lagkit import month_old_topic, write_load
 
 GIB = 1024**3
 
@@ -68,7 +69,7 @@ def test_group_reading_old_data_is_a_confirmed_cold_read_risk(
     pdir = partition_dir(dirs, topic_name, 0)
     time.sleep(1.0)
     for seg in sorted(pdir.glob("*.log"))[:-1]:  # the old segments leave the page cache
-        evict(seg)
+        evict_page_cache(seg)
     cfg = ColdReadConfig(
         windows_from="proc", confirm="local", log_dirs={n.node_id: n.log_dirs for n in cluster3.nodes}
     )
