@@ -4,7 +4,11 @@ them with the shipped rules, and a real Alertmanager (the shipped example config
 to a real ``linkwatch alerts serve``.
 
 * An injected slow broker (SIGSTOP/SIGCONT duty cycle) produces ``LinkwatchSlowBroker`` in the
-  receiver's audit log with the broker and the stage; removing the fault resolves it.
+  receiver's audit log with the broker and the stage; removing the fault resolves it. When the
+  machine is so loaded that the other brokers are above 300 ms too, the cluster-wide alert fires
+  and Alertmanager inhibits the per-broker ones, as configured: then the receiver must get
+  ``LinkwatchClusterSlowdown`` and Prometheus must fire the per-broker alerts with the right
+  broker and stage (measured in a loaded full run: peers at 0.57-0.70 s Produce p99).
 * Every dashboard panel query, with the template variables substituted, returns data from
   that Prometheus through its HTTP API.
 
@@ -278,39 +282,96 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     seen = len(stack.received())
 
     victim = live.cluster.nodes[1]
+    victim_id = str(victim.node_id)
     with faults.PauseDutyCycle(victim.pid, pause_ms=900, period_ms=1000).start():
         fault_at = time.monotonic()
-        fired = _wait_new(stack, seen, "LinkwatchSlowBroker", "firing", 480)
-        print(f"LinkwatchSlowBroker received {time.monotonic() - fault_at:.0f} s after the fault began")
-        p99 = {
-            r["metric"]["broker"]: float(r["value"][1])
-            for r in stack.query('linkwatch:broker_request_p99_seconds:2m{request="Produce"}')
-        }
-        # The analyzer's path: its slow_broker finding, exported as linkwatch_finding_active,
-        # fires the same kind of alert through the same Prometheus and Alertmanager.
-        from_analyzer = _wait_new(stack, seen, "LinkwatchSlowBrokerFinding", "firing", 480)
-        print(
-            f"LinkwatchSlowBrokerFinding received {time.monotonic() - fault_at:.0f} s after the fault began"
-        )
-    print(f"Produce p99 during the fault: {p99}")
-    firing = [a for a in fired if a["status"] == "firing"]
-    assert firing, f"no LinkwatchSlowBroker firing; Prometheus alerts: {stack.prometheus_alerts()}"
-    assert {a["labels"]["broker"] for a in firing} == {str(victim.node_id)}
-    alert = firing[0]
-    assert alert["labels"]["cluster"] == CLUSTER and alert["labels"]["request"] == "Produce"
-    assert alert["annotations"]["stage"] in STAGES
-    assert f"Broker {victim.node_id} is slow" in alert["annotations"]["summary"]
-    print(f"received: {json.dumps({k: alert[k] for k in ('labels', 'annotations')})}")
-    found = [a for a in from_analyzer if a["status"] == "firing"]
-    assert found, f"no LinkwatchSlowBrokerFinding; findings: {stack.query('linkwatch_finding_active')}"
-    assert {a["labels"]["broker"] for a in found} == {str(victim.node_id)}
-    assert found[0]["labels"]["stage"] in STAGES
+        outcome = _watch_fault(stack, seen, victim_id, 480)
+        print(f"fault watched for {time.monotonic() - fault_at:.0f} s: {outcome.summary()}")
+    for name in SLOW_ALERTS:
+        alert = outcome.received.get(name)
+        if alert is None:
+            # Cluster-wide regime: on a machine so loaded that its peers are also above 300 ms,
+            # LinkwatchClusterSlowdown fires and Alertmanager inhibits the per-broker alerts, as
+            # configured. The broker and stage must then be right in Prometheus's own alert.
+            assert outcome.cluster_slowdown, (
+                f"neither {name} for broker {victim_id} nor LinkwatchClusterSlowdown was received: "
+                f"{outcome.summary()}; received {[(a['alertname'], a['status']) for a in stack.received(since=seen)]}"
+            )
+            assert name in outcome.in_prometheus, (
+                f"{name} for broker {victim_id} never fired: {outcome.summary()}"
+            )
+            alert = outcome.in_prometheus[name]
+        assert alert["labels"]["broker"] == victim_id and alert["labels"]["cluster"] == CLUSTER
+        stage = alert["annotations"]["stage"] if name == "LinkwatchSlowBroker" else alert["labels"]["stage"]
+        assert stage in STAGES, alert
+        print(f"{name}: {json.dumps({k: alert[k] for k in ('labels', 'annotations')})}")
+    slow = outcome.received.get("LinkwatchSlowBroker") or outcome.in_prometheus["LinkwatchSlowBroker"]
+    assert slow["labels"]["request"] == "Produce"
+    assert f"Broker {victim_id} is slow" in slow["annotations"]["summary"]
+    assert not outcome.other_brokers, f"slow alerts for brokers never slowed: {outcome.other_brokers}"
 
-    resolved = _wait_new(stack, seen, "LinkwatchSlowBroker", "resolved", 300)
-    assert [a["labels"]["broker"] for a in resolved if a["status"] == "resolved"] == [str(victim.node_id)], (
-        f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in stack.received()]}; "
-        f"Prometheus alerts: {[(a['labels'], a['state']) for a in stack.prometheus_alerts()]}"
-    )
+    if "LinkwatchSlowBroker" in outcome.received:
+        resolved = _wait_new(stack, seen, "LinkwatchSlowBroker", "resolved", 300)
+        assert [a["labels"]["broker"] for a in resolved if a["status"] == "resolved"] == [victim_id], (
+            f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in stack.received()]}; "
+            f"Prometheus alerts: {[(a['labels'], a['state']) for a in stack.prometheus_alerts()]}"
+        )
+    else:  # inhibited while firing: its resolution is Prometheus dropping it
+        cleared = _wait_quiet(stack, ("LinkwatchSlowBroker",), 300)
+        assert cleared, f"LinkwatchSlowBroker still active after the fault: {stack.prometheus_alerts()}"
+
+
+SLOW_ALERTS = ("LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding")
+
+
+@dataclass
+class FaultOutcome:
+    """What the stack did about the injected slow broker."""
+
+    received: dict[str, dict] = field(default_factory=dict)  # alertname -> first firing notification
+    in_prometheus: dict[str, dict] = field(default_factory=dict)  # alertname -> Prometheus's firing alert
+    cluster_slowdown: list[dict] = field(default_factory=list)  # LinkwatchClusterSlowdown notifications
+    other_brokers: set[str] = field(default_factory=set)  # slow alerts firing for any other broker
+    peers_p99_s: dict[str, float] = field(default_factory=dict)
+
+    def complete(self) -> bool:
+        return all(
+            name in self.received or (self.cluster_slowdown and name in self.in_prometheus)
+            for name in SLOW_ALERTS
+        )
+
+    def summary(self) -> str:
+        return (
+            f"received {sorted(self.received)}, firing in Prometheus {sorted(self.in_prometheus)}, "
+            f"LinkwatchClusterSlowdown received {len(self.cluster_slowdown)}x, "
+            f"other brokers {sorted(self.other_brokers)}, Produce p99 {self.peers_p99_s}"
+        )
+
+
+def _watch_fault(stack: AlertStack, seen: int, victim: str, timeout_s: float) -> FaultOutcome:
+    """Watch the receiver and Prometheus until both slow alerts reached the receiver for the
+    victim, or (cluster-wide regime) LinkwatchClusterSlowdown did and both fired in Prometheus."""
+    out = FaultOutcome()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for a in stack.received(status="firing", since=seen):
+            if a["alertname"] in SLOW_ALERTS:
+                if a["labels"].get("broker") == victim:
+                    out.received.setdefault(a["alertname"], a)
+                else:
+                    out.other_brokers.add(a["labels"].get("broker", "?"))
+        out.cluster_slowdown = stack.received("LinkwatchClusterSlowdown", "firing", since=seen)
+        for a in stack.prometheus_alerts():
+            if a["labels"].get("alertname") in SLOW_ALERTS and a["state"] == "firing":
+                if a["labels"].get("broker") == victim:
+                    out.in_prometheus.setdefault(a["labels"]["alertname"], a)
+                else:
+                    out.other_brokers.add(a["labels"].get("broker", "?"))
+        p99 = stack.query('linkwatch:broker_request_p99_seconds:2m{request="Produce"}')
+        out.peers_p99_s = {r["metric"]["broker"]: round(float(r["value"][1]), 3) for r in p99}
+        if out.complete() or time.monotonic() > deadline:
+            return out
+        time.sleep(2.0)
 
 
 def _wait_new(stack: AlertStack, seen: int, alertname: str, status: str, timeout_s: float) -> list[dict]:
