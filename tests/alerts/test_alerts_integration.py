@@ -310,15 +310,19 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     assert f"Broker {victim_id} is slow" in slow["annotations"]["summary"]
     assert not outcome.other_brokers, f"slow alerts for brokers never slowed: {outcome.other_brokers}"
 
+    # Resolution: Prometheus drops the alert, and (unless it was inhibited throughout) the last
+    # notification the receiver got for the broker says resolved. Under load the alert may flap
+    # during the fault (fire, resolve, fire): only the final state counts.
+    cleared = _wait_quiet(stack, ("LinkwatchSlowBroker",), 300)
+    assert cleared, f"LinkwatchSlowBroker still active after the fault: {stack.prometheus_alerts()}"
     if "LinkwatchSlowBroker" in outcome.received:
-        resolved = _wait_new(stack, seen, "LinkwatchSlowBroker", "resolved", 300)
-        assert [a["labels"]["broker"] for a in resolved if a["status"] == "resolved"] == [victim_id], (
-            f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in stack.received()]}; "
-            f"Prometheus alerts: {[(a['labels'], a['state']) for a in stack.prometheus_alerts()]}"
+        got = stack.wait_received(
+            lambda got: bool(got) and got[-1]["status"] == "resolved", 120, "LinkwatchSlowBroker", since=seen
         )
-    else:  # inhibited while firing: its resolution is Prometheus dropping it
-        cleared = _wait_quiet(stack, ("LinkwatchSlowBroker",), 300)
-        assert cleared, f"LinkwatchSlowBroker still active after the fault: {stack.prometheus_alerts()}"
+        assert {a["labels"]["broker"] for a in got} == {victim_id}
+        assert got[-1]["status"] == "resolved", (
+            f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in got]}"
+        )
 
 
 SLOW_ALERTS = ("LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding")
@@ -372,13 +376,6 @@ def _watch_fault(stack: AlertStack, seen: int, victim: str, timeout_s: float) ->
         if out.complete() or time.monotonic() > deadline:
             return out
         time.sleep(2.0)
-
-
-def _wait_new(stack: AlertStack, seen: int, alertname: str, status: str, timeout_s: float) -> list[dict]:
-    """Notifications of ``alertname`` received after the first ``seen``, once one has ``status``."""
-    return stack.wait_received(
-        lambda got: any(a["status"] == status for a in got), timeout_s, alertname, since=seen
-    )
 
 
 def _wait_quiet(stack: AlertStack, names: tuple[str, ...], timeout_s: float) -> bool:
