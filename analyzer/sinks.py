@@ -18,7 +18,7 @@ from linkwatch.records import FINDINGS_TOPIC, Finding
 
 log = logging.getLogger(__name__)
 
-FINDING_LABELS = ("cluster", "rule", "subject", "severity", "broker", "stage", "topic", "group")
+FINDING_LABELS = ("cluster", "rule", "subject", "severity", "broker", "stage", "follower", "topic", "group")
 MAX_SERIES = 5000  # bound on label sets per gauge; beyond it series are dropped and counted
 
 
@@ -60,6 +60,8 @@ def finding_labels(f: Finding) -> dict[str, str]:
         "severity": f.severity,
         "broker": broker,
         "stage": str(ev.get("stage") or ""),
+        # The follower a leader's replication waits on (stage remote), or the stalled follower.
+        "follower": str(ev.get("slow_follower") or ""),
         "topic": topic,
         "group": ident if kind == "group" else "",
     }

@@ -86,6 +86,7 @@ def test_prometheus_sink_gauges() -> None:
         "severity": "warning",
         "broker": "2",
         "stage": "local",
+        "follower": "",
         "topic": "",
         "group": "",
     }
