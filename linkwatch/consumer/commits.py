@@ -239,16 +239,6 @@ class CommitTracker:
             part = self._get(tp, epoch)
             return Outcome.STALE if part is None else part.ack(offset)
 
-    def ack_many(self, acks: list[tuple[tuple[str, int], int, int]]) -> dict[Outcome, int]:
-        """Ack (tp, epoch, offset) triples under one lock round; returns the outcome counts."""
-        runs: list[tuple[tuple[str, int], int, list[int]]] = []
-        for tp, epoch, offset in acks:
-            if runs and runs[-1][0] == tp and runs[-1][1] == epoch:
-                runs[-1][2].append(offset)
-            else:
-                runs.append((tp, epoch, [offset]))
-        return self.ack_runs(runs)
-
     def ack_runs(self, runs: list[tuple[tuple[str, int], int, list[int]]]) -> dict[Outcome, int]:
         """Ack runs of offsets, each ``(tp, epoch, offsets)``, in order, under one lock round;
         returns the outcome counts."""

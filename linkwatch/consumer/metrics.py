@@ -122,10 +122,6 @@ class ClientTimings:
         with self._lock:
             self._fetch.setdefault(broker, LatencySketch()).add(seconds * 1000)
 
-    def end_to_end_many(self, items: list[tuple[int, str, float]]) -> None:
-        """Record (broker, topic, seconds) for a batch of deliveries."""
-        self.end_to_end_runs([(broker, topic, [seconds]) for broker, topic, seconds in items])
-
     def end_to_end_runs(self, runs: list[tuple[int, str, list[float]]]) -> None:
         """Record (broker, topic, [seconds, ...]) runs for a batch of deliveries (one lock round;
         the histogram is updated once per bucket touched, not once per record). Negative
@@ -157,7 +153,7 @@ class ClientTimings:
                     sketch.add(seconds * 1000)
 
     def end_to_end(self, broker: int, topic: str, seconds: float) -> None:
-        self.end_to_end_many([(broker, topic, seconds)])
+        self.end_to_end_runs([(broker, topic, [seconds])])
 
     def buffer(self, n_bytes: int, n_records: int) -> None:
         self.metrics.buffer_bytes.set(n_bytes)
