@@ -324,6 +324,13 @@ class AlertStack:
     def prometheus_alerts(self) -> list[dict[str, Any]]:
         return self._api("/api/v1/alerts", {})["alerts"]
 
+    def alertmanager_alerts(self, *matchers: str) -> list[dict[str, Any]]:
+        """Alertmanager's unresolved alerts (API v2), each with ``status.state`` and
+        ``status.inhibitedBy``; ``matchers`` like ``'alertname="LinkwatchSlowBroker"'``."""
+        query = urllib.parse.urlencode([("filter", m) for m in matchers])
+        with urllib.request.urlopen(f"{self.alertmanager_url}/api/v2/alerts?{query}", timeout=10) as r:
+            return json.loads(r.read())
+
     def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
         """Push alerts straight into Alertmanager (API v2), as Prometheus would."""
         req = urllib.request.Request(

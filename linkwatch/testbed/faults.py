@@ -258,3 +258,34 @@ def evict_page_cache(path: os.PathLike[str] | str) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def restore_preferred_leaders(admin: Any, topics: list[str], timeout_s: float = 60.0) -> dict[str, list[int]]:
+    """Make every partition of ``topics`` led by its preferred (first) replica again and wait for
+    it. A fault that stalls a broker long enough (or a restart) moves its leadership to peers, and
+    a later fault on that broker would then slow nobody's requests: tests that fault a broker
+    twice on one cluster call this first. Returns ``{topic: [leader per partition]}``; raises
+    :class:`TimeoutError` naming the partitions still led elsewhere."""
+    deadline = time.monotonic() + timeout_s
+    elected_at = -1.0
+    while True:
+        wrong: list[str] = []
+        leaders: dict[str, list[int]] = {}
+        for meta in admin.describe_topics(topics):
+            parts = sorted(meta.get("partitions") or [], key=lambda p: p["partition_index"])
+            leaders[meta["name"]] = [p.get("leader_id", -1) for p in parts]
+            wrong += [
+                f"{meta['name']}-{p['partition_index']} (leader {p.get('leader_id')}, preferred {p['replica_nodes'][0]})"
+                for p in parts
+                if p.get("replica_nodes") and p.get("leader_id") != p["replica_nodes"][0]
+            ]
+        if not wrong:
+            return leaders
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"not led by their preferred replica after {timeout_s:.0f} s: {', '.join(wrong)}"
+            )
+        if time.monotonic() - elected_at > 10.0:  # a follower out of the ISR cannot lead yet: ask again
+            admin.elect_leaders(0, topics, raise_errors=False)
+            elected_at = time.monotonic()
+        time.sleep(0.5)

@@ -269,10 +269,23 @@ def _wait_query(stack: AlertStack, expr: str, n: int, timeout_s: float) -> list[
 # a machine running at a third of its speed (pytest-timeout's default 600 s is not).
 @pytest.mark.timeout(2400)
 def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolves(live: Live) -> None:
+    from kafka import KafkaAdminClient
+
     stack = live.stack
     print(f"stack up {time.time() - live.started_s:.0f} s")
     base = _wait_query(stack, 'linkwatch:broker_request_p99_seconds:2m{request="Produce"}', 3, 300)
     assert len(base) == 3, f"no Produce p99 for every broker: {base}"
+    victim = live.cluster.nodes[1]
+    victim_id = str(victim.node_id)
+    # The cluster is shared with earlier tests (and with this test's own rerun): a broker that was
+    # stalled before may have lost its leaderships, and pausing it would then slow nobody's
+    # requests. Give every partition back to its preferred replica first.
+    admin = KafkaAdminClient(bootstrap_servers=live.cluster.bootstrap, client_id="alerts-it-leaders")
+    try:
+        leaders = faults.restore_preferred_leaders(admin, [TOPIC, SKEW_TOPIC])
+    finally:
+        admin.close()
+    assert victim.node_id in leaders[TOPIC], f"broker {victim_id} leads no partition of {TOPIC}: {leaders}"
     # A quiet baseline first: while Spark and the exporters start, the 2-core machine itself is
     # slow for a minute or so and a broker may briefly read as slow (a real slowdown the rules
     # are right to report). Wait until no slow alert is pending or firing, then judge only the
@@ -280,9 +293,6 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     quiet = _wait_quiet(stack, ("LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding"), 360)
     assert quiet, f"the cluster never settled before the fault: {stack.prometheus_alerts()}"
     seen = len(stack.received())
-
-    victim = live.cluster.nodes[1]
-    victim_id = str(victim.node_id)
     with faults.PauseDutyCycle(victim.pid, pause_ms=900, period_ms=1000).start():
         fault_at = time.monotonic()
         outcome = _watch_fault(stack, seen, victim_id, 480)
@@ -308,21 +318,43 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     slow = outcome.received.get("LinkwatchSlowBroker") or outcome.in_prometheus["LinkwatchSlowBroker"]
     assert slow["labels"]["request"] == "Produce"
     assert f"Broker {victim_id} is slow" in slow["annotations"]["summary"]
-    assert not outcome.other_brokers, f"slow alerts for brokers never slowed: {outcome.other_brokers}"
+    assert not outcome.unexplained_others(), f"slow alerts for brokers never slowed: {outcome.summary()}"
 
-    # Resolution: Prometheus drops the alert, and (unless it was inhibited throughout) the last
-    # notification the receiver got for the broker says resolved. Under load the alert may flap
-    # during the fault (fire, resolve, fire): only the final state counts.
-    cleared = _wait_quiet(stack, ("LinkwatchSlowBroker",), 300)
+    # Resolution: Prometheus drops the alert, and the last notification the receiver got for the
+    # broker says resolved. Under load the alert may flap during the fault (fire, resolve, fire):
+    # only the final state counts. One exception, Alertmanager's documented behaviour: an alert
+    # that is inhibited when it resolves (here by LinkwatchClusterSlowdown) has its resolved
+    # notification muted too — accepted only when Alertmanager showed it inhibited at the end.
+    cleared, inhibited_at_end = _wait_cleared(stack, victim_id, 300)
     assert cleared, f"LinkwatchSlowBroker still active after the fault: {stack.prometheus_alerts()}"
     if "LinkwatchSlowBroker" in outcome.received:
         got = stack.wait_received(
             lambda got: bool(got) and got[-1]["status"] == "resolved", 120, "LinkwatchSlowBroker", since=seen
         )
         assert {a["labels"]["broker"] for a in got} == {victim_id}
-        assert got[-1]["status"] == "resolved", (
-            f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in got]}"
-        )
+        if got[-1]["status"] != "resolved":
+            assert inhibited_at_end, (
+                f"no resolved LinkwatchSlowBroker; received: {[(a['alertname'], a['status']) for a in got]}"
+            )
+            print(
+                "resolved notification muted: the alert was inhibited by the cluster-wide alert when it resolved"
+            )
+
+
+def _wait_cleared(stack: AlertStack, victim: str, timeout_s: float) -> tuple[bool, bool]:
+    """Wait until Prometheus has no LinkwatchSlowBroker pending or firing. Returns (cleared,
+    whether Alertmanager had the victim's alert inhibited the last time it listed it)."""
+    inhibited = False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for a in stack.alertmanager_alerts('alertname="LinkwatchSlowBroker"', f'broker="{victim}"'):
+            inhibited = bool(a["status"].get("inhibitedBy"))
+        if not [
+            a for a in stack.prometheus_alerts() if a["labels"].get("alertname") == "LinkwatchSlowBroker"
+        ]:
+            return True, inhibited
+        time.sleep(1.0)
+    return False, inhibited
 
 
 SLOW_ALERTS = ("LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding")
@@ -344,7 +376,8 @@ class FaultOutcome:
     received: dict[str, dict] = field(default_factory=dict)  # alertname -> first firing notification
     in_prometheus: dict[str, dict] = field(default_factory=dict)  # alertname -> Prometheus's firing alert
     cluster_slowdown: list[dict] = field(default_factory=list)  # LinkwatchClusterSlowdown notifications
-    other_brokers: set[str] = field(default_factory=set)  # slow alerts firing for any other broker
+    # slow alerts for any other broker: broker -> {"alertname/stage"}
+    other_brokers: dict[str, set[str]] = field(default_factory=dict)
     peers_p99_s: dict[str, float] = field(default_factory=dict)
 
     def complete(self) -> bool:
@@ -357,8 +390,23 @@ class FaultOutcome:
         return (
             f"received {sorted(self.received)}, firing in Prometheus {sorted(self.in_prometheus)}, "
             f"LinkwatchClusterSlowdown received {len(self.cluster_slowdown)}x, "
-            f"other brokers {sorted(self.other_brokers)}, Produce p99 {self.peers_p99_s}"
+            f"other brokers {self.other_brokers}, Produce p99 {self.peers_p99_s}"
         )
+
+    def note_other(self, alertname: str, labels: dict[str, str], annotations: dict[str, str]) -> None:
+        stage = labels.get("stage") or annotations.get("stage") or "?"
+        self.other_brokers.setdefault(labels.get("broker", "?"), set()).add(f"{alertname}/{stage}")
+
+    def unexplained_others(self) -> dict[str, set[str]]:
+        """Slow alerts for other brokers not in stage ``remote``. A leader whose acks=all
+        producers (the agents' own sample producers among them) wait for the paused follower is
+        really slow, in stage remote, and the rules are right to say so; any other stage on a
+        broker that was never slowed is a false alarm."""
+        return {
+            b: bad
+            for b, seen in self.other_brokers.items()
+            if (bad := {s for s in seen if not s.endswith("/remote")})
+        }
 
 
 def _watch_fault(stack: AlertStack, seen: int, victim: str, timeout_s: float) -> FaultOutcome:
@@ -372,14 +420,14 @@ def _watch_fault(stack: AlertStack, seen: int, victim: str, timeout_s: float) ->
                 if _points_at(a["labels"], victim):
                     out.received.setdefault(a["alertname"], a)
                 else:
-                    out.other_brokers.add(a["labels"].get("broker", "?"))
+                    out.note_other(a["alertname"], a["labels"], a.get("annotations", {}))
         out.cluster_slowdown = stack.received("LinkwatchClusterSlowdown", "firing", since=seen)
         for a in stack.prometheus_alerts():
             if a["labels"].get("alertname") in SLOW_ALERTS and a["state"] == "firing":
                 if _points_at(a["labels"], victim):
                     out.in_prometheus.setdefault(a["labels"]["alertname"], a)
                 else:
-                    out.other_brokers.add(a["labels"].get("broker", "?"))
+                    out.note_other(a["labels"]["alertname"], a["labels"], a.get("annotations", {}))
         p99 = stack.query('linkwatch:broker_request_p99_seconds:2m{request="Produce"}')
         out.peers_p99_s = {r["metric"]["broker"]: round(float(r["value"][1]), 3) for r in p99}
         if out.complete() or time.monotonic() > deadline:

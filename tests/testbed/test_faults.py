@@ -120,3 +120,26 @@ def test_revert_all_undoes_a_fault_left_active(cluster3: ClusterState) -> None:
 def test_pause_duty_cycle_rejects_bad_cycles(pause_ms: int, period_ms: int) -> None:
     with pytest.raises(ValueError, match="pause_ms"):
         faults.PauseDutyCycle(1, pause_ms=pause_ms, period_ms=period_ms)
+
+
+def test_restore_preferred_leaders_moves_leadership_back(
+    cluster3: ClusterState, admin, topic_name: str
+) -> None:
+    """Reordering the replicas of a partition (same set, so nothing is copied) leaves its leader
+    where it was: the partition is then led by a replica that is not the preferred one, as after a
+    broker stalled. The helper elects the preferred replica and returns once it leads."""
+    admin.create_topics([NewTopic(topic_name, replica_assignments={0: [1, 2, 3], 1: [3, 1, 2]})])
+    ensure_topic(admin, topic_name, partitions=2, replication=3)
+    assert faults.restore_preferred_leaders(admin, [topic_name]) == {topic_name: [1, 3]}
+    admin.alter_partition_reassignments(
+        {TopicPartition(topic_name, 0): [2, 1, 3], TopicPartition(topic_name, 1): [3, 1, 2]}
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        meta = admin.describe_topics([topic_name])[0]["partitions"]
+        if next(p for p in meta if p["partition_index"] == 0)["replica_nodes"][0] == 2:
+            break
+        time.sleep(0.2)
+    assert partition_leaders(admin, topic_name) == {0: 1, 1: 3}, "reordering replicas moved the leader"
+    assert faults.restore_preferred_leaders(admin, [topic_name], timeout_s=60) == {topic_name: [2, 3]}
+    assert partition_leaders(admin, topic_name) == {0: 2, 1: 3}
