@@ -1,7 +1,8 @@
 """Async-fetch consumer (on kafka-python): background fetching from every broker into a bounded
 buffer, processed-offset commits, a transactional SQLite sink, client-side timings.
 
-* :mod:`.async_fetch` — :class:`AsyncFetchConsumer`, :class:`ConsumerConfig`, :class:`Delivery`
+* :mod:`.async_fetch` — :class:`AsyncFetchConsumer`, :class:`ConsumerConfig`
+* :mod:`.delivery` — :class:`Delivery` and the fetch decoder that makes them
 * :mod:`.commits` — contiguous processed-offset tracker (pure)
 * :mod:`.sink` — :class:`SqliteSink`: output and offsets in one transaction
 * :mod:`.metrics` — wait-for-fetch, fetch latency per broker, end-to-end, buffer occupancy
