@@ -205,6 +205,44 @@ def test_corrupt_data_raises_like_kafka_python(magic: int, good_before: int) -> 
     assert "crc" in fast[1]
 
 
+def _recrc(buf: bytearray) -> bytes:
+    at = DefaultRecordBatch.ATTRIBUTES_OFFSET
+    struct.pack_into(">I", buf, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(buf)[at:]))
+    return bytes(buf)
+
+
+def _record_length_off_by_two() -> bytes:
+    buf = bytearray(_batch(2, 0))
+    assert buf[61] < 0x7E  # first record's length varint: one byte (zigzag), +2 = length + 1
+    buf[61] += 2
+    return _recrc(buf)
+
+
+def _trailing_bytes() -> bytes:
+    buf = bytearray(_batch(2, 0)) + b"\x00\x00\x00"
+    struct.pack_into(">i", buf, 8, struct.unpack_from(">i", buf, 8)[0] + 3)  # batchLength
+    return _recrc(buf)
+
+
+def _one_record_too_many() -> bytes:
+    buf = bytearray(_batch(2, 0))
+    struct.pack_into(">i", buf, 57, N + 1)  # records count
+    return _recrc(buf)
+
+
+@pytest.mark.parametrize(
+    "make", [_record_length_off_by_two, _trailing_bytes, _one_record_too_many], ids=lambda f: f.__name__
+)
+def test_malformed_batch_with_a_valid_crc_raises_like_kafka_python(make: Any) -> None:
+    """Structure errors a CRC cannot catch (a buggy producer): the same records come out before
+    the error, then a CorruptRecordError with kafka-python's message."""
+    data = make()
+    stock = _until_error(_records(Fetcher.PartitionRecords, data, 0, None, []))
+    fast = _until_error(_records(DeliveryRecords, data, 0, None, []))
+    assert fast == stock
+    assert fast[1], "the malformed batch raised"
+
+
 @pytest.mark.cluster
 def test_consumer_reads_real_transactional_compressed_data_like_kafka_consumer(
     cluster3, admin, topic_name
