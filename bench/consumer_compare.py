@@ -215,6 +215,30 @@ def produce(
     return sent
 
 
+def warm_up(state: ClusterState, admin: KafkaAdminClient, seconds: float, rate: float) -> None:
+    """Produce and consume at the latency phase's rate for ``seconds`` on a throwaway topic, so
+    the brokers' JIT compilation and first-use costs do not fall on the first measured client
+    (always ``AsyncFetchConsumer`` in the ``healthy`` case)."""
+    if seconds <= 0:
+        return
+    from kafka import TopicPartition
+
+    topic = f"bench-warmup-{uuid.uuid4().hex[:6]}"
+    create_topic(admin, topic)
+    producer = threading.Thread(
+        target=produce, args=(state.bootstrap, topic, int(rate * seconds), rate), daemon=True
+    )
+    producer.start()
+    c = KafkaConsumer(
+        bootstrap_servers=state.bootstrap, auto_offset_reset="earliest", client_id="bench-warmup"
+    )
+    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    while producer.is_alive():
+        c.poll(timeout_ms=100)
+    c.close()
+    admin.delete_topics([topic])
+
+
 def jolokia_send_time(state: ClusterState) -> tuple[float, float]:
     """Sum over brokers of (Count, Count·Mean) of FetchConsumer ResponseSendTimeMs."""
     count = total = 0.0
@@ -320,6 +344,7 @@ def main() -> int:
     p.add_argument("--app-ms", type=float, default=3.0, help="Work per record in the slow_app case.")
     p.add_argument("--app-rate", type=float, default=150, help="Records/s in the slow_app case.")
     p.add_argument("--pause-ms", type=int, default=300, help="Broker 2 stopped this long every second.")
+    p.add_argument("--warmup-s", type=float, default=15, help="Load before the first client (0: none).")
     p.add_argument("--json", type=Path, help="Also write the results here.")
     p.add_argument("--log", help="Log level for kafka/linkwatch loggers (e.g. WARNING).")
     args = p.parse_args()
@@ -340,6 +365,7 @@ def main() -> int:
             yield
 
     clients = [c for c in CLIENTS if c.name in args.clients.split(",")]
+    warm_up(state, admin, args.warmup_s, args.rate)
     results = []
     print(
         f"{'case':12} {'client':27} {'rec/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99 b1,3':>8} {'n':>6}"
