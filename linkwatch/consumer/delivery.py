@@ -124,16 +124,13 @@ if not all(hasattr(DefaultRecordBatch, a) for a in _BATCH_ATTRS):
 
 class DeliveryRecords(Fetcher.PartitionRecords):
     """``Fetcher.PartitionRecords`` that yields :class:`Delivery` objects (epoch 0; the consumer
-    sets it when it accepts them). Installed with :func:`install`."""
+    sets it when it accepts them). Installed with :func:`install`. kafka-python's deserializers
+    are not applied (the async consumer deserializes in ``poll``); :func:`install` refuses a
+    consumer that has them."""
 
     def _unpack_records(
         self, tp: Any, records: Any, key_deserializer: Any, value_deserializer: Any
     ) -> Iterator[Delivery]:
-        if key_deserializer is not None or value_deserializer is not None:
-            # kafka-python deserializes (not used by the async consumer, which deserializes in poll)
-            for rec in super()._unpack_records(tp, records, key_deserializer, value_deserializer):
-                yield Delivery.from_record(rec)
-            return
         key_tp = (tp.topic, tp.partition)
         check_crcs = self.check_crcs
         read_committed = self.isolation_level == IsolationLevel.READ_COMMITTED
@@ -257,4 +254,8 @@ class DeliveryRecords(Fetcher.PartitionRecords):
 def install(consumer: Any) -> None:
     """Make ``consumer`` (a kafka-python ``KafkaConsumer``) return :class:`Delivery` objects from
     ``poll`` instead of ``ConsumerRecord``s. Only for a consumer this package owns."""
+    if consumer.config.get("key_deserializer") or consumer.config.get("value_deserializer"):
+        raise ValueError(
+            "DeliveryRecords does not apply kafka-python deserializers: create the consumer without them"
+        )
     consumer._fetcher.PartitionRecords = DeliveryRecords

@@ -274,6 +274,8 @@ def restore_preferred_leaders(admin: Any, topics: list[str], timeout_s: float = 
         for meta in admin.describe_topics(topics):
             parts = sorted(meta.get("partitions") or [], key=lambda p: p["partition_index"])
             leaders[meta["name"]] = [p.get("leader_id", -1) for p in parts]
+            if not parts:  # no metadata (yet): not "every partition led as preferred"
+                wrong.append(f"{meta['name']} (no partitions in the metadata)")
             wrong += [
                 f"{meta['name']}-{p['partition_index']} (leader {p.get('leader_id')}, preferred {p['replica_nodes'][0]})"
                 for p in parts

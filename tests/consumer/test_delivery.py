@@ -54,6 +54,12 @@ def _batch(magic: int, offset: int, compression: int = 0, **kw: Any) -> bytes:
     return bytes(builder.buffer())
 
 
+def _recrc(buf: bytearray) -> bytes:
+    at = DefaultRecordBatch.ATTRIBUTES_OFFSET
+    struct.pack_into(">I", buf, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(buf)[at:]))
+    return bytes(buf)
+
+
 def _control_batch(offset: int, producer_id: int, commit: bool) -> bytes:
     """A transaction marker: one record whose key is (version 0, type 1 commit / 0 abort) in a
     batch with the control bit set — what the broker writes when a transaction ends."""
@@ -73,8 +79,7 @@ def _control_batch(offset: int, producer_id: int, commit: bool) -> bytes:
     attrs_at = DefaultRecordBatch.ATTRIBUTES_OFFSET
     attrs = struct.unpack_from(">h", buf, attrs_at)[0] | DefaultRecordBatch.CONTROL_MASK
     struct.pack_into(">h", buf, attrs_at, attrs)
-    struct.pack_into(">I", buf, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(buf)[attrs_at:]))
-    return bytes(buf)
+    return _recrc(buf)
 
 
 def _corrupt(data: bytes) -> bytes:
@@ -203,12 +208,6 @@ def test_corrupt_data_raises_like_kafka_python(magic: int, good_before: int) -> 
     fast = _until_error(_records(DeliveryRecords, data, 0, None, []))
     assert fast == stock
     assert "crc" in fast[1]
-
-
-def _recrc(buf: bytearray) -> bytes:
-    at = DefaultRecordBatch.ATTRIBUTES_OFFSET
-    struct.pack_into(">I", buf, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(buf)[at:]))
-    return bytes(buf)
 
 
 def _record_length_off_by_two() -> bytes:
