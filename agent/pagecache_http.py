@@ -9,7 +9,7 @@ the bytes a lagging group reads next are in that broker's page cache::
          "resident_pages": 12, "total_pages": 256, "resident_fraction": 0.047,
          "confirmed": true, "reason": "confirmed: mostly not in the page cache (...)"}
 
-The work is :func:`agent.pagecache.check_cold_read` on the agent's own log dirs: the segment by
+The work is :func:`linkwatch.pagecache.check_cold_read` on the agent's own log dirs: the segment by
 binary search over the sorted segment base offsets, the position by binary search in its
 ``.index`` (the ``.log`` is not read), then ``mincore`` on a read-only mapping of at most
 ``max_span_bytes``. Optional ``span_bytes`` / ``skip_bytes`` parameters override the defaults
@@ -33,7 +33,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from agent.pagecache import check_cold_read
+from linkwatch.pagecache import check_cold_read
 
 PATH = "/page-cache"
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")  # Kafka's legal topic names

@@ -1,9 +1,10 @@
-"""Where the shipped rule files are, and running ``promtool`` over them."""
+"""Where the shipped rule files and the Alertmanager example are, and running ``promtool`` over the rules."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from importlib import resources
 from pathlib import Path
 
 from linkwatch.errors import LinkwatchError, SetupError
@@ -11,6 +12,8 @@ from linkwatch.errors import LinkwatchError, SetupError
 ALERTS_DIR = Path(__file__).resolve().parent
 RULES_DIR = ALERTS_DIR / "rules"
 RULE_TESTS_DIR = ALERTS_DIR / "tests"
+# Package data (read through importlib.resources, so it is found in an installed wheel too).
+ALERTMANAGER_EXAMPLE = resources.files("alerts").joinpath("alertmanager.example.yml")
 
 
 def rule_files() -> list[Path]:

@@ -10,7 +10,7 @@ a group id is set for commits but no group membership, so rebalances do not blur
 
 Clients: ``AsyncFetchConsumer`` with the same single poll loop as the others, and
 ``AsyncFetchConsumer+workers`` — the same consumer with the per-record work on
-:class:`~linkwatch.consumer.workers.PartitionWorkers` (one worker per partition, in order per
+:class:`~consumer.workers.PartitionWorkers` (one worker per partition, in order per
 partition; safe because only acked offsets are committed). With kafka-python's or confluent's
 commit-the-polled-position model that concurrency would commit unfinished records, so they run
 the loop only.
@@ -47,7 +47,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
 
@@ -97,7 +97,7 @@ def _async(bootstrap: str, topic: str, group: str, app_s: float):
 def _async_workers(bootstrap: str, topic: str, group: str, app_s: float):
     import queue
 
-    from linkwatch.consumer.workers import PartitionWorkers
+    from consumer.workers import PartitionWorkers
 
     cfg = ConsumerConfig(bootstrap_servers=bootstrap, group_id=group, client_id="bench-async-workers")
     c = AsyncFetchConsumer(cfg, partitions=[(topic, p) for p in range(PARTITIONS)]).start()

@@ -28,7 +28,7 @@ from pathlib import Path
 from consumer_compare import PARTITIONS, create_topic, produce  # bench/ is on sys.path (run as a script)
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.testbed.cluster import ClusterState
 
 

@@ -6,7 +6,7 @@ rounds, by:
 
 * ``kafka-python``            — ``Fetcher.PartitionRecords`` → ``ConsumerRecord`` (what ``KafkaConsumer.poll`` does);
 * ``kafka-python + Delivery`` — the same, then one :class:`Delivery` per record (the async consumer before);
-* ``DeliveryRecords``         — :class:`~linkwatch.consumer.delivery.DeliveryRecords` (the async consumer now).
+* ``DeliveryRecords``         — :class:`~consumer.delivery.DeliveryRecords` (the async consumer now).
 
 Prints the median µs per record of each and the ratios to ``kafka-python`` measured in the same
 rounds. Usage::
@@ -26,7 +26,7 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from kafka.structs import TopicPartition
 
-from linkwatch.consumer.delivery import Delivery, DeliveryRecords
+from consumer.delivery import Delivery, DeliveryRecords
 
 TP = TopicPartition("bench", 0)
 

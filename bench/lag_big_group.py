@@ -39,10 +39,10 @@ from kafka.admin import NewTopic, OffsetSpec
 from kafka.structs import OffsetAndMetadata
 from prometheus_client import CollectorRegistry, generate_latest
 
-from linkwatch.lag.collector import CollectorConfig, LagCollector, PassResult
-from linkwatch.lag.outputs import LagMetrics, lag_records
-from linkwatch.lag.rules import Status
-from linkwatch.lag.timestamps import TimestampReader
+from lag.collector import CollectorConfig, LagCollector, PassResult
+from lag.outputs import LagMetrics, lag_records
+from lag.rules import Status
+from lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 from linkwatch.testbed.faults import DeleteMidPass
 

@@ -33,8 +33,8 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic, OffsetSpec
 from kafka.structs import OffsetAndMetadata
 
-from linkwatch.lag.collector import CollectorConfig, LagCollector
-from linkwatch.lag.timestamps import TimestampReader
+from lag.collector import CollectorConfig, LagCollector
+from lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 
 

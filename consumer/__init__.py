@@ -8,7 +8,7 @@ buffer, processed-offset commits, a transactional SQLite sink, client-side timin
 * :mod:`.metrics` — wait-for-fetch, fetch latency per broker, end-to-end, buffer occupancy
 """
 
-from linkwatch.consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig, Delivery
-from linkwatch.consumer.commits import CommitTracker, Outcome, PartitionOffsets
+from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig, Delivery
+from consumer.commits import CommitTracker, Outcome, PartitionOffsets
 
 __all__ = ["AsyncFetchConsumer", "CommitTracker", "ConsumerConfig", "Delivery", "Outcome", "PartitionOffsets"]

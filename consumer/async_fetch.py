@@ -48,11 +48,11 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
+from consumer import delivery
+from consumer.commits import CommitTracker, Outcome
+from consumer.delivery import Delivery
+from consumer.metrics import ClientTimings
 from linkwatch.config import StrictModel
-from linkwatch.consumer import delivery
-from linkwatch.consumer.commits import CommitTracker, Outcome
-from linkwatch.consumer.delivery import Delivery
-from linkwatch.consumer.metrics import ClientTimings
 from linkwatch.errors import ConfigError
 from linkwatch.records import SAMPLES_TOPIC
 

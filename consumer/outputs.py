@@ -17,8 +17,8 @@ from typing import Protocol, TextIO
 
 from kafka import KafkaProducer
 
-from linkwatch.consumer.async_fetch import AsyncFetchConsumer, Delivery
-from linkwatch.consumer.sink import SqliteSink
+from consumer.async_fetch import AsyncFetchConsumer, Delivery
+from consumer.sink import SqliteSink
 
 
 class Output(Protocol):

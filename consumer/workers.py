@@ -31,7 +31,7 @@ from collections.abc import Callable
 from itertools import groupby
 from operator import attrgetter
 
-from linkwatch.consumer.async_fetch import AsyncFetchConsumer, Delivery
+from consumer.async_fetch import AsyncFetchConsumer, Delivery
 from linkwatch.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ check, and ``confirmed_by`` which way):
 
 * ``confirm: agent`` — ``GET /page-cache`` on the leader's agent (``agent_urls`` per broker,
   :mod:`agent.pagecache_http`), which runs the check on its own log dirs;
-* ``confirm: local`` — the same check (:mod:`agent.pagecache`) in this process with the leader's
+* ``confirm: local`` — the same check (:mod:`linkwatch.pagecache`) in this process with the leader's
   log dirs (``log_dirs`` per broker), when the collector runs on the broker host.
 """
 
@@ -38,8 +38,8 @@ from urllib.parse import urlencode, urlsplit
 import orjson
 from pydantic import Field, field_validator
 
+from lag.collector import PassResult
 from linkwatch.config import StrictModel
-from linkwatch.lag.collector import PassResult
 from linkwatch.records import SAMPLES_TOPIC, Finding, HostStats, RecordError, decode
 
 log = logging.getLogger(__name__)
@@ -313,7 +313,7 @@ class ColdReadWatch:
             return confirm_via_agent(
                 url, r.topic, r.partition, r.committed, cfg.span_bytes, cfg.skip_bytes, cfg.agent_timeout_s
             )
-        from agent.pagecache import check_cold_read
+        from linkwatch.pagecache import check_cold_read
 
         dirs = cfg.log_dirs.get(r.leader)
         if not dirs:

@@ -34,10 +34,10 @@ from kafka import TopicPartition
 from kafka.admin import OffsetSpec
 from pydantic import Field, field_validator
 
+from lag import rules
+from lag.rules import GroupVerdict, Observation, Status, Thresholds, Verdict
+from lag.timestamps import FoundRecord, OffsetTimeHistory, TimestampReader, lag_seconds
 from linkwatch.config import StrictModel
-from linkwatch.lag import rules
-from linkwatch.lag.rules import GroupVerdict, Observation, Status, Thresholds, Verdict
-from linkwatch.lag.timestamps import FoundRecord, OffsetTimeHistory, TimestampReader, lag_seconds
 
 log = logging.getLogger(__name__)
 

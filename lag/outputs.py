@@ -20,8 +20,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from linkwatch.lag.collector import GroupLag, PassResult
-from linkwatch.lag.rules import GroupVerdict, Status
+from lag.collector import GroupLag, PassResult
+from lag.rules import GroupVerdict, Status
 from linkwatch.records import ConsumerLag, Finding
 
 RULE = "consumer_lag"

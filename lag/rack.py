@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import Field
 
+from lag.collector import PassResult
 from linkwatch.config import StrictModel
-from linkwatch.lag.collector import PassResult
 from linkwatch.records import Finding
 
 

@@ -19,13 +19,13 @@ from kafka import KafkaAdminClient, KafkaProducer
 from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field
 
+from lag.coldread import ColdReadConfig, ColdReadWatch, HostStatsFeed
+from lag.collector import CollectorConfig, LagCollector, PassResult
+from lag.lease import AlwaysHeld, GroupLease, Lease, ensure_lease_topic
+from lag.outputs import FindingTracker, LagMetrics, lag_records
+from lag.rack import RackConfig, RackWatch
+from lag.timestamps import TimestampReader
 from linkwatch.config import StrictModel
-from linkwatch.lag.coldread import ColdReadConfig, ColdReadWatch, HostStatsFeed
-from linkwatch.lag.collector import CollectorConfig, LagCollector, PassResult
-from linkwatch.lag.lease import AlwaysHeld, GroupLease, Lease, ensure_lease_topic
-from linkwatch.lag.outputs import FindingTracker, LagMetrics, lag_records
-from linkwatch.lag.rack import RackConfig, RackWatch
-from linkwatch.lag.timestamps import TimestampReader
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class PublishConfig(StrictModel):
 
 
 class HaConfig(StrictModel):
-    """Two instances: only the lease holder publishes findings (see ``linkwatch.lag.lease``)."""
+    """Two instances: only the lease holder publishes findings (see ``lag.lease``)."""
 
     enabled: bool = False
     lease_topic: str = "linkwatch.lag.lease"

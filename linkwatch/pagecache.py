@@ -5,7 +5,7 @@ Python's ``mmap`` has no ``mincore``, so :func:`residency` maps the byte range w
 does not fault pages in, so the check does not change what it measures.
 
 :func:`check_cold_read` is the broker-side confirmation for the lag collector's cold-read risk:
-locate the group's committed offset in its segment (:mod:`agent.segments`, segment by binary
+locate the group's committed offset in its segment (:mod:`linkwatch.segments`, segment by binary
 search over base offsets, position by the ``.index`` lookup, the ``.log`` itself is not read)
 and report how much of the ``span_bytes`` the group reads next is resident, leaving out the
 first ``skip_bytes`` (the collector's own read of the record at the offset may have loaded
@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.segments import SegmentError, locate, segment_base_offsets, segment_file
+from linkwatch.segments import SegmentError, locate, segment_base_offsets, segment_file
 
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)

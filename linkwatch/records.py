@@ -182,7 +182,7 @@ class ConsumerLag(Record):
     lag_messages: int
     lag_seconds: float | None
     # "record_timestamp" | "interpolated" | "next_record" | "lower_bound" | "caught_up" | "unknown"
-    # (see linkwatch.lag.timestamps)
+    # (see lag.timestamps)
     lag_seconds_method: str
     status: str
     reason: str

@@ -60,7 +60,7 @@ FastOpt = typer.Option(
 @app.command()
 def stack(scrape: list[str] = ScrapeOpt, dir: Path = DirOpt, fast: bool = FastOpt) -> None:
     """Run Prometheus + Alertmanager + the receiver on loopback and print the alerts received until Ctrl-C."""
-    from alerts.stack import AlertStack, format_alert, parse_scrape_target
+    from linkwatch.testbed.alert_stack import AlertStack, format_alert, parse_scrape_target
 
     targets = [parse_scrape_target(s) for s in scrape]
     signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM too

@@ -10,10 +10,10 @@ from pathlib import Path
 import typer
 from prometheus_client import start_http_server
 
+from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig, partitions_of
+from consumer.outputs import ForwardOutput, Output, PrintOutput, SqliteOutput, consume
+from consumer.sink import SqliteSink
 from linkwatch.config import load_config
-from linkwatch.consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig, partitions_of
-from linkwatch.consumer.outputs import ForwardOutput, Output, PrintOutput, SqliteOutput, consume
-from linkwatch.consumer.sink import SqliteSink
 from linkwatch.errors import ConfigError
 
 ConfigOpt = typer.Option(None, "--config", help="YAML file with a ConsumerConfig (env LINKWATCH_CONSUMER_*).")

@@ -1,4 +1,4 @@
-"""``linkwatch demo``: the main job on an embedded local cluster (see linkwatch.demo)."""
+"""``linkwatch demo``: the main job on an embedded local cluster (see linkwatch.testbed.demo)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from linkwatch import demo
+from linkwatch.testbed import demo
 
 
 def app(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
+from lag.runner import LagConfig, LagService, format_statuses
 from linkwatch.config import load_config
-from linkwatch.lag.runner import LagConfig, LagService, format_statuses
 
 app = typer.Typer(no_args_is_help=True)
 

@@ -2,7 +2,7 @@
 
 For the integration test and the demo: :class:`AlertStack` writes the configs into its own
 work dir (Prometheus scraping the given targets with the shipped rules; Alertmanager from the
-shipped ``config/alertmanager.example.yml`` pointed at the receiver), starts the three, and
+shipped ``alerts/alertmanager.example.yml`` pointed at the receiver), starts the three, and
 stops them (SIGTERM, then SIGKILL) — it never leaves a process behind. ``fast=True`` shortens
 the rules' ``for:`` and range windows and Alertmanager's grouping waits so a test sees an
 alert within a minute; the rule logic is otherwise the shipped one.
@@ -31,11 +31,9 @@ from typing import Any
 import yaml
 
 from alerts.audit import AuditLog
-from alerts.rules_check import rule_files
+from alerts.rules_check import ALERTMANAGER_EXAMPLE, rule_files
 from linkwatch.errors import ConfigError, SetupError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-ALERTMANAGER_EXAMPLE = REPO_ROOT / "config" / "alertmanager.example.yml"
 # Fast mode: shipped window -> test window (the :5m/:2m names stay; only the ranges shrink).
 FAST_WINDOWS = {"10m": "40s", "5m": "30s", "2m": "20s"}
 
@@ -62,7 +60,7 @@ def parse_scrape_target(spec: str) -> ScrapeTarget:
 
 def agent_targets(metrics_ports: dict[int, int], cluster: str) -> list[ScrapeTarget]:
     """Scrape targets for in-process agents, from ``{broker_id: metrics port}`` (e.g.
-    ``linkwatch.demo_components.AgentsComponent.metrics_ports()``)."""
+    ``linkwatch.testbed.demo.agents.AgentsComponent.metrics_ports()``)."""
     return [
         ScrapeTarget("linkwatch-agent", f"127.0.0.1:{port}", {"cluster": cluster, "broker": str(broker)})
         for broker, port in sorted(metrics_ports.items())
@@ -132,8 +130,6 @@ def _ms(seconds: float) -> str:
 
 def alertmanager_config(receiver_url: str, token_file: Path, fast: bool) -> dict[str, Any]:
     """The shipped example, pointed at ``receiver_url`` (and with short waits when ``fast``)."""
-    if not ALERTMANAGER_EXAMPLE.exists():
-        raise SetupError(f"{ALERTMANAGER_EXAMPLE} missing (run from the linkwatch source tree)")
     cfg = yaml.safe_load(ALERTMANAGER_EXAMPLE.read_text())
     for receiver in cfg["receivers"]:
         for hook in receiver.get("webhook_configs", []):
@@ -383,7 +379,7 @@ def format_alert(record: dict[str, Any]) -> str:
 
 
 class AlertingDemoComponent:
-    """The alerting part of ``linkwatch demo`` (see ``linkwatch.demo.DemoComponent``).
+    """The alerting part of ``linkwatch demo`` (see ``linkwatch.testbed.demo.DemoComponent``).
 
     ``targets`` is called at start with the cluster and returns the /metrics endpoints to
     scrape (the agents', the lag collector's, the analyzer's). Start it after the agents::

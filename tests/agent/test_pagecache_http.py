@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from agent.config import AgentConfig
-from agent.pagecache import PAGE
 from agent.runner import Agent
+from linkwatch.pagecache import PAGE
 from linkwatch.testbed.faults import evict_page_cache
 
 
@@ -162,7 +162,7 @@ def test_without_log_dirs_it_says_so() -> None:
 
 
 def test_lag_confirmation_through_the_agent_names_the_method_and_every_failure(agent: Agent) -> None:
-    from linkwatch.lag.coldread import confirm_via_agent
+    from lag.coldread import confirm_via_agent
 
     url = f"http://127.0.0.1:{agent.metrics_port}"
     ok = confirm_via_agent(url, "t", 0, 150, 16 * PAGE, 0, 5.0)

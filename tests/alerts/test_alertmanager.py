@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from alerts.stack import ALERTMANAGER_EXAMPLE, AlertStack
+from alerts.rules_check import ALERTMANAGER_EXAMPLE
+from linkwatch.testbed.alert_stack import AlertStack
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus-alertmanager") is None or shutil.which("prometheus") is None,

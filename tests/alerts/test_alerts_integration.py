@@ -18,7 +18,7 @@ timestamps) reads far beyond any page-cache window the agents report, so the lag
 marks it a cold-read risk. With these, every panel has something to show.
 
 The stack runs in fast mode (rules' ``for:`` 10 s, windows 20-40 s, Alertmanager waits in
-seconds; see ``alerts.stack``) so this takes a few minutes, not an hour. Producers use
+seconds; see ``linkwatch.testbed.alert_stack``) so this takes a few minutes, not an hour. Producers use
 acks=1 so only the paused broker's own requests are slow.
 """
 
@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from alerts.stack import AlertStack, ScrapeTarget
 from dashboards.build import OUT_DIR, panel_targets, variable_queries
 from linkwatch.testbed import faults
+from linkwatch.testbed.alert_stack import AlertStack, ScrapeTarget
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, ensure_topic
 
@@ -96,7 +96,7 @@ def _start_agents(cluster: ClusterState, live_stops: list, spool: Path) -> list[
 
 
 def _start_lag(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
-    from linkwatch.lag.runner import LagConfig, start_in_thread
+    from lag.runner import LagConfig, start_in_thread
 
     cfg = LagConfig.model_validate(
         {
@@ -167,7 +167,7 @@ def _start_async_consumer(cluster: ClusterState, live_stops: list) -> list[Scrap
 
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+    from consumer import AsyncFetchConsumer, ConsumerConfig
 
     registry = CollectorRegistry()
     cfg = ConsumerConfig(

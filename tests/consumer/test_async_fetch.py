@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer import AsyncFetchConsumer, ConsumerConfig
 from tests.consumer.conftest import create_topic, leaders, produce
 
 pytestmark = pytest.mark.cluster

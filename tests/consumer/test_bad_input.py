@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer import AsyncFetchConsumer, ConsumerConfig
 from tests.consumer.conftest import create_topic
 
 pytestmark = pytest.mark.cluster

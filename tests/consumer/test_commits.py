@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from linkwatch.consumer.commits import CommitTracker, Outcome, PartitionOffsets
+from consumer.commits import CommitTracker, Outcome, PartitionOffsets
 
 # (name, delivered offsets, operations, expected committable, expected uncommitted)
 # operations: ("ack", o) | ("fail", o) | ("stop", o) | ("commit", o)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.config import load_config
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.errors import ConfigError
 
 SAMPLE = Path(__file__).parents[2] / "config" / "consumer.yaml"

@@ -25,8 +25,8 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.util import calc_crc32c
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
-from linkwatch.consumer.delivery import Delivery, DeliveryRecords
+from consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer.delivery import Delivery, DeliveryRecords
 from tests.consumer.conftest import create_topic
 
 TP = TopicPartition("orders", 3)

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer import AsyncFetchConsumer, ConsumerConfig
 from tests.consumer.conftest import create_topic, produce
 
 pytestmark = pytest.mark.cluster

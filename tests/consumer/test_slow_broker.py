@@ -8,7 +8,7 @@ import time
 import pytest
 from kafka import KafkaProducer
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.testbed.faults import PauseDutyCycle
 from tests.consumer.conftest import create_topic, leaders
 

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig
-from linkwatch.consumer.metrics import APP_BROKER
+from consumer import AsyncFetchConsumer, ConsumerConfig
+from consumer.metrics import APP_BROKER
 from linkwatch.records import SAMPLES_TOPIC, ClientFetch, RecordError, decode
 from linkwatch.sketch import LatencySketch
 from tests.consumer.conftest import create_topic

@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import pytest
 
-from linkwatch.consumer import AsyncFetchConsumer, ConsumerConfig, Delivery
-from linkwatch.consumer.workers import PartitionWorkers
+from consumer import AsyncFetchConsumer, ConsumerConfig, Delivery
+from consumer.workers import PartitionWorkers
 from linkwatch.errors import ConfigError
 from tests.consumer.conftest import create_topic, produce
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from agent.pagecache import PAGE, check_cold_read, log_ranges, residency
-from agent.segments import partition_dir
+from linkwatch.pagecache import PAGE, check_cold_read, log_ranges, residency
+from linkwatch.segments import partition_dir
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import evict_page_cache
-from tests.agent.test_segments import many_segment_topic
+from tests.core.test_segments import many_segment_topic
 
 
 def test_written_file_is_resident_and_evicted_file_is_not(tmp_path: Path) -> None:

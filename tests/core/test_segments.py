@@ -10,7 +10,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from agent.segments import (
+from linkwatch.segments import (
     SegmentError,
     find_segment,
     index_position,

@@ -94,7 +94,7 @@ def test_panels_read_only_contract_metrics_and_recording_rules() -> None:
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian prometheus missing")
 def test_every_panel_query_is_valid_promql_on_a_real_prometheus(tmp_path: Path) -> None:
-    from alerts.stack import AlertStack
+    from linkwatch.testbed.alert_stack import AlertStack
 
     with AlertStack(tmp_path, targets=[], fast=True) as stack:
         for path in FILES:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
-from linkwatch.lag.collector import CollectorConfig, LagCollector
-from linkwatch.lag.timestamps import TimestampReader
+from lag.collector import CollectorConfig, LagCollector
+from lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterState
 
 

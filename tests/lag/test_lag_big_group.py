@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 
-from linkwatch.lag.collector import CollectorConfig, LagCollector
-from linkwatch.lag.outputs import lag_records
-from linkwatch.lag.rules import Status
+from lag.collector import CollectorConfig, LagCollector
+from lag.outputs import lag_records
+from lag.rules import Status
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import DeleteMidPass
 from tests.lag.lagkit import commit, make_topic

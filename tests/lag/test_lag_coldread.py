@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.pagecache import check_cold_read
-from agent.segments import partition_dir
-from linkwatch.lag.coldread import (
+from lag.coldread import (
     ColdReadConfig,
     ColdReadWatch,
     cold_read_risks,
     page_cache_window_s,
     proc_page_cache_window,
 )
-from linkwatch.lag.collector import PassResult
+from lag.collector import PassResult
+from linkwatch.pagecache import check_cold_read
+from linkwatch.segments import partition_dir
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import evict_page_cache
 from tests.lag.lagkit import month_old_topic, write_load
@@ -107,8 +107,8 @@ def test_group_reading_old_data_is_a_confirmed_cold_read_risk(
 
 
 def _pass_with_risky_partitions(n: int, leader: int = 1) -> PassResult:
-    from linkwatch.lag.collector import GroupLag, PartitionLag
-    from linkwatch.lag.rules import GroupVerdict, Status, Verdict
+    from lag.collector import GroupLag, PartitionLag
+    from lag.rules import GroupVerdict, Status, Verdict
 
     ok = Verdict(Status.OK, "behind", {})
     parts = [PartitionLag("g", "t", p, 5, 900, 895, 9000.0, "record_timestamp", leader, ok) for p in range(n)]

@@ -9,8 +9,8 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from linkwatch.lag.collector import GroupLag, LagCollector, PassResult
-from linkwatch.lag.rules import Status
+from lag.collector import GroupLag, LagCollector, PassResult
+from lag.rules import Status
 from linkwatch.testbed.cluster import ClusterState
 from tests.lag.lagkit import commit, end_offsets, make_topic
 

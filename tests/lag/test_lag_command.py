@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
+from lag.runner import LagConfig, start_in_thread
 from linkwatch.cli import main
 from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
-from linkwatch.lag.runner import LagConfig, start_in_thread
 from tests.lag.lagkit import commit, make_topic
 
 SAMPLE = Path(__file__).resolve().parents[2] / "config" / "lag.sample.yaml"
@@ -108,7 +108,7 @@ def test_demo_thread_prints_statuses_and_stops(cluster3, admin, topic_name, prod
 
 @pytest.mark.cluster
 def test_demo_component_shows_group_statuses(cluster3, admin, topic_name, producer, group_name) -> None:
-    from linkwatch.lag.demo import LagComponent
+    from linkwatch.testbed.demo.lag import LagComponent
 
     make_topic(admin, topic_name)
     producer.send(topic_name, b"v", partition=0)

@@ -9,9 +9,9 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic, OffsetSpec
 
-from linkwatch.lag.collector import CollectorConfig, LagCollector
-from linkwatch.lag.rules import Status
-from linkwatch.lag.timestamps import TimestampReader
+from lag.collector import CollectorConfig, LagCollector
+from lag.rules import Status
+from lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
 from tests.lag.lagkit import commit, end_offsets

@@ -9,11 +9,11 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from linkwatch.lag.collector import GroupLag, PassResult
-from linkwatch.lag.lease import GroupLease
-from linkwatch.lag.outputs import FindingTracker
-from linkwatch.lag.rules import GroupVerdict, Status
-from linkwatch.lag.runner import LagConfig, LagService
+from lag.collector import GroupLag, PassResult
+from lag.lease import GroupLease
+from lag.outputs import FindingTracker
+from lag.rules import GroupVerdict, Status
+from lag.runner import LagConfig, LagService
 from linkwatch.records import ConsumerLag, Finding, decode
 from tests.lag.lagkit import commit, make_topic
 

@@ -7,8 +7,8 @@ import time
 import pytest
 from kafka.admin import NewTopic
 
-from linkwatch.lag.collector import PassResult
-from linkwatch.lag.rack import PartitionPlacement, RackConfig, RackWatch, spread
+from lag.collector import PassResult
+from lag.rack import PartitionPlacement, RackConfig, RackWatch, spread
 from linkwatch.testbed.cluster import ClusterState
 
 RACKS = {1: "a", 2: "b", 3: "c", 4: "a"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from linkwatch.lag.rules import (
+from lag.rules import (
     Observation,
     Status,
     Thresholds,

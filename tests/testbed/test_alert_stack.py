@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts.stack import ScrapeTarget, alertmanager_config, fast_rules, parse_scrape_target, prometheus_config
 from linkwatch.errors import ConfigError
+from linkwatch.testbed.alert_stack import (
+    ScrapeTarget,
+    alertmanager_config,
+    fast_rules,
+    parse_scrape_target,
+    prometheus_config,
+)
 
 
 def test_fast_rules_shorten_for_and_windows_only(tmp_path: Path) -> None:

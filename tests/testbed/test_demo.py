@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from linkwatch import demo
+from linkwatch.testbed import demo
 from linkwatch.testbed.cluster import pid_alive
 
 

@@ -70,9 +70,9 @@ def default_components(workdir: Path, analyzer: bool = False) -> list[Callable[[
     the ports to scrape; ``workdir`` holds the stack's files. ``analyzer`` adds the Spark
     analyzer reading the agents' samples (its findings appear and clear in the display).
     """
-    from alerts.stack import AlertingDemoComponent
-    from linkwatch.demo_components import AgentsComponent, scrape_targets
-    from linkwatch.lag.demo import LagComponent
+    from linkwatch.testbed.alert_stack import AlertingDemoComponent
+    from linkwatch.testbed.demo.agents import AgentsComponent, scrape_targets
+    from linkwatch.testbed.demo.lag import LagComponent
 
     agents, lag = AgentsComponent(), LagComponent()
     alerting = AlertingDemoComponent(workdir / "alerts", lambda _cluster: scrape_targets(agents, lag))

@@ -1,9 +1,9 @@
 """What the demo runs beside the cluster: one agent per broker, and the scrape targets.
 
-The lag collector's component is ``linkwatch.lag.demo.LagComponent``; the alerting stack's is
-``alerts.stack.AlertingDemoComponent``.
+The lag collector's component is ``linkwatch.testbed.demo.lag.LagComponent``; the alerting stack's is
+``linkwatch.testbed.alert_stack.AlertingDemoComponent``.
 
-Each class follows :class:`linkwatch.demo.DemoComponent`: ``start(cluster)``, ``lines()`` (cheap,
+Each class follows :class:`linkwatch.testbed.demo.DemoComponent`: ``start(cluster)``, ``lines()`` (cheap,
 never raises), ``stop()`` (safe after a failed start).
 """
 
@@ -93,7 +93,7 @@ class AgentsComponent:
 
 def scrape_targets(agents: AgentsComponent, lag, cluster: str = "demo") -> list:
     """The /metrics endpoints the demo's Prometheus scrapes: every agent and the lag collector."""
-    from alerts.stack import ScrapeTarget, agent_targets
+    from linkwatch.testbed.alert_stack import ScrapeTarget, agent_targets
 
     targets = agent_targets(agents.metrics_ports(), cluster)
     if lag.metrics_port:

@@ -1,6 +1,6 @@
 """The lag collector as a demo component (``start(cluster)``, ``lines()``, ``stop()``).
 
-Runs :func:`linkwatch.lag.runner.start_in_thread` against the demo cluster: short window,
+Runs :func:`lag.runner.start_in_thread` against the demo cluster: short window,
 page-cache windows from this host's /proc (the demo's brokers share it) with confirmation on
 their log dirs, samples and findings published to the cluster, /metrics on a free loopback port.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from linkwatch.lag.runner import LagConfig, LagService, format_statuses, start_in_thread
+from lag.runner import LagConfig, LagService, format_statuses, start_in_thread
 from linkwatch.testbed.cluster import ClusterState
 
 
