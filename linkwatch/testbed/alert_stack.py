@@ -6,7 +6,7 @@ shipped ``alerts/alertmanager.example.yml`` pointed at the receiver), starts the
 stops them (SIGTERM, then SIGKILL) — it never leaves a process behind. ``fast=True`` shortens
 the rules' ``for:`` and range windows and Alertmanager's grouping waits so a test sees an
 alert within a minute; the rule logic is otherwise the shipped one.
-:class:`AlertingDemoComponent` wraps it for ``linkwatch demo``.
+:class:`linkwatch.testbed.demo.alerting.AlertingDemoComponent` wraps it for ``linkwatch demo``.
 """
 
 from __future__ import annotations
@@ -376,61 +376,3 @@ def format_alert(record: dict[str, Any]) -> str:
     )
     stage = record["annotations"].get("stage", "")
     return f"{record['status']:8} {record['alertname']} {where}" + (f" stage={stage}" if stage else "")
-
-
-class AlertingDemoComponent:
-    """The alerting part of ``linkwatch demo`` (see ``linkwatch.testbed.demo.DemoComponent``).
-
-    ``targets`` is called at start with the cluster and returns the /metrics endpoints to
-    scrape (the agents', the lag collector's, the analyzer's). Start it after the agents::
-
-        agents = AgentsComponent()
-        alerting = AlertingDemoComponent(root / "alerts", lambda c: agent_targets(agents.metrics_ports(), "demo"))
-        DemoOptions(components=[lambda: agents, lambda: alerting])
-        ...
-        for line in alerting.summary(): print(line)   # alerts received, dashboards, push command
-    """
-
-    name = "alerts"
-
-    def __init__(
-        self, workdir: Path, targets: Callable[[Any], list[ScrapeTarget]], fast: bool = True
-    ) -> None:
-        self.workdir = workdir
-        self.targets = targets
-        self.fast = fast
-        self.stack: AlertStack | None = None
-
-    def start(self, cluster: Any) -> None:
-        self.stack = AlertStack(
-            self.workdir, self.targets(cluster), fast=self.fast, scrape_s=2, eval_s=2
-        ).start()
-
-    def lines(self) -> list[str]:
-        if self.stack is None:
-            return ["alerts: not started"]
-        with contextlib.suppress(Exception):
-            got = self.stack.received()
-            head = (
-                f"alerts: Prometheus {self.stack.prometheus_url}  Alertmanager {self.stack.alertmanager_url}"
-            )
-            return [head, *(format_alert(r) for r in got[-8:])] if got else [head, "no alert received yet"]
-        return ["alerts: (audit log unreadable)"]
-
-    def summary(self) -> list[str]:
-        """What to print at the end: every alert received, the dashboards and how to push them."""
-        from dashboards.build import OUT_DIR, write_all
-
-        lines = ["alerts received by linkwatch alerts serve:"]
-        got = self.stack.received() if self.stack is not None else []
-        lines += [f"  {format_alert(r)}" for r in got] or ["  (none)"]
-        lines.append("dashboards:")
-        lines += [f"  {p}" for p in write_all(OUT_DIR)]
-        lines.append(
-            "push them: linkwatch dashboards push --url http://<grafana>:3000 --token $GRAFANA_TOKEN"
-        )
-        return lines
-
-    def stop(self) -> None:
-        if self.stack is not None:
-            self.stack.stop()

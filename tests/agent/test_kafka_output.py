@@ -17,8 +17,8 @@ import pytest
 from kafka import KafkaConsumer
 
 from agent.requestlog.window import ClosedWindow
-from agent.runner import config_for_node, start_agents_in_process
 from linkwatch.records import SAMPLES_TOPIC, decode
+from linkwatch.testbed.agents import config_for_node, start_agents_in_process
 from linkwatch.testbed.cluster import ClusterState
 from tests.agent.conftest import Monitoring
 from tests.agent.traffic import create_topic, run_traffic

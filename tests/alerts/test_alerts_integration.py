@@ -73,7 +73,7 @@ class Live:
 
 
 def _start_agents(cluster: ClusterState, live_stops: list, spool: Path) -> list[ScrapeTarget]:
-    from agent.runner import config_for_node, start_agents_in_process
+    from linkwatch.testbed.agents import config_for_node, start_agents_in_process
 
     def overrides(node) -> dict:
         o: dict = {"request_log": {"window_s": 2, "start_at": "end"}}

@@ -22,10 +22,10 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.runner import config_for_node, start_agent_process
 from lag.runner import LagConfig, LagService
 from linkwatch.records import HostStats
 from linkwatch.segments import partition_dir
+from linkwatch.testbed.agents import config_for_node, start_agent_process
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import evict_page_cache
 from tests.agent.conftest import free_port

@@ -70,15 +70,15 @@ def default_components(workdir: Path, analyzer: bool = False) -> list[Callable[[
     the ports to scrape; ``workdir`` holds the stack's files. ``analyzer`` adds the Spark
     analyzer reading the agents' samples (its findings appear and clear in the display).
     """
-    from linkwatch.testbed.alert_stack import AlertingDemoComponent
     from linkwatch.testbed.demo.agents import AgentsComponent, scrape_targets
+    from linkwatch.testbed.demo.alerting import AlertingDemoComponent
     from linkwatch.testbed.demo.lag import LagComponent
 
     agents, lag = AgentsComponent(), LagComponent()
     alerting = AlertingDemoComponent(workdir / "alerts", lambda _cluster: scrape_targets(agents, lag))
     comps: list[Callable[[], DemoComponent]] = [lambda: agents, lambda: lag, lambda: alerting]
     if analyzer:
-        from analyzer.service import AnalyzerComponent, demo_config
+        from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
 
         comps.append(lambda: AnalyzerComponent(demo_config(agents.window_s)))
     return comps

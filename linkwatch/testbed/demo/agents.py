@@ -1,7 +1,7 @@
 """What the demo runs beside the cluster: one agent per broker, and the scrape targets.
 
 The lag collector's component is ``linkwatch.testbed.demo.lag.LagComponent``; the alerting stack's is
-``linkwatch.testbed.alert_stack.AlertingDemoComponent``.
+``linkwatch.testbed.demo.alerting.AlertingDemoComponent``.
 
 Each class follows :class:`linkwatch.testbed.demo.DemoComponent`: ``start(cluster)``, ``lines()`` (cheap,
 never raises), ``stop()`` (safe after a failed start).
@@ -40,7 +40,7 @@ class AgentsComponent:
         self._spool = tempfile.TemporaryDirectory(prefix="linkwatch-demo-spool-")
 
     def start(self, cluster: ClusterState) -> None:
-        from agent.runner import config_for_node, start_agents_in_process
+        from linkwatch.testbed.agents import config_for_node, start_agents_in_process
 
         configs = []
         for node in cluster.nodes:
