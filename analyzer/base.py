@@ -2,8 +2,9 @@
 
 Three steps, kept apart:
 
-* **detect** — a :class:`Detector` is a pure function of aggregated rows (:class:`Aggregates`,
-  produced by ``spark_metrics``), its thresholds (its ``Config``) and the current time. It
+* **detect** — a :class:`Detector` is a pure function of aggregated rows
+  (:class:`linkwatch.aggregates.Aggregates`, produced by ``spark_metrics``), its thresholds (its
+  ``Config``) and the current time. It
   returns :class:`~linkwatch.records.Finding` records and nothing else: no I/O, no clock, no
   state kept between calls (scores over consecutive windows are recomputed from the windows it
   is given, so a restart reproduces the same findings from the same data).
@@ -20,117 +21,18 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import Field
 
+from linkwatch.aggregates import Aggregates
 from linkwatch.config import StrictModel
 from linkwatch.records import Finding
 
 DETECTOR_GROUP = "linkwatch.detectors"
 SOURCE = "analyzer"
 SEVERITIES = ("info", "warning", "critical")
-
-
-# --- aggregated rows: the output of spark_metrics, the input of detectors ---------------------
-# Field names equal the column names of the matching spark_metrics transform (a test checks it).
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageWindow:
-    """Merged latency quantiles of one stage of one request type in one window.
-
-    ``broker`` is ``None`` for the cluster-wide merge (all brokers' sketches summed per bucket).
-    Quantiles are ``None`` when the window saw no request.
-    """
-
-    broker: int | None
-    request: str
-    stage: str
-    window_start_ms: int
-    count: int
-    p50_ms: float | None
-    p99_ms: float | None
-    p999_ms: float | None
-    mean_ms: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class PartitionWindow:
-    """One topic-partition in one window: its size and its traffic (``None`` = not measurable,
-    e.g. the first window of a partition has no previous size to difference against)."""
-
-    topic: str
-    partition: int
-    window_start_ms: int
-    size_bytes: int
-    bytes_in_per_s: float | None
-    messages_in_per_s: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class LogDirWindow:
-    """Usage of one log dir of one broker in one window (the last reading in it)."""
-
-    broker: int
-    log_dir: str
-    window_start_ms: int
-    capacity_bytes: int
-    used_bytes: int
-    usage_ratio: float
-    io_util: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImbalanceWindow:
-    """``ratio = max/avg − 1`` of ``measure`` over the members of a scope in one window.
-
-    ``scope`` is ``topic`` (members: partitions of ``group`` = topic name), ``broker`` or
-    ``log_dir`` (``group`` empty); ``max_member`` names the member carrying the maximum.
-    """
-
-    scope: str
-    measure: str
-    group: str
-    window_start_ms: int
-    members: int
-    max_value: float
-    avg_value: float
-    ratio: float
-    max_member: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class HotKey:
-    """A key reported by lossy counting over ``n`` sampled records of a topic."""
-
-    topic: str
-    key: str
-    count: int
-    n: int
-    support: float
-    epsilon: float
-    partitions: tuple[int, ...] = ()
-
-    @property
-    def share(self) -> float:
-        return self.count / self.n if self.n else 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Aggregates:
-    """Everything a detector may look at for one evaluation. Rows are in no particular order."""
-
-    cluster: str
-    window_s: int
-    broker_stages: Sequence[StageWindow] = ()
-    cluster_stages: Sequence[StageWindow] = ()
-    partitions: Sequence[PartitionWindow] = ()
-    logdirs: Sequence[LogDirWindow] = ()
-    imbalances: Sequence[ImbalanceWindow] = ()
-    hot_keys: Sequence[HotKey] = ()
 
 
 # --- detect ---------------------------------------------------------------------------------

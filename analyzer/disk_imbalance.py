@@ -16,8 +16,9 @@ from collections import defaultdict
 
 from pydantic import Field
 
-from analyzer.base import Aggregates, Detector, DetectorConfig, LogDirWindow
+from analyzer.base import Detector, DetectorConfig
 from analyzer.imbalance import imbalance, recent_windows
+from linkwatch.aggregates import Aggregates, LogDirWindow
 from linkwatch.records import Finding
 
 

@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from analyzer.base import Aggregates, Decision, Detector, FindingSink, Policy, SeverityPolicy
+from analyzer.base import Decision, Detector, FindingSink, Policy, SeverityPolicy
+from linkwatch.aggregates import Aggregates
 from linkwatch.records import Finding
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,8 @@ from collections import defaultdict
 
 from pydantic import Field
 
-from analyzer.base import Aggregates, Detector, DetectorConfig, HotKey
+from analyzer.base import Detector, DetectorConfig
+from linkwatch.aggregates import Aggregates, HotKey
 from linkwatch.records import Finding
 
 

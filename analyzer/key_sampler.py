@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from analyzer.base import HotKey
 from analyzer.lossy_counting import LossyCounter
+from linkwatch.aggregates import HotKey
 
 MAX_PARTITIONS_PER_KEY = 16
 

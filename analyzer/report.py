@@ -14,8 +14,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from analyzer.base import Aggregates, Detector
+from analyzer.base import Detector
 from analyzer.slow_broker import SlowBrokerConfig
+from linkwatch.aggregates import Aggregates
 from linkwatch.records import Finding
 
 

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from analyzer.base import Aggregates, FindingSink, PolicyConfig, SeverityPolicy
+from analyzer.base import FindingSink, PolicyConfig, SeverityPolicy
 from analyzer.engine import Changes, Engine
 from analyzer.registry import load_detectors
 from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores
+from linkwatch.aggregates import Aggregates
 from linkwatch.config import StrictModel
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from analyzer.base import Aggregates, FindingSink
+from analyzer.base import FindingSink
 from analyzer.slow_broker import Score
+from linkwatch.aggregates import Aggregates
 from linkwatch.records import FINDINGS_TOPIC, Finding
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from collections import defaultdict
 
 from pydantic import Field
 
-from analyzer.base import Aggregates, Detector, DetectorConfig, HotKey, PartitionWindow
+from analyzer.base import Detector, DetectorConfig
 from analyzer.imbalance import imbalance, recent_windows
+from linkwatch.aggregates import Aggregates, HotKey, PartitionWindow
 from linkwatch.records import Finding
 
 MEASURES = {"bytes_in": "bytes_in_per_s", "messages_in": "messages_in_per_s", "size": "size_bytes"}

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from analyzer.base import Aggregates, Detector, DetectorConfig, StageWindow
+from analyzer.base import Detector, DetectorConfig
+from linkwatch.aggregates import Aggregates, StageWindow
 from linkwatch.records import FETCH_CONSUMER, PRODUCE, Finding
 
 RULE = "slow_broker"

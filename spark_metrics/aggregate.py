@@ -13,8 +13,15 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from analyzer.base import Aggregates, HotKey, ImbalanceWindow, LogDirWindow, PartitionWindow, StageWindow
 from linkwatch import records as R
+from linkwatch.aggregates import (
+    Aggregates,
+    HotKey,
+    ImbalanceWindow,
+    LogDirWindow,
+    PartitionWindow,
+    StageWindow,
+)
 from spark_metrics import transforms as tf
 
 

@@ -155,7 +155,7 @@ def _quantiles(buckets: DataFrame, totals: DataFrame, dims: list[str]) -> DataFr
 
 def stage_quantiles(sketches: DataFrame, window_s: int) -> DataFrame:
     """StageSketch records → one row per (broker, request, stage, window) with
-    count, p50/p99/p999 and mean in ms (columns of :class:`analyzer.base.StageWindow`)."""
+    count, p50/p99/p999 and mean in ms (columns of :class:`linkwatch.aggregates.StageWindow`)."""
     buckets, totals = sketch_buckets(sketches, window_s)
     return _quantiles(buckets, totals, STAGE_DIMS)
 
@@ -226,7 +226,7 @@ def imbalance(
     df: DataFrame, *, scope: str, measure: str, value: str, member: Column, group: Column
 ) -> DataFrame:
     """``I = max/avg − 1`` of ``value`` over members per (group, window); null values ignored.
-    Columns of :class:`analyzer.base.ImbalanceWindow`."""
+    Columns of :class:`linkwatch.aggregates.ImbalanceWindow`."""
     rows = df.where(F.col(value).isNotNull()).select(
         group.alias("group"),
         "window_start_ms",

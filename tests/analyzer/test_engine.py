@@ -7,17 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.base import (
-    DETECTOR_GROUP,
-    Aggregates,
-    Decision,
-    Detector,
-    InMemorySink,
-    PolicyConfig,
-    SeverityPolicy,
-)
+from analyzer.base import DETECTOR_GROUP, Decision, Detector, InMemorySink, PolicyConfig, SeverityPolicy
 from analyzer.engine import Engine
 from analyzer.registry import available, load_detectors
+from linkwatch.aggregates import Aggregates
 from linkwatch.errors import ConfigError
 from linkwatch.records import Finding
 

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from analyzer.base import Aggregates, ImbalanceWindow
 from analyzer.report import evaluate_range, render_html, render_json, render_table
 from analyzer.sinks import PrometheusSink, TerminalSink
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores
+from linkwatch.aggregates import Aggregates, ImbalanceWindow
 from linkwatch.commands.report import parse_time
 from linkwatch.errors import ConfigError
 from tests.analyzer.test_slow_broker import T0, now_after, scenario, slow_in, window

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.base import Aggregates, HotKey, LogDirWindow, PartitionWindow
 from analyzer.disk_imbalance import DiskImbalanceDetector
 from analyzer.hot_keys import HotKeysDetector
 from analyzer.imbalance import imbalance
 from analyzer.skewed_partitions import SkewedPartitionsDetector
+from linkwatch.aggregates import Aggregates, HotKey, LogDirWindow, PartitionWindow
 
 W = 10
 T0 = 1_700_000_000_000

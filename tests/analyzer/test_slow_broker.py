@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.base import Aggregates, StageWindow
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, walk_score
+from linkwatch.aggregates import Aggregates, StageWindow
 
 WINDOW_S = 10
 T0 = 1_700_000_000_000

@@ -8,8 +8,8 @@ import random
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from analyzer.base import ImbalanceWindow, LogDirWindow, PartitionWindow, StageWindow
 from linkwatch import records as R
+from linkwatch.aggregates import ImbalanceWindow, LogDirWindow, PartitionWindow, StageWindow
 from linkwatch.sketch import LatencySketch, exact_quantile, quantile_from_buckets
 from spark_metrics import transforms as tf
 from spark_metrics.schema import record_schema

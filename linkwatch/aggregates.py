@@ -1,0 +1,106 @@
+"""Aggregated rows: what ``spark_metrics`` produces and the analyzer's detectors read.
+
+Stdlib only, so both sides import it without importing each other (and a detector plugin
+without pyspark). Field names equal the column names of the matching ``spark_metrics``
+transform (a test checks it); :func:`spark_metrics.aggregate.collect` builds the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageWindow:
+    """Merged latency quantiles of one stage of one request type in one window.
+
+    ``broker`` is ``None`` for the cluster-wide merge (all brokers' sketches summed per bucket).
+    Quantiles are ``None`` when the window saw no request.
+    """
+
+    broker: int | None
+    request: str
+    stage: str
+    window_start_ms: int
+    count: int
+    p50_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    mean_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionWindow:
+    """One topic-partition in one window: its size and its traffic (``None`` = not measurable,
+    e.g. the first window of a partition has no previous size to difference against)."""
+
+    topic: str
+    partition: int
+    window_start_ms: int
+    size_bytes: int
+    bytes_in_per_s: float | None
+    messages_in_per_s: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogDirWindow:
+    """Usage of one log dir of one broker in one window (the last reading in it)."""
+
+    broker: int
+    log_dir: str
+    window_start_ms: int
+    capacity_bytes: int
+    used_bytes: int
+    usage_ratio: float
+    io_util: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImbalanceWindow:
+    """``ratio = max/avg − 1`` of ``measure`` over the members of a scope in one window.
+
+    ``scope`` is ``topic`` (members: partitions of ``group`` = topic name), ``broker`` or
+    ``log_dir`` (``group`` empty); ``max_member`` names the member carrying the maximum.
+    """
+
+    scope: str
+    measure: str
+    group: str
+    window_start_ms: int
+    members: int
+    max_value: float
+    avg_value: float
+    ratio: float
+    max_member: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HotKey:
+    """A key reported by lossy counting over ``n`` sampled records of a topic."""
+
+    topic: str
+    key: str
+    count: int
+    n: int
+    support: float
+    epsilon: float
+    partitions: tuple[int, ...] = ()
+
+    @property
+    def share(self) -> float:
+        return self.count / self.n if self.n else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Aggregates:
+    """Everything a detector may look at for one evaluation. Rows are in no particular order."""
+
+    cluster: str
+    window_s: int
+    broker_stages: Sequence[StageWindow] = ()
+    cluster_stages: Sequence[StageWindow] = ()
+    partitions: Sequence[PartitionWindow] = ()
+    logdirs: Sequence[LogDirWindow] = ()
+    imbalances: Sequence[ImbalanceWindow] = ()
+    hot_keys: Sequence[HotKey] = ()
