@@ -4,10 +4,12 @@ Three steps, kept apart:
 
 * **detect** — a :class:`Detector` is a pure function of aggregated rows
   (:class:`linkwatch.aggregates.Aggregates`, produced by ``spark_metrics``), its thresholds (its
-  ``Config``) and the current time. It
-  returns :class:`~linkwatch.records.Finding` records and nothing else: no I/O, no clock, no
-  state kept between calls (scores over consecutive windows are recomputed from the windows it
-  is given, so a restart reproduces the same findings from the same data).
+  ``Config``) and the current time. It returns :class:`~linkwatch.records.Finding` records and
+  nothing else: no I/O, no clock, no state kept between calls (scores over consecutive windows
+  are recomputed from the windows it is given, so a restart reproduces the same findings from
+  the same data). Optionally it also exports gauges (:attr:`Detector.gauges`) and says what the
+  batch report draws for it (:meth:`Detector.charts`), so no other module special-cases one
+  detector.
 * **decide** — a :class:`Policy` maps each finding to a :class:`Verdict`
   (IGNORE / ALERT / CHECK_LATER after a delay).
 * **act** — only the engine hands ALERT findings to sinks (Kafka topic, Prometheus, terminal).
@@ -21,8 +23,9 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import Field
 
@@ -42,8 +45,48 @@ class DetectorConfig(StrictModel):
     """Base of every detector's thresholds; defaults live in the subclass beside the rule."""
 
 
-class Detector(ABC):
-    """A rule over aggregated rows.
+C = TypeVar("C", bound=DetectorConfig)
+
+
+@dataclass(frozen=True)
+class DetectorGauge:
+    """A gauge a detector exports besides its findings (``docs/metrics.md`` lists it)."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+
+
+# Values of a detector's gauges in one evaluation: gauge name -> label values (in the order of
+# DetectorGauge.labels) -> value.
+GaugeValues = dict[str, dict[tuple[str, ...], float]]
+
+
+@dataclass(frozen=True)
+class LineChart:
+    """Values over time, one line per series (name -> [(epoch ms, value)]); ``threshold`` is
+    drawn as a horizontal line."""
+
+    title: str
+    y_label: str
+    series: Mapping[str, Sequence[tuple[int, float]]]
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class BarChart:
+    """One bar per name, e.g. the excess of each stage of a flagged broker."""
+
+    title: str
+    unit: str
+    values: Mapping[str, float]
+
+
+Chart = LineChart | BarChart
+
+
+class Detector(ABC, Generic[C]):
+    """A rule over aggregated rows, generic in its thresholds' type ``C`` (its :attr:`Config`).
 
     * ``__init__(config)`` only stores validated thresholds; it never connects or reads.
     * :meth:`detect` must be deterministic and side-effect free: the same ``data`` and
@@ -55,17 +98,32 @@ class Detector(ABC):
       ``topic-partition:orders-3``, ``topic:orders``, ``log_dir:1:/data/a``, ``cluster:<name>``),
       ``evidence`` with at least ``values``, ``baseline`` and ``windows``, a severity from
       :data:`SEVERITIES` and a suggested ``action`` in words.
+    * Optional: :attr:`gauges` declares gauges the detector exports (e.g. a score per subject)
+      and :meth:`measure` returns their values, under the same rules as :meth:`detect`. An
+      exception from it is logged and counted by the engine; those gauges are then empty until
+      the next evaluation.
+    * Optional: :meth:`charts` says what the batch report draws for this detector; pure too.
     """
 
     name: ClassVar[str]
     rule: ClassVar[str]
     Config: ClassVar[type[DetectorConfig]] = DetectorConfig
+    gauges: ClassVar[tuple[DetectorGauge, ...]] = ()
 
-    def __init__(self, config: DetectorConfig | None = None) -> None:
-        self.config = config if config is not None else self.Config()
+    def __init__(self, config: C | None = None) -> None:
+        self.config: C = config if config is not None else cast(C, self.Config())
 
     @abstractmethod
     def detect(self, data: Aggregates, now_ms: int) -> list[Finding]: ...
+
+    def measure(self, data: Aggregates, now_ms: int) -> GaugeValues:
+        """Values of :attr:`gauges` at ``now_ms`` (a gauge left out is empty)."""
+        return {}
+
+    def charts(self, data: Aggregates, findings: Sequence[Finding]) -> list[Chart]:
+        """What the batch report draws for this detector over ``data``'s range; ``findings``
+        are the ones it reported in that range (the latest of each rule and subject)."""
+        return []
 
     def finding(
         self,

@@ -55,13 +55,13 @@ def _hot(rows: list[LogDirWindow], cfg: DiskImbalanceConfig) -> dict[tuple[int, 
     return out
 
 
-class DiskImbalanceDetector(Detector):
+class DiskImbalanceDetector(Detector[DiskImbalanceConfig]):
     name = "disk_imbalance"
     rule = "hot_disk"
     Config = DiskImbalanceConfig
 
     def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
-        cfg: DiskImbalanceConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         by_window: dict[int, list[LogDirWindow]] = defaultdict(list)
         for r in data.logdirs:
             by_window[r.window_start_ms].append(r)

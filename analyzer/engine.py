@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from analyzer.base import Decision, Detector, FindingSink, Policy, SeverityPolicy
+from analyzer.base import Decision, Detector, FindingSink, GaugeValues, Policy, SeverityPolicy
 from linkwatch.aggregates import Aggregates
 from linkwatch.records import Finding
 
@@ -83,6 +83,20 @@ class Engine:
                 self.errors[f"detector:{det.name}"] += 1
                 log.exception("detector %s failed; the others go on", det.name)
         return findings
+
+    def measure(self, data: Aggregates, now_ms: int) -> GaugeValues:
+        """The detectors' gauge values; a detector whose ``measure`` fails is logged and counted
+        (its gauges stay empty this time) and the others go on."""
+        values: GaugeValues = {}
+        for det in self.detectors:
+            if not det.gauges:
+                continue
+            try:
+                values.update(det.measure(data, now_ms))
+            except Exception:
+                self.errors[f"gauges:{det.name}"] += 1
+                log.exception("gauges of detector %s failed; the others go on", det.name)
+        return values
 
     def decide(self, findings: Sequence[Finding]) -> list[Finding]:
         alerts, later = [], []

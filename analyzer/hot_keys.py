@@ -20,13 +20,13 @@ class HotKeysConfig(DetectorConfig):
     max_keys: int = Field(10, ge=1)
 
 
-class HotKeysDetector(Detector):
+class HotKeysDetector(Detector[HotKeysConfig]):
     name = "hot_keys"
     rule = "hot_keys"
     Config = HotKeysConfig
 
     def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
-        cfg: HotKeysConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         by_topic: dict[str, list[HotKey]] = defaultdict(list)
         for k in data.hot_keys:
             if k.n >= cfg.min_sampled and k.share >= k.support:

@@ -1,9 +1,12 @@
 """``linkwatch report``: the batch path over a time range, findings as table, JSON or HTML.
 
-Detectors are evaluated at the end of every window in the range, so a finding that came and
-went is reported with when it was first and last active. The HTML page is self-contained
-(inline SVG, no scripts, no CDN): p99 per broker over time with the threshold, the stage
-breakdown of each flagged broker, and per-topic partition imbalance over time.
+:func:`batch_report` reads the range (the archive ``linkwatch analyze`` writes, or Kafka by
+timestamp), aggregates it like the stream does, and evaluates the detectors at the end of
+every window (:func:`evaluate_range`), so a finding that came and went is reported with when
+it was first and last active. The HTML page is self-contained (inline SVG, no scripts, no
+CDN): the charts each detector asks for (:meth:`analyzer.base.Detector.charts`, e.g. p99 per
+broker over time with the threshold and the stage breakdown of each flagged broker) and
+per-topic partition imbalance over time.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import html
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from analyzer.base import Detector
-from analyzer.slow_broker import SlowBrokerConfig
+from analyzer.base import BarChart, Chart, Detector, LineChart
+from analyzer.registry import load_detectors
+from analyzer.service import AnalyzerConfig
 from linkwatch.aggregates import Aggregates
+from linkwatch.errors import ConfigError
 from linkwatch.records import Finding
 
 
@@ -33,23 +39,52 @@ class Report:
     to_ms: int
     data: Aggregates
     findings: list[ReportedFinding] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
 
 
 def evaluate_range(detectors: list[Detector], data: Aggregates, from_ms: int, to_ms: int) -> Report:
     step = data.window_s * 1000
     seen: dict[tuple[str, str], ReportedFinding] = {}
+    found_by: dict[tuple[str, str], int] = {}  # (rule, subject) -> index of its detector
     t = from_ms - from_ms % step + step
     while t <= to_ms:
-        for det in detectors:
+        for i, det in enumerate(detectors):
             for f in det.detect(data, t):
                 ident = (f.rule, f.subject)
+                found_by[ident] = i
                 if ident in seen:
                     seen[ident].finding, seen[ident].last_ms = f, t
                 else:
                     seen[ident] = ReportedFinding(f, t, t)
         t += step
     ordered = sorted(seen.values(), key=lambda r: (r.first_ms, r.finding.rule, r.finding.subject))
-    return Report(from_ms, to_ms, data, ordered)
+    charts = [
+        chart
+        for i, det in enumerate(detectors)
+        for chart in det.charts(
+            data, [r.finding for r in ordered if found_by[(r.finding.rule, r.finding.subject)] == i]
+        )
+    ]
+    return Report(from_ms, to_ms, data, ordered, charts)
+
+
+def batch_report(cfg: AnalyzerConfig, from_ms: int, to_ms: int, source: str = "archive") -> Report:
+    """The configured detectors over ``[from_ms, to_ms)`` of ``source``: ``archive`` (the Parquet
+    archive under ``cfg.state_dir``) or ``kafka`` (``cfg.samples_topic`` by timestamp)."""
+    from spark_metrics.aggregate import aggregate, collect
+    from spark_metrics.batch import read_archive, read_kafka
+    from spark_metrics.session import spark_session
+
+    detectors = load_detectors(cfg.detectors)  # before Spark starts: a bad name fails fast
+    spark = spark_session(cfg.spark_master, app_name="linkwatch-report", kafka=source == "kafka")
+    if source == "kafka":
+        raw = read_kafka(spark, cfg.bootstrap, from_ms, to_ms, cfg.samples_topic)
+    else:
+        raw = read_archive(spark, cfg.state_dir / "archive", from_ms, to_ms)
+    if raw is None:
+        raise ConfigError("--source", [f"the archive under {cfg.state_dir} holds no samples yet"])
+    data = collect(aggregate(raw, cfg.window_s, cfg.cluster, deduplicate=False), cfg.cluster, cfg.window_s)
+    return evaluate_range(detectors, data, from_ms, to_ms)
 
 
 def _ts(ms: int) -> str:
@@ -159,8 +194,7 @@ def svg_bars(values: dict[str, float], title: str, unit: str) -> str:
     return "".join(rows)
 
 
-def render_html(report: Report, slow: SlowBrokerConfig | None = None) -> str:
-    slow = slow or SlowBrokerConfig()
+def render_html(report: Report) -> str:
     d = report.data
     sections = [
         f"<h1>linkwatch report: {html.escape(d.cluster)}</h1>",
@@ -180,18 +214,11 @@ def render_html(report: Report, slow: SlowBrokerConfig | None = None) -> str:
         )
     else:
         sections.append("<p>No findings in this range.</p>")
-    for request in slow.requests:
-        series: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        for r in d.broker_stages:
-            if r.request == request and r.stage == "total" and r.p99_ms is not None:
-                series[f"broker {r.broker}"].append((r.window_start_ms, r.p99_ms))
-        sections.append(
-            svg_lines(series, f"{request}: p99 total time per broker", "ms", slow.p99_threshold_ms)
-        )
-    for r in report.findings:
-        excess = r.finding.evidence.get("stage_excess_ms")
-        if r.finding.rule == "slow_broker" and excess:
-            sections.append(svg_bars(excess, f"{r.finding.subject}: stage p99 above peers' median", "ms"))
+    for chart in report.charts:
+        if isinstance(chart, LineChart):
+            sections.append(svg_lines(dict(chart.series), chart.title, chart.y_label, chart.threshold))
+        elif isinstance(chart, BarChart):
+            sections.append(svg_bars(dict(chart.values), chart.title, chart.unit))
     topics: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in d.imbalances:
         if r.scope == "topic" and r.measure == "bytes_in":
@@ -205,3 +232,10 @@ def render_html(report: Report, slow: SlowBrokerConfig | None = None) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>linkwatch report</title>"
         f"<style>{style}</style></head><body>{''.join(sections)}</body></html>"
     )
+
+
+RENDERERS: dict[str, Callable[[Report], str]] = {
+    "table": render_table,
+    "json": render_json,
+    "html": render_html,
+}

@@ -22,7 +22,6 @@ from analyzer.base import FindingSink, PolicyConfig, SeverityPolicy
 from analyzer.engine import Changes, Engine
 from analyzer.registry import load_detectors
 from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
-from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores
 from linkwatch.aggregates import Aggregates
 from linkwatch.config import StrictModel
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC
@@ -81,7 +80,7 @@ class AnalysisService:
         self.cfg = cfg
         self.clock = clock
         self.detectors = load_detectors(cfg.detectors)  # fails fast on unknown names / bad thresholds
-        self.metrics = PrometheusSink()
+        self.metrics = PrometheusSink(gauges=[g for d in self.detectors for g in d.gauges])
         extra = list(sinks) if sinks is not None else [TerminalSink()]
         self.engine = Engine(self.detectors, sinks=[self.metrics, *extra], policy=SeverityPolicy(cfg.policy))
         self.spark = None
@@ -165,14 +164,8 @@ class AnalysisService:
                 raw.unpersist()
         self.last = data
         changes = self.engine.evaluate(data, now_ms)
-        self.metrics.observe(data, broker_scores(data, now_ms, self._slow_cfg()))
+        self.metrics.observe(data, self.engine.measure(data, now_ms))
         return changes
-
-    def _slow_cfg(self) -> SlowBrokerConfig:
-        for d in self.detectors:
-            if isinstance(d, SlowBrokerDetector):
-                return d.config  # type: ignore[return-value]
-        return SlowBrokerConfig()
 
     def run(self, stop: threading.Event, on_change: Callable[[Changes], None] | None = None) -> None:
         """Tick every ``interval_s`` until ``stop`` is set; a failed tick is logged and retried."""

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from analyzer.base import FindingSink
-from analyzer.slow_broker import Score
+from analyzer.base import DetectorGauge, FindingSink, GaugeValues
 from linkwatch.aggregates import Aggregates
 from linkwatch.records import FINDINGS_TOPIC, Finding
 
@@ -69,20 +68,20 @@ def finding_labels(f: Finding) -> dict[str, str]:
 
 
 class PrometheusSink(FindingSink):
-    """``linkwatch_finding_active`` per finding, plus the score and imbalance gauges that
-    :meth:`observe` refreshes from every evaluation's aggregates."""
+    """``linkwatch_finding_active`` per finding, plus the imbalance and hot-key gauges and the
+    detectors' own gauges (``gauges``, see :attr:`analyzer.base.Detector.gauges`) that
+    :meth:`observe` refreshes from every evaluation."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, gauges: Sequence[DetectorGauge] = ()
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         self.active = Gauge(
             "linkwatch_finding_active", "1 while a finding is active", FINDING_LABELS, registry=self.registry
         )
-        self.score = Gauge(
-            "linkwatch_slow_broker_score",
-            "consecutive-window slow-broker score",
-            ("cluster", "broker", "request"),
-            registry=self.registry,
-        )
+        self.detector_gauges = {
+            g.name: Gauge(g.name, g.documentation, g.labels, registry=self.registry) for g in gauges
+        }
         self.imbalance = Gauge(
             "linkwatch_imbalance_ratio",
             "max/avg - 1",
@@ -105,10 +104,12 @@ class PrometheusSink(FindingSink):
             with contextlib.suppress(KeyError):
                 self.active.remove(*labels.values())
 
-    def observe(self, data: Aggregates, scores: dict[tuple[int, str], Score], max_hot_keys: int = 20) -> None:
-        self.score.clear()
-        for (broker, request), s in scores.items():
-            self.score.labels(data.cluster, str(broker), request).set(s.score)
+    def observe(self, data: Aggregates, measured: GaugeValues, max_hot_keys: int = 20) -> None:
+        """Refresh the gauges from one evaluation: ``data`` and the detectors' gauge values."""
+        for name, gauge in self.detector_gauges.items():
+            gauge.clear()
+            for labels, value in measured.get(name, {}).items():
+                gauge.labels(*labels).set(value)
         self.imbalance.clear()
         latest: dict[tuple[str, str, str], tuple[int, float]] = {}
         for r in data.imbalances:

@@ -45,13 +45,13 @@ def _loads(rows: list[PartitionWindow], field: str) -> dict[int, float]:
     return out
 
 
-class SkewedPartitionsDetector(Detector):
+class SkewedPartitionsDetector(Detector[SkewedPartitionsConfig]):
     name = "skewed_partitions"
     rule = "skewed_partitions"
     Config = SkewedPartitionsConfig
 
     def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
-        cfg: SkewedPartitionsConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         by_topic: dict[str, dict[int, list[PartitionWindow]]] = defaultdict(lambda: defaultdict(list))
         for r in data.partitions:
             by_topic[r.topic][r.window_start_ms].append(r)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from analyzer.base import Detector, DetectorConfig
+from analyzer.base import BarChart, Chart, Detector, DetectorConfig, DetectorGauge, GaugeValues, LineChart
 from linkwatch.aggregates import Aggregates, StageWindow
 from linkwatch.records import FETCH_CONSUMER, PRODUCE, Finding
 
@@ -315,13 +315,47 @@ def slowest_peer(scores: dict[tuple[int, str], Score], broker: int) -> int | Non
     return max(peers, key=badness)[0][0]
 
 
-class SlowBrokerDetector(Detector):
+class SlowBrokerDetector(Detector[SlowBrokerConfig]):
     name = "slow_broker"
     rule = RULE
     Config = SlowBrokerConfig
+    gauges = (
+        DetectorGauge(
+            "linkwatch_slow_broker_score",
+            "consecutive-window slow-broker score",
+            ("cluster", "broker", "request"),
+        ),
+    )
+
+    def measure(self, data: Aggregates, now_ms: int) -> GaugeValues:
+        """Rule 2's score of every (broker, request type) seen."""
+        scores = broker_scores(data, now_ms, self.config)
+        return {
+            "linkwatch_slow_broker_score": {
+                (data.cluster, str(b), request): s.score for (b, request), s in scores.items()
+            }
+        }
+
+    def charts(self, data: Aggregates, findings: Sequence[Finding]) -> list[Chart]:
+        """p99 total time per broker over time with the threshold, per request type; the stage
+        excess of every slow broker found."""
+        cfg = self.config
+        out: list[Chart] = []
+        for request in cfg.requests:
+            series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+            for r in data.broker_stages:
+                if r.request == request and r.stage == "total" and r.p99_ms is not None:
+                    series[f"broker {r.broker}"].append((r.window_start_ms, r.p99_ms))
+            title = f"{request}: p99 total time per broker"
+            out.append(LineChart(title, "ms", dict(series), cfg.p99_threshold_ms))
+        for f in findings:
+            excess = f.evidence.get("stage_excess_ms")
+            if f.rule == RULE and excess:
+                out.append(BarChart(f"{f.subject}: stage p99 above peers' median", "ms", excess))
+        return out
 
     def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
-        cfg: SlowBrokerConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         table = _Table(data.broker_stages)  # one index and one Rule 5 pass for every rule
         scores = broker_scores(data, now_ms, cfg, table)
         stalled: dict[int, StalledFollower] = {}

@@ -36,31 +36,16 @@ def app(
     out: Path = typer.Option(None, help="Write to this file instead of stdout."),
 ) -> None:
     """Run the batch aggregation and the detectors over [from, to) and print the findings."""
-    from analyzer.registry import load_detectors
-    from analyzer.report import evaluate_range, render_html, render_json, render_table
-    from analyzer.slow_broker import SlowBrokerDetector
-    from spark_metrics.aggregate import aggregate, collect
-    from spark_metrics.batch import read_archive, read_kafka
-    from spark_metrics.session import spark_session
+    from analyzer.report import RENDERERS, batch_report
 
     cfg = load_config(config, AnalyzerConfig, env_prefix="LINKWATCH_ANALYZER_")
     from_ms, to_ms = parse_time(from_, "--from"), parse_time(to, "--to")
     if to_ms <= from_ms:
         raise ConfigError("--to", [f"{to!r} is not after --from {from_!r}"])
-    if source not in ("archive", "kafka") or fmt not in ("table", "json", "html"):
+    if source not in ("archive", "kafka") or fmt not in RENDERERS:
         raise ConfigError("--source/--format", [f"{source!r}/{fmt!r}: use archive|kafka and table|json|html"])
-    detectors = load_detectors(cfg.detectors)
-    spark = spark_session(cfg.spark_master, app_name="linkwatch-report", kafka=source == "kafka")
-    if source == "kafka":
-        raw = read_kafka(spark, cfg.bootstrap, from_ms, to_ms, cfg.samples_topic)
-    else:
-        raw = read_archive(spark, cfg.state_dir / "archive", from_ms, to_ms)
-    if raw is None:
-        raise ConfigError("--source", [f"the archive under {cfg.state_dir} holds no samples yet"])
-    data = collect(aggregate(raw, cfg.window_s, cfg.cluster, deduplicate=False), cfg.cluster, cfg.window_s)
-    report = evaluate_range(detectors, data, from_ms, to_ms)
-    slow = next((d.config for d in detectors if isinstance(d, SlowBrokerDetector)), None)
-    text = {"table": render_table, "json": render_json}.get(fmt, lambda r: render_html(r, slow))(report)
+    report = batch_report(cfg, from_ms, to_ms, source)
+    text = RENDERERS[fmt](report)
     if out:
         out.write_text(text)
         typer.echo(f"wrote {len(report.findings)} finding(s) to {out}")

@@ -7,9 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.base import DETECTOR_GROUP, Decision, Detector, InMemorySink, PolicyConfig, SeverityPolicy
+from analyzer.base import (
+    DETECTOR_GROUP,
+    Decision,
+    Detector,
+    DetectorGauge,
+    GaugeValues,
+    InMemorySink,
+    PolicyConfig,
+    SeverityPolicy,
+)
 from analyzer.engine import Engine
 from analyzer.registry import available, load_detectors
+from analyzer.sinks import PrometheusSink
 from linkwatch.aggregates import Aggregates
 from linkwatch.errors import ConfigError
 from linkwatch.records import Finding
@@ -93,6 +103,38 @@ def test_engine_appear_ongoing_clear_and_isolation() -> None:
     ]
     assert later == [["broker:9"], [], []]  # the info finding is deferred, not alerted
     assert dict(engine.errors) == {"detector:broken": 3, "sink:_BrokenSink": 3}
+
+
+class _Scored(Detector):
+    name = "scored"
+    rule = "scored"
+    gauges = (DetectorGauge("test_score", "a score", ("cluster", "subject")),)
+
+    def detect(self, data: Aggregates, now_ms: int) -> list[Finding]:
+        return []
+
+    def measure(self, data: Aggregates, now_ms: int) -> GaugeValues:
+        return {"test_score": {(data.cluster, "a"): float(now_ms)}}
+
+
+class _BrokenGauges(_Scored):
+    name = "broken_gauges"
+    gauges = (DetectorGauge("test_broken", "never set", ("cluster",)),)
+
+    def measure(self, data: Aggregates, now_ms: int) -> GaugeValues:
+        raise RuntimeError("bug")
+
+
+def test_detector_gauges_reach_prometheus_and_a_failing_one_is_isolated() -> None:
+    detectors = [_BrokenGauges(), _Scored()]
+    engine = Engine(detectors)
+    sink = PrometheusSink(gauges=[g for d in detectors for g in d.gauges])
+    data = Aggregates(cluster="c", window_s=10)
+    sink.observe(data, engine.measure(data, 7))
+    get = sink.registry.get_sample_value
+    assert get("test_score", {"cluster": "c", "subject": "a"}) == 7.0
+    assert get("test_broken", {"cluster": "c"}) is None
+    assert dict(engine.errors) == {"gauges:broken_gauges": 1}
 
 
 @pytest.mark.parametrize(

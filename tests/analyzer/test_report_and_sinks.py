@@ -9,7 +9,7 @@ import pytest
 
 from analyzer.report import evaluate_range, render_html, render_json, render_table
 from analyzer.sinks import PrometheusSink, TerminalSink
-from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores
+from analyzer.slow_broker import SlowBrokerDetector
 from linkwatch.aggregates import Aggregates, ImbalanceWindow
 from linkwatch.commands.report import parse_time
 from linkwatch.errors import ConfigError
@@ -75,10 +75,11 @@ def test_parse_time_rejects(text: str) -> None:
 
 def test_prometheus_sink_gauges() -> None:
     data = _data()
-    sink = PrometheusSink()
-    [finding] = SlowBrokerDetector().detect(data, now_after(8))
+    sink = PrometheusSink(gauges=SlowBrokerDetector.gauges)
+    detector = SlowBrokerDetector()
+    [finding] = detector.detect(data, now_after(8))
     sink.emit(finding)
-    sink.observe(data, broker_scores(data, now_after(8), SlowBrokerConfig()))
+    sink.observe(data, detector.measure(data, now_after(8)))
     labels = {
         "cluster": "c1",
         "rule": "slow_broker",
