@@ -1,4 +1,4 @@
-"""Lossy counting (Manku & Motwani, 2002) for hot keys in a stream, as seed 000 uses it.
+"""Lossy counting (Manku & Motwani, 2002) for hot keys in a stream, over sampled record keys.
 
 With support ``s`` and error ``ε`` (ε ≪ s) over a stream of N items, :meth:`LossyCounter.frequent`
 guarantees: every key whose true count is ≥ s·N is reported; no key whose true count is

@@ -2,7 +2,8 @@
 
 * :mod:`dashboards.build` — the five dashboards (cluster overview, broker latency breakdown,
   slow nodes, skew and balance, consumers) and :func:`~dashboards.build.write_all`, which
-  generates ``dashboards/*.json``.
+  writes them as JSON into a chosen directory; the generated ``dashboards/*.json`` ship in
+  the package.
 * :mod:`dashboards.push` — pushing them to a Grafana with grafana-client.
 * ``dashboards/provisioning/`` — Grafana file-provisioning YAML (dashboards + data source).
 """

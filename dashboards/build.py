@@ -27,7 +27,12 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-OUT_DIR = Path(__file__).resolve().parent
+# The generated JSON shipped in this package: what `linkwatch dashboards push` sends by default
+# (a test keeps it equal to what `generate` writes).
+SHIPPED_DIR = Path(__file__).resolve().parent
+# Where `linkwatch dashboards generate` writes by default: ./dashboards in the working directory
+# (in a source checkout, that is the shipped copy above).
+DEFAULT_OUT_DIR = Path("dashboards")
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 SLOW_LINE_S = 0.3  # the slow-node line: p99 above 300 ms
 
@@ -433,7 +438,7 @@ def to_json(d: db.Dashboard) -> str:
     return JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
 
 
-def write_all(out_dir: Path = OUT_DIR) -> list[Path]:
+def write_all(out_dir: Path) -> list[Path]:
     """Generate every dashboard into ``out_dir/<name>.json``; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []

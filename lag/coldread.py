@@ -1,4 +1,4 @@
-"""Cold reads: which groups read from disk instead of the page cache (seeds 001 §1.2/§2.4, 004).
+"""Cold reads: which groups read from disk instead of the page cache.
 
 Per broker, the **page-cache window** = page cache bytes / write rate: roughly how far back in
 time the data still in memory reaches (80 GB of cache at 170 MB/s of writes ≈ 8 minutes). A

@@ -274,7 +274,3 @@ def evaluate_group(partitions: dict[str, Verdict], members_active: bool) -> Grou
         f"worst {worst_name}: {worst.reason}",
         numbers,
     )
-
-
-def worse(a: Status, b: Status) -> Status:
-    return a if SEVERITY[a] >= SEVERITY[b] else b

@@ -8,8 +8,8 @@ and caches the answer by (topic, partition, offset), so a stopped consumer costs
 When the record at the offset cannot be read (compacted away, a transaction control record,
 deleted by retention, or the read budget of the pass is spent), :class:`OffsetTimeHistory`
 interpolates from (offset, time) points the collector keeps per partition: the end offset seen
-at each pass and every record timestamp read. :class:`LagSeconds.method` says which way the
-number was produced:
+at each pass and every record timestamp read. :func:`lag_seconds` also returns which way the
+number was produced (``PartitionLag.method``):
 
 * ``record_timestamp`` — the record at exactly the committed offset was read.
 * ``interpolated`` — linear between two known (offset, time) points around the offset.

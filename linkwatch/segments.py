@@ -1,4 +1,4 @@
-"""Map an offset to its place in a partition's log on this broker (seed 004's file layout).
+"""Map an offset to its place in a partition's log on this broker (Kafka's on-disk layout).
 
 A partition directory ``<log.dir>/<topic>-<partition>/`` holds segments named by their base
 offset in 20 digits: ``00000000000000368769.log`` with its sparse ``.index`` (8-byte entries:

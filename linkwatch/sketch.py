@@ -25,11 +25,6 @@ GAMMA: float = _MAPPING.gamma
 MIN_POSITIVE_MS = 1e-3
 
 
-def key_for(value: float) -> int:
-    """The log-bucket key holding ``value`` (> MIN_POSITIVE_MS)."""
-    return int(_MAPPING.key(value))
-
-
 def key_to_value(key: int) -> float:
     """Representative value of a bucket; within RELATIVE_ACCURACY of every value in it."""
     return float(_MAPPING.value(key))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import struct
 import threading
 import zlib
@@ -218,8 +217,3 @@ def _read_entries(path: Path, offset: int, limit: int):
             pos += _HEAD.size + length
             n += 1
             yield body[2 : 2 + klen], body[2 + klen :], pos
-
-
-def spool_dir_free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize

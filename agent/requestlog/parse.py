@@ -1,7 +1,7 @@
 """Parse one ``Completed request:{json}`` line of ``kafka-request.log``.
 
 Hot path: a line is ~1-2 KB, mostly the request and response bodies, which the aggregate does
-not need. :func:`parse_line` therefore parses only three small parts with orjson and finds them
+not need. :meth:`LineParser.parse` therefore parses only three small parts with orjson and finds them
 by markers that cannot occur inside a JSON string (each contains an unescaped ``"``):
 
 * the timestamp ``[yyyy-MM-dd HH:mm:ss,SSS]`` that log4j's ``[%d]`` writes (broker local time),

@@ -7,18 +7,25 @@ from pathlib import Path
 
 import typer
 
-from dashboards.build import OUT_DIR, write_all
+from dashboards.build import DEFAULT_OUT_DIR, SHIPPED_DIR, write_all
 from dashboards.push import push_dashboards
 
 app = typer.Typer(no_args_is_help=True)
 
-OutOpt = typer.Option(OUT_DIR, "--out", help="Directory for the dashboard JSON files.")
+OutOpt = typer.Option(
+    DEFAULT_OUT_DIR, "--out", help="Directory for the dashboard JSON files (created if missing)."
+)
 UrlOpt = typer.Option(..., "--url", help="Grafana base URL, e.g. http://127.0.0.1:3000")
 TokenOpt = typer.Option(
     None, "--token", help="Grafana service-account token (default $GRAFANA_TOKEN).", show_default=False
 )
 FolderOpt = typer.Option(None, "--folder-uid", help="File the dashboards in this Grafana folder.")
-DirOpt = typer.Option(OUT_DIR, "--dir", help="Directory with the generated dashboard JSON files.")
+DirOpt = typer.Option(
+    SHIPPED_DIR,
+    "--dir",
+    help="Directory with generated dashboard JSON files (default: the ones shipped in the package).",
+    show_default=False,
+)
 
 
 @app.command()

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from dashboards.build import OUT_DIR, panel_targets, variable_queries
+from dashboards.build import SHIPPED_DIR, panel_targets, variable_queries
 from linkwatch.testbed import faults
 from linkwatch.testbed.alert_stack import AlertStack, ScrapeTarget
 from linkwatch.testbed.cluster import ClusterState
@@ -486,7 +486,7 @@ def test_every_dashboard_panel_query_returns_data(live: Live) -> None:
     recorded = {r["record"]: r["expr"] for r in _recording_rules()}
     queries = [
         (f"{path.stem} / {title}", _substitute(expr), instant)
-        for path in sorted(OUT_DIR.glob("*.json"))
+        for path in sorted(SHIPPED_DIR.glob("*.json"))
         for title, expr, instant in panel_targets(json.loads(path.read_text()))
     ]
 
@@ -510,7 +510,7 @@ def test_every_dashboard_panel_query_returns_data(live: Live) -> None:
     )
 
     without_values = []
-    for path in sorted(OUT_DIR.glob("*.json")):
+    for path in sorted(SHIPPED_DIR.glob("*.json")):
         for name, query in variable_queries(json.loads(path.read_text())).items():
             m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
             assert m, f"{path.stem}: variable {name} has a query Grafana's label_values cannot run: {query}"

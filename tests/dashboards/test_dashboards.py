@@ -18,13 +18,13 @@ import yaml
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
-from dashboards.build import DASHBOARDS, OUT_DIR, panel_queries, write_all
+from dashboards.build import DASHBOARDS, SHIPPED_DIR, panel_queries, write_all
 from dashboards.push import push_dashboards
 from linkwatch.cli import main
 from linkwatch.errors import SetupError
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = sorted(OUT_DIR.glob("*.json"))
+FILES = sorted(SHIPPED_DIR.glob("*.json"))
 TEST_VARS = {"$cluster": ".*", "$broker": ".*", "$topic": ".*", "$group": ".*", "$__rate_interval": "1m"}
 
 

@@ -29,7 +29,7 @@ GIB = 1024**3
 @pytest.mark.parametrize(
     ("cache", "rate", "window"),
     [
-        (80 * GIB, 170 * 1024**2, 481.9),  # seed 001: 80 GB at 170 MB/s holds about 8 minutes
+        (80 * GIB, 170 * 1024**2, 481.9),  # 80 GB of page cache at 170 MB/s of writes holds about 8 minutes
         (10 * GIB, 10 * 1024**2, 1024.0),
         (10 * GIB, 0.0, math.inf),  # nothing written: nothing is evicted
     ],

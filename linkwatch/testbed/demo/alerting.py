@@ -55,15 +55,16 @@ class AlertingDemoComponent:
 
     def summary(self) -> list[str]:
         """What to print at the end: every alert received, the dashboards and how to push them."""
-        from dashboards.build import OUT_DIR, write_all
+        from dashboards.build import write_all
 
         lines = ["alerts received by linkwatch alerts serve:"]
         got = self.stack.received() if self.stack is not None else []
         lines += [f"  {format_alert(r)}" for r in got] or ["  (none)"]
+        out = self.workdir / "dashboards"
         lines.append("dashboards:")
-        lines += [f"  {p}" for p in write_all(OUT_DIR)]
+        lines += [f"  {p}" for p in write_all(out)]
         lines.append(
-            "push them: linkwatch dashboards push --url http://<grafana>:3000 --token $GRAFANA_TOKEN"
+            f"push them: linkwatch dashboards push --dir {out} --url http://<grafana>:3000 --token $GRAFANA_TOKEN"
         )
         return lines
 
