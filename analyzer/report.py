@@ -3,10 +3,11 @@
 :func:`batch_report` reads the range (the archive ``linkwatch analyze`` writes, or Kafka by
 timestamp), aggregates it like the stream does, and evaluates the detectors at the end of
 every window (:func:`evaluate_range`), so a finding that came and went is reported with when
-it was first and last active. The HTML page is self-contained (inline SVG, no scripts, no
-CDN): the charts each detector asks for (:meth:`analyzer.base.Detector.charts`, e.g. p99 per
-broker over time with the threshold and the stage breakdown of each flagged broker) and
-per-topic partition imbalance over time.
+it was first and last active. The HTML page is self-contained (plotly.js inlined, nothing
+loaded from the network; axes, legends, hover, time on the x axis): the charts each detector
+asks for (:meth:`analyzer.base.Detector.charts`, e.g. p99 per broker over time with the
+threshold and the stage breakdown of each flagged broker) and per-topic partition imbalance
+over time.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+import plotly.graph_objects as go
 
 from analyzer.base import BarChart, Chart, Detector, LineChart
 from analyzer.registry import load_detectors
@@ -127,74 +130,105 @@ def render_table(report: Report) -> str:
     return buf.getvalue()
 
 
-# --- HTML with inline SVG -------------------------------------------------------------------
+# --- HTML with plotly charts -----------------------------------------------------------------
 
-_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+_CHART_CONFIG = {"displaylogo": False, "responsive": True}
+_STYLE = (
+    "body{font-family:sans-serif;margin:24px;max-width:1300px}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}"
+    ".chart{margin:16px 0}"
+)
 
 
-def svg_lines(
-    series: dict[str, list[tuple[int, float]]], title: str, y_label: str, threshold: float | None = None
-) -> str:
-    w, h, pad = 720, 260, 48
-    points = [p for s in series.values() for p in s if p[1] is not None]
-    if not points:
-        return f"<p>{html.escape(title)}: no data</p>"
-    x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
-    ymax = max([p[1] for p in points] + ([threshold] if threshold else [])) * 1.1 or 1.0
+def _utc(ms: int) -> datetime:
+    # Naive UTC: plotly.js shows a date as given, without converting to the viewer's zone.
+    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
 
-    def sx(x: int) -> float:
-        return pad + (x - x0) / ((x1 - x0) or 1) * (w - 2 * pad)
 
-    def sy(y: float) -> float:
-        return h - pad - y / ymax * (h - 2 * pad)
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">',
-        f'<text x="{pad}" y="18" font-size="14">{html.escape(title)}</text>',
-        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>',
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#999"/>',
-        f'<text x="4" y="{pad - 6}" font-size="11">{html.escape(y_label)} (max {ymax / 1.1:.1f})</text>',
-        f'<text x="{pad}" y="{h - 8}" font-size="11">{_ts(x0)}</text>',
-        f'<text x="{w - pad - 120}" y="{h - 8}" font-size="11">{_ts(x1)[11:]}</text>',
-    ]
-    if threshold is not None:
-        parts.append(
-            f'<line x1="{pad}" y1="{sy(threshold):.1f}" x2="{w - pad}" y2="{sy(threshold):.1f}" '
-            f'stroke="#d62728" stroke-dasharray="6 4"/><text x="{w - pad - 90}" y="{sy(threshold) - 4:.1f}" '
-            f'font-size="11" fill="#d62728">threshold {threshold:g}</text>'
+def _line_figure(chart: LineChart) -> go.Figure:
+    fig = go.Figure()
+    for name, points in sorted(chart.series.items()):
+        pts = sorted(p for p in points if p[1] is not None)
+        fig.add_trace(
+            go.Scatter(
+                x=[_utc(t) for t, _ in pts],
+                y=[v for _, v in pts],
+                name=name,
+                mode="lines+markers",
+                marker={"size": 4},
+                hovertemplate=f"%{{x|%H:%M:%S}}  %{{y:.1f}} {chart.y_label}<extra>{html.escape(name, quote=False)}</extra>",
+            )
         )
-    for i, (name, pts) in enumerate(sorted(series.items())):
-        color = _COLORS[i % len(_COLORS)]
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(pts) if y is not None)
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{path}"/>')
-        parts.append(
-            f'<text x="{w - pad + 4}" y="{pad + 14 * i}" font-size="11" fill="{color}">'
-            f"{html.escape(name)}</text>"
+    if chart.threshold is not None:
+        fig.add_hline(
+            y=chart.threshold,
+            line={"dash": "dash", "color": "#d62728", "width": 1.5},
+            annotation={"text": f"threshold {chart.threshold:g}", "font": {"color": "#d62728"}},
+            annotation_position="top left",
         )
-    parts.append("</svg>")
-    return "".join(parts)
+    fig.update_layout(
+        xaxis={"title": {"text": "time (UTC)"}, "type": "date"},
+        yaxis={"title": {"text": chart.y_label}, "rangemode": "tozero"},
+        hovermode="x unified",
+    )
+    return fig
 
 
-def svg_bars(values: dict[str, float], title: str, unit: str) -> str:
-    w, bar_h, pad = 720, 18, 130
-    vmax = max([abs(v) for v in values.values()] + [1e-9])
-    rows = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{30 + bar_h * 1.4 * len(values):.0f}">',
-        f'<text x="4" y="16" font-size="14">{html.escape(title)}</text>',
-    ]
-    for i, (name, v) in enumerate(values.items()):
-        y = 26 + i * bar_h * 1.4
-        length = max(v, 0) / vmax * (w - pad - 90)
-        rows.append(
-            f'<text x="4" y="{y + 13:.0f}" font-size="12">{html.escape(name)}</text>'
-            f'<rect x="{pad}" y="{y:.0f}" width="{length:.1f}" height="{bar_h}" fill="#1f77b4"/>'
-            f'<text x="{pad + length + 4:.1f}" y="{y + 13:.0f}" font-size="12">{v:.1f} {unit}</text>'
+def _bar_figure(chart: BarChart) -> go.Figure:
+    names = list(chart.values)
+    values = [chart.values[n] for n in names]
+    fig = go.Figure(
+        go.Bar(
+            x=values,
+            y=names,
+            orientation="h",
+            text=[f"{v:.1f} {chart.unit}" for v in values],
+            textposition="auto",
+            marker={"color": ["#d62728" if v == max(values) else "#1f77b4" for v in values]},
+            hovertemplate=f"%{{y}}: %{{x:.1f}} {chart.unit}<extra></extra>",
         )
-    rows.append("</svg>")
-    return "".join(rows)
+    )
+    fig.update_layout(
+        xaxis={"title": {"text": chart.unit}, "zeroline": True},
+        yaxis={"autorange": "reversed"},
+        height=max(220, 70 + 32 * len(names)),
+        showlegend=False,
+    )
+    return fig
+
+
+def chart_html(chart: Chart) -> str:
+    """One chart as a ``<div>`` plotly.js draws (axes, legend, hover); ``<p>… no data</p>`` when
+    it has nothing to draw. The page must load plotly.js once (:func:`render_html` inlines it)."""
+    empty = not any(chart.series.values()) if isinstance(chart, LineChart) else not chart.values
+    if empty:
+        return f"<p>{html.escape(chart.title)}: no data</p>"
+    fig = _line_figure(chart) if isinstance(chart, LineChart) else _bar_figure(chart)
+    fig.update_layout(
+        title={"text": html.escape(chart.title, quote=False)},
+        template="plotly_white",
+        margin={"l": 70, "r": 30, "t": 60, "b": 60},
+        legend={"title": {"text": ""}},
+    )
+    if isinstance(chart, LineChart):
+        fig.update_layout(height=380)
+    div = fig.to_html(full_html=False, include_plotlyjs=False, config=_CHART_CONFIG)
+    return f"<div class='chart'>{div}</div>"
+
+
+def imbalance_chart(data: Aggregates) -> LineChart:
+    topics: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in data.imbalances:
+        if r.scope == "topic" and r.measure == "bytes_in":
+            topics[r.group].append((r.window_start_ms, r.ratio))
+    return LineChart("partition imbalance per topic (bytes in), I = max/avg − 1", "I", dict(topics))
 
 
 def render_html(report: Report) -> str:
+    """A self-contained page (plotly.js inlined, nothing loaded from the network): the findings
+    table, every detector's charts and the partition imbalance per topic over time."""
+    from plotly.offline import get_plotlyjs
+
     d = report.data
     sections = [
         f"<h1>linkwatch report: {html.escape(d.cluster)}</h1>",
@@ -214,23 +248,12 @@ def render_html(report: Report) -> str:
         )
     else:
         sections.append("<p>No findings in this range.</p>")
-    for chart in report.charts:
-        if isinstance(chart, LineChart):
-            sections.append(svg_lines(dict(chart.series), chart.title, chart.y_label, chart.threshold))
-        elif isinstance(chart, BarChart):
-            sections.append(svg_bars(dict(chart.values), chart.title, chart.unit))
-    topics: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for r in d.imbalances:
-        if r.scope == "topic" and r.measure == "bytes_in":
-            topics[r.group].append((r.window_start_ms, r.ratio))
-    sections.append(svg_lines(dict(topics), "partition imbalance per topic (bytes in), I = max/avg − 1", "I"))
-    style = (
-        "body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}"
-    )
+    sections.append("<h2>Charts</h2>")
+    sections += [chart_html(c) for c in [*report.charts, imbalance_chart(d)]]
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>linkwatch report</title>"
-        f"<style>{style}</style></head><body>{''.join(sections)}</body></html>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>linkwatch report</title>"
+        f"<style>{_STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
+        f"<body>{''.join(sections)}</body></html>"
     )
 
 

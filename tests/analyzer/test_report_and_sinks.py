@@ -49,10 +49,22 @@ def test_renderers() -> None:
     assert [(f["subject"], f["first_active_ms"]) for f in doc["findings"]] == [("broker:2", now_after(6))]
     assert "broker:2" in render_table(report)
     page = render_html(report)
-    assert page.count("<svg") == 3  # p99 Produce, stage bars, imbalance (FetchConsumer: no data)
+    # p99 Produce, stage bars, imbalance (FetchConsumer: no data); plotly.js draws each chart
+    assert page.count('class="plotly-graph-div"') == 3
     assert "FetchConsumer: p99 total time per broker: no data" in page
     assert "threshold 300" in page and "broker:2: stage p99 above peers" in page
-    assert not re.search(r"(src|href)=\"?https?://", page), "the page must not load anything"
+    # plotly.js is inlined; no element loads anything (the bundle itself holds URLs as text)
+    assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)=\"?https?://", page), (
+        "the page must not load anything"
+    )
+
+
+def test_html_charts_have_time_axes_legends_and_hover() -> None:
+    report = evaluate_range([SlowBrokerDetector()], _data(), T0, now_after(12))
+    page = render_html(report)
+    assert page.count('"type":"date"') == 2  # p99 Produce and imbalance: time on the x axis
+    assert '"name":"broker 2"' in page and '"name":"orders"' in page  # legend entries
+    assert page.count("hovertemplate") >= 3
 
 
 @pytest.mark.parametrize(
