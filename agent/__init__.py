@@ -6,6 +6,8 @@
 * ``logdirs.py`` — partition sizes and segments per log dir, disk usage and io util; host stats.
 * ``exporters/prometheus.py`` — ``/metrics``; ``output/kafka.py`` + ``output/spool.py`` —
   ``linkwatch.samples`` through a bounded on-disk spool; ``output/otlp.py`` — slow-request spans.
+* ``pagecache_http.py`` — ``GET /page-cache`` (the check itself: :mod:`linkwatch.pagecache`).
 * ``capture.py`` — capture policy (slow-only log4j2 filter, BROKER_LOGGER capture windows).
-* ``config.py`` — the validated config; ``runner.py`` — :class:`agent.runner.Agent` and demo helpers.
+* ``config.py`` — the validated config; ``runner.py`` — :class:`agent.runner.Agent` (agents for
+  a test cluster: :mod:`linkwatch.testbed.agents`).
 """

@@ -1,1 +1,2 @@
-"""Prometheus alerting/recording rules, their promtool tests, and the Alertmanager webhook receiver."""
+"""Prometheus alerting/recording rules, their promtool tests, the Alertmanager example config
+(``alertmanager.example.yml``, package data) and the Alertmanager webhook receiver."""

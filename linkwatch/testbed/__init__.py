@@ -1,1 +1,9 @@
-"""Testbed: a real local Kafka cluster from Maven Central jars, load generation and faults."""
+"""Testbed: what tests, benchmarks and the demo run on; no subsystem imports it.
+
+* :mod:`.cluster` — a real local Kafka cluster (KRaft, loopback) from Maven Central jars
+  (:mod:`.jars`, ``kafka-pom.xml``);
+* :mod:`.load` — produce and consume load; :mod:`.faults` — reversible faults;
+* :mod:`.agents` — agents for the nodes of a test cluster, in threads or as subprocesses;
+* :mod:`.alert_stack` — Prometheus, Alertmanager and the receiver on loopback;
+* :mod:`.demo` — ``linkwatch demo``: the timeline and its components.
+"""

@@ -2,9 +2,10 @@
 
 Timeline for ``duration_s`` seconds: start the cluster, produce Zipf-keyed load and consume it,
 show live per-broker throughput and produce latency, pause one broker's JVM in a duty cycle
-for the middle third, then remove the fault. Components (agents, analysis, alerting) plug in
-as :class:`DemoComponent` objects with start/lines/stop. Everything started is stopped on the
-way out, on Ctrl-C too.
+for the middle third, then remove the fault. Components plug in as :class:`DemoComponent`
+objects with start/lines/stop, one module each: :mod:`.agents` (an agent per broker),
+:mod:`.lag` (the lag collector), :mod:`.alerting` (the alert stack), :mod:`.analyzer` (the Spark
+analyzer). Everything started is stopped on the way out, on Ctrl-C too.
 """
 
 from __future__ import annotations
