@@ -24,7 +24,7 @@ from agent.requestlog.parse import (
     ParsedRequest,
     is_follower_fetch,
 )
-from agent.requestlog.window import CHUNK, ClosedWindow, RequestAccumulator, Window, WindowAggregator
+from agent.requestlog.window import CHUNK, ClosedWindow, RequestAccumulator, WindowAggregator
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
 
 
@@ -87,11 +87,10 @@ def ingest_lines(
     ms_cache, ts_cache = parser.ts.ms_cache, parser.ts._cache
     max_bytes = parser.max_line_bytes
     window_ms, threshold = agg.window_ms, agg.slow_threshold_ms
-    windows = agg._windows
     loads, stages_of, types = orjson.loads, _STAGES_OF, _REQUEST_TYPES_B
     cur_start, cur = -1, None
     close_at = agg.close_threshold()
-    watermark = agg._watermark
+    watermark = agg.watermark
     n = 0
     for line in lines:
         n += 1
@@ -132,20 +131,18 @@ def ingest_lines(
                 if d.reason != "not_a_request_line" or line.strip():
                     health.drop(d.reason, d.detail, context=context)
                 continue
-            agg._watermark = watermark
+            agg.watermark = watermark
             closed += add(req)
-            watermark = agg._watermark
+            watermark = agg.watermark
             cur_start, close_at = -1, agg.close_threshold()
             continue
         start = ts - ts % window_ms
         if start != cur_start:
-            if start < agg._closed_before:
+            if start < agg.closed_before:
                 add(_request(ts, request, stages, tail, line, end))  # late: counted there
                 continue
-            cur = windows.get(start)
-            if cur is None:
-                cur = windows[start] = Window(start)
-                close_at = agg.close_threshold()
+            cur = agg.window(start)
+            close_at = agg.close_threshold()
             cur_start = start
         acc = cur.requests.get(request)
         if acc is None:
@@ -157,17 +154,17 @@ def ingest_lines(
         total = stages[6]
         if total >= threshold:
             if request is not FETCH_CONSUMER and request is not FETCH_FOLLOWER:
-                agg._keep_slow(cur, _request(ts, request, stages, tail, line, end), total)
+                agg.keep_slow(cur, _request(ts, request, stages, tail, line, end), total)
             elif total - stages[2] >= threshold:
                 # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
-                agg._keep_slow(cur, _request(ts, request, stages, tail, line, end), total - stages[2])
+                agg.keep_slow(cur, _request(ts, request, stages, tail, line, end), total - stages[2])
         if ts > watermark:
             watermark = ts
             if ts >= close_at:
-                agg._watermark = watermark
+                agg.watermark = watermark
                 closed += agg.close_due(ts)
                 cur_start, close_at = -1, agg.close_threshold()
-    agg._watermark = watermark
+    agg.watermark = watermark
     health.lines_read += n
     for win in closed:
         for request, n_slow in win.slow_counts.items():

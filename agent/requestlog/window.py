@@ -220,12 +220,36 @@ class WindowAggregator:
                 # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
                 total -= req.stages[2]
             if total >= self.slow_threshold_ms:
-                self._keep_slow(win, req, total)
+                self.keep_slow(win, req, total)
         if ts > self._watermark:
             self._watermark = ts
             if ts - self.grace_ms >= self._oldest_end() or len(self._windows) > MAX_OPEN_WINDOWS:
                 return self.close_due(ts)
         return []
+
+    @property
+    def watermark(self) -> int:
+        """The newest line timestamp accounted (ms); a caller that accounts lines itself (the
+        fast path of :func:`agent.requestlog.source.ingest_lines`) sets it before it adds or
+        closes, and reads it back after."""
+        return self._watermark
+
+    @watermark.setter
+    def watermark(self, ts_ms: int) -> None:
+        self._watermark = ts_ms
+
+    @property
+    def closed_before(self) -> int:
+        """Windows starting before this are closed: a line in one is late."""
+        return self._closed_before
+
+    def window(self, start: int) -> Window:
+        """The open window starting at ``start`` (opened now if needed; check
+        :attr:`closed_before` first)."""
+        win = self._windows.get(start)
+        if win is None:
+            win = self._windows[start] = Window(start)
+        return win
 
     def close_threshold(self) -> int:
         """The first line timestamp above the watermark that makes :meth:`add` close windows."""
@@ -236,7 +260,8 @@ class WindowAggregator:
     def _oldest_end(self) -> int:
         return min(self._windows) + self.window_ms if self._windows else 1 << 62
 
-    def _keep_slow(self, win: Window, req: ParsedRequest, total: float) -> None:
+    def keep_slow(self, win: Window, req: ParsedRequest, total: float) -> None:
+        """Count a slow request in ``win`` and keep it if it is among the slowest exemplars."""
         win.slow_seen[req.request] = win.slow_seen.get(req.request, 0) + 1
         item = (total, next(self._seq), req)
         if len(win.slow) < self.max_exemplars:
