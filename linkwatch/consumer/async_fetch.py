@@ -51,6 +51,7 @@ from linkwatch.config import StrictModel
 from linkwatch.consumer import delivery
 from linkwatch.consumer.buffer import DeliveryBuffer
 from linkwatch.consumer.commits import CommitTracker, Outcome
+from linkwatch.consumer.dead_letter import DeadLetterWriter
 from linkwatch.consumer.delivery import Delivery
 from linkwatch.consumer.metrics import ClientTimings
 from linkwatch.errors import ConfigError
@@ -258,6 +259,9 @@ class AsyncFetchConsumer:
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
         self._producer_lock = threading.Lock()
+        self._dead_letters = DeadLetterWriter(
+            config.bootstrap_servers, config.dead_letter_topic, self._on_dead_letter
+        )
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._commit_now = threading.Event()
@@ -331,6 +335,8 @@ class AsyncFetchConsumer:
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 self._producer.close(timeout=5)
+        with contextlib.suppress(Exception):
+            self._dead_letters.close()
 
     def __enter__(self) -> AsyncFetchConsumer:
         return self.start()
@@ -451,42 +457,9 @@ class AsyncFetchConsumer:
             self._buf.drop({d.tp})
 
     def _dead_letter(self, d: Delivery, error: str) -> bool:
-        return self._send_dead_letter(
+        return self._dead_letters.send(
             d.topic, d.partition, d.offset, d.raw_key, d.raw_value, d.headers, error
         )
-
-    def _send_dead_letter(
-        self,
-        source_topic: str,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]],
-        error: str,
-    ) -> bool:
-        topic = self.config.dead_letter_topic or f"{source_topic}.dead-letter"
-        headers = [
-            *headers,
-            ("linkwatch.source", f"{source_topic}-{partition}@{offset}".encode()),
-            ("linkwatch.error", error[:1000].encode("utf-8", "replace")),
-        ]
-        try:
-            with self._producer_lock:
-                if self._producer is None:
-                    self._producer = KafkaProducer(
-                        bootstrap_servers=self.config.bootstrap_servers.split(","), acks="all"
-                    )
-            self._producer.send(topic, value=value, key=key, headers=headers).get(timeout=30)
-        except Exception as e:
-            log.error(
-                "dead-letter send of %s-%s@%s to %s failed: %s", source_topic, partition, offset, topic, e
-            )
-            self._count("dead_letter_failed")
-            return False
-        self.timings.metrics.dead_letter.inc()
-        self._count("dead_lettered")
-        return True
 
     def commit(self, timeout_s: float = 10.0) -> None:
         """Ask the pump to commit the processed prefix now and wait (at most ``timeout_s``)."""
@@ -494,6 +467,11 @@ class AsyncFetchConsumer:
         self._commit_waiters.append(done)
         self._commit_now.set()
         done.wait(timeout_s)
+
+    def _on_dead_letter(self, result: str) -> None:
+        if result == "dead_lettered":
+            self.timings.metrics.dead_letter.inc()
+        self._count(result)
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._stats_lock:
@@ -655,7 +633,7 @@ class AsyncFetchConsumer:
         if epoch is None:
             return
         self._count("unreadable_records")
-        if self.config.on_exhausted == "dead_letter" and self._send_dead_letter(
+        if self.config.on_exhausted == "dead_letter" and self._dead_letters.send(
             key[0], key[1], offset, None, b"", [], error
         ):
             consumer.seek(tp, offset + 1)
