@@ -54,6 +54,7 @@ from linkwatch.consumer.commits import CommitTracker, Outcome
 from linkwatch.consumer.dead_letter import DeadLetterWriter
 from linkwatch.consumer.delivery import Delivery
 from linkwatch.consumer.metrics import ClientTimings
+from linkwatch.consumer.topic_watch import DeletedTopicWatch
 from linkwatch.errors import ConfigError
 from linkwatch.records import SAMPLES_TOPIC
 
@@ -273,10 +274,7 @@ class AsyncFetchConsumer:
         self._leaders: dict[TP, int] = {}
         self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
         self._unreadable: tuple[TP, int, int] | None = None  # (partition, offset, failed fetches in a row)
-        self._missing_since: dict[str, float] = {}  # assigned topic -> when metadata stopped listing it
-        self._seen_topics: set[str] = set()
-        self._next_topic_check = 0.0
-        self._next_metadata_refresh = 0.0
+        self._topic_watch = DeletedTopicWatch(config.topic_gone_s)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -643,36 +641,16 @@ class AsyncFetchConsumer:
         log.error("partition %s-%s stopped at offset %s: %s", key[0], key[1], offset, error)
 
     def _check_deleted_topics(self, consumer: KafkaConsumer, now: float) -> None:
-        """Stop consuming partitions of topics that were deleted (no longer in the metadata for
-        ``topic_gone_s``): counted ``partitions_deleted``, their buffered records dropped; the
-        other partitions go on. Without this kafka-python keeps them assigned and fetches
-        nothing from them forever, silently."""
-        if now < self._next_topic_check:
+        """Stop consuming partitions of topics that were deleted (:mod:`.topic_watch`): counted
+        ``partitions_deleted``, their buffered records dropped; the other partitions go on."""
+        if not self._topic_watch.due(now):
             return
-        self._next_topic_check = now + 0.5
         with self._buf.cond:
             topics = {tp[0] for tp in self._assigned} | set(self._topics)
-        cluster = consumer._cluster
-        gone = []
-        for topic in topics:
-            if cluster.partitions_for_topic(topic):
-                self._missing_since.pop(topic, None)
-                self._seen_topics.add(topic)
-                continue
-            if topic not in self._seen_topics:  # not created yet: assigned once it exists
-                continue
-            since = self._missing_since.setdefault(topic, now)
-            if now - since >= self.config.topic_gone_s:
-                gone.append(topic)
+        gone = self._topic_watch.check(consumer._cluster, topics, now)
         if not gone:
-            if self._missing_since or now >= self._next_metadata_refresh:
-                # kafka-python refreshes metadata only on errors or every metadata_max_age_ms
-                # (5 min): ask every topic_gone_s, so a deletion is seen within seconds.
-                cluster.request_update()
-                self._next_metadata_refresh = now + self.config.topic_gone_s
             return
         for topic in gone:
-            self._missing_since.pop(topic, None)
             log.error("topic %s was deleted while consumed: its partitions are no longer consumed", topic)
         self._count("topics_deleted", len(gone))
         with self._buf.cond:
@@ -698,7 +676,7 @@ class AsyncFetchConsumer:
         with self._buf.cond:
             for tp, recs in batch.items():
                 key = (tp.topic, tp.partition)
-                self._seen_topics.add(tp.topic)  # it existed: its absence later means deleted
+                self._topic_watch.seen(tp.topic)
                 epoch = self._assigned.get(key)
                 if epoch is None or epoch != epochs.get(key):
                     self._refetch_later(consumer, tp, recs)
