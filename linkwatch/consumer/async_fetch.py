@@ -7,7 +7,7 @@ the brokers waits, end-to-end latency grows, and the brokers' ``ResponseSendTime
 ``FetchConsumer`` send stage blames the broker for the client.
 
 How (kafka-python 3.0.12): one *pump* thread owns a ``KafkaConsumer`` and calls its ``poll``
-continuously, draining every completed fetch into this module's buffer. Each poll sends a
+continuously, draining every completed fetch into the buffer (:mod:`.buffer`). Each poll sends a
 FetchRequest to every leader that has no fetch in flight, so each broker is fetched from
 independently: a slow or dead broker keeps only its own request pending and delays only its
 own partitions. The buffer is bounded (bytes, records): before each poll the pump pauses the
@@ -16,6 +16,10 @@ beyond ``max_partitions_in_flight``) and resumes them when the application catch
 
 Memory bound: buffer ≤ ``buffer_max_bytes`` + one fetch response per fetchable partition
 (``max_partition_fetch_bytes`` each, and at most ``fetch_max_bytes`` per broker).
+
+Every kafka-python internal the consumer relies on is reached through :mod:`.kafka_compat`
+(which refuses another kafka-python version at construction); exhausted records go to
+:mod:`.dead_letter`; deleted topics are noticed by :mod:`.topic_watch`.
 
 The application thread calls :meth:`poll`, then :meth:`ack` or :meth:`fail` for each record;
 only the contiguous prefix of acked offsets is committed (:mod:`.commits`). On a rebalance the
@@ -32,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -48,7 +51,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field
 
 from linkwatch.config import StrictModel
-from linkwatch.consumer import delivery
+from linkwatch.consumer import delivery, kafka_compat
 from linkwatch.consumer.buffer import DeliveryBuffer
 from linkwatch.consumer.commits import CommitTracker, Outcome
 from linkwatch.consumer.dead_letter import DeadLetterWriter
@@ -120,9 +123,8 @@ class _Listener(AsyncConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         offsets = self.owner._release(revoked)
         if offsets and self.owner._consumer is not None:
-            coordinator = self.owner._consumer._coordinator
             try:
-                await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets), 10_000)
+                await kafka_compat.commit_in_callback(self.owner._consumer, _kafka_offsets(offsets), 10_000)
                 self.owner._committed(offsets)
             except Exception as e:  # the new owner re-processes from the last commit
                 log.warning("commit before revoke failed: %s", e)
@@ -142,7 +144,7 @@ def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -
         enable_auto_commit=False,
         allow_auto_create_topics=False,
     )
-    probe._cluster.config["allow_auto_create_topics"] = False
+    kafka_compat.disable_auto_create(probe)
     try:
         deadline = time.monotonic() + timeout_s
         parts = probe.partitions_for_topic(topic)
@@ -154,61 +156,6 @@ def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -
     if not parts:
         raise ConfigError("consume", [f"topic={topic!r}: no such topic (or no partitions)"])
     return [(topic, p) for p in sorted(parts)]
-
-
-_TP_IN_ERROR = re.compile(r"TopicPartition\(topic='([^']+)', partition=(\d+)\)")
-
-
-def _failing_partition(consumer: KafkaConsumer, e: KafkaError) -> TopicPartition | None:
-    """The partition a fetch error is about (kafka-python names it in the message), with the
-    broken parsed response discarded: kafka-python 3.0.12 otherwise keeps re-reading the
-    exhausted iterator of a batch that failed its CRC check and ``poll`` never returns."""
-    fetcher = consumer._fetcher
-    broken = fetcher._next_partition_records
-    match = _TP_IN_ERROR.search(str(e))
-    tp = TopicPartition(match.group(1), int(match.group(2))) if match else None
-    if broken is not None and (tp is None or broken.topic_partition == tp):
-        tp = broken.topic_partition
-        broken.drain()
-        fetcher._next_partition_records = None
-    return tp
-
-
-def _steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
-    """Work around two kafka-python 3.0.12 group-join races that the pump's short polls hit.
-
-    1. The coordinator compares the metadata it assigned with (``_assignment_snapshot``) to the
-       latest one and rejoins when they differ. Its snapshot is only rebuilt on a metadata
-       *update*; when the topic's metadata was already loaded before ``subscribe`` (as
-       :meth:`AsyncFetchConsumer._await_metadata` does), the first assignment is made with an
-       empty snapshot, the next metadata refresh differs, and the group rebalances right after
-       its first join — records delivered in between become stale and are delivered again.
-       Fix: build the snapshot from the metadata at hand right after ``subscribe``.
-    2. ``join_group_async`` runs JoinGroup+SyncGroup as a task and gives up waiting when the
-       caller's poll timeout expires, leaving the task in flight for the next poll — but only
-       while ``need_rejoin()`` is still true. The leader's own assignment equalises the two
-       snapshots during that task, so ``need_rejoin()`` turns false, the finished join is never
-       completed (no ``on_partitions_assigned``, partitions left pending revocation) and the
-       consumer fetches nothing until the session ends. Fix: a join task in flight means a
-       rejoin is still needed, and a join is awaited for up to ``join_wait_ms`` per poll (so a
-       join is not abandoned every 20 ms pump poll in the first place).
-    """
-    coordinator = consumer._coordinator
-    coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(
-        consumer._subscription, consumer._cluster
-    )
-    need_rejoin = coordinator.need_rejoin
-    join_group_async = coordinator.join_group_async
-
-    def need_rejoin_or_joining() -> bool:
-        return coordinator._join_task is not None or need_rejoin()
-
-    async def join_patiently(timeout_ms: float | None = None) -> bool:
-        wait = join_wait_ms if timeout_ms is None else max(timeout_ms, join_wait_ms)
-        return await join_group_async(timeout_ms=wait)
-
-    coordinator.need_rejoin = need_rejoin_or_joining
-    coordinator.join_group_async = join_patiently
 
 
 def _kafka_offsets(offsets: dict[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -236,6 +183,7 @@ class AsyncFetchConsumer:
     ) -> None:
         if bool(topics) == bool(partitions):
             raise ConfigError("consumer", ["give either topics (subscribe) or partitions (assign)"])
+        kafka_compat.check_version()
         if topics and not config.group_id:
             raise ConfigError("consumer", ["group_id: required to subscribe to topics"])
         self.config = config
@@ -296,15 +244,14 @@ class AsyncFetchConsumer:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         )
-        # kafka-python 3.0.12 does not pass allow_auto_create_topics on to its metadata client.
-        consumer._cluster.config["allow_auto_create_topics"] = False
+        kafka_compat.disable_auto_create(consumer)
         delivery.install(consumer)  # poll returns Delivery objects, decoded at 0.6x kafka-python's cost
-        self._time_fetches(consumer)
+        kafka_compat.time_fetches(consumer, self.timings.fetch_latency)
         self._consumer = consumer
         if self._topics:
             self._await_metadata(consumer)
             consumer.subscribe(self._topics, listener=_Listener(self))
-            _steady_group_join(consumer, cfg.session_timeout_ms)
+            kafka_compat.steady_group_join(consumer, cfg.session_timeout_ms)
         else:
             tps = [TopicPartition(*tp) for tp in self._partitions]
             consumer.assign(tps)
@@ -478,7 +425,7 @@ class AsyncFetchConsumer:
     def _leader(self, tp: TP) -> int:
         leader = self._leaders.get(tp)
         if leader is None and self._consumer is not None:
-            leader = self._consumer._cluster.leader_for_partition(TopicPartition(*tp))
+            leader = kafka_compat.leader_for(self._consumer, TopicPartition(*tp))
             if leader is not None and leader >= 0:
                 self._leaders[tp] = leader
         return leader if leader is not None else -1
@@ -551,18 +498,6 @@ class AsyncFetchConsumer:
 
     # ----------------------------------------------------------------- the pump thread
 
-    def _time_fetches(self, consumer: KafkaConsumer) -> None:
-        # Per-broker fetch round trip: the fetcher's response callback receives node id and send
-        # time (kafka-python 3.0.12 internals; the callback is looked up on the instance).
-        fetcher = consumer._fetcher
-        original = fetcher._handle_fetch_response
-
-        def timed(node_id: int, fetch_offsets: Any, send_time: float, response: Any) -> Any:
-            self.timings.fetch_latency(node_id, time.monotonic() - send_time)
-            return original(node_id, fetch_offsets, send_time, response)
-
-        fetcher._handle_fetch_response = timed
-
     def _pump(self) -> None:
         assert self._consumer is not None
         consumer = self._consumer
@@ -610,13 +545,12 @@ class AsyncFetchConsumer:
         self.timings.metrics.drop(name)
         self._count(f"fetch_error_{name}")
         log.warning("fetch error: %s", e)
-        tp = _failing_partition(consumer, e)
+        tp = kafka_compat.failing_partition(consumer, e)
         key = (tp.topic, tp.partition) if tp is not None else None
-        state = consumer._subscription.assignment.get(tp) if tp is not None else None
-        if key is None or state is None or state.position is None:
+        offset = kafka_compat.position(consumer, tp) if tp is not None else None
+        if key is None or offset is None:
             time.sleep(0.1)
             return
-        offset = state.position.offset
         failures = 1
         if self._unreadable is not None and self._unreadable[:2] == (key, offset):
             failures = self._unreadable[2] + 1
@@ -647,7 +581,7 @@ class AsyncFetchConsumer:
             return
         with self._buf.cond:
             topics = {tp[0] for tp in self._assigned} | set(self._topics)
-        gone = self._topic_watch.check(consumer._cluster, topics, now)
+        gone = self._topic_watch.check(kafka_compat.cluster(consumer), topics, now)
         if not gone:
             return
         for topic in gone:
@@ -702,9 +636,9 @@ class AsyncFetchConsumer:
         self.timings.metrics.drop("assignment_changed", len(recs))
         self._count("refetch_after_rebalance", len(recs))
         if tp in consumer.assignment():
-            current = consumer._subscription.assignment[tp].position
+            current = kafka_compat.position(consumer, tp)
             first = recs[0].offset
-            consumer.seek(tp, first if current is None else min(first, current.offset))
+            consumer.seek(tp, first if current is None else min(first, current))
 
     def _plan_fetch(self, consumer: KafkaConsumer) -> None:
         """Pause partitions whose buffer share is full; resume the others (bounded in-flight)."""
