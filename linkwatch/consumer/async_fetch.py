@@ -67,6 +67,7 @@ TP = delivery.TP
 _ACK_KEYS = {o: f"ack_{o.value}" for o in Outcome}
 _TP = attrgetter("tp")
 _TP_EPOCH = attrgetter("tp", "epoch")
+REVOKE_POLL_S = 0.01  # how often a revoke waiting for acks looks again
 _OFFSET = attrgetter("offset")
 _TIMESTAMP_MS = attrgetter("timestamp_ms")
 
@@ -89,6 +90,9 @@ class ConsumerConfig(StrictModel):
     on_exhausted: Literal["dead_letter", "stop_partition"] = "dead_letter"
     dead_letter_topic: str | None = Field(None, description="default: <topic>.dead-letter")
     commit_interval_ms: int = Field(1000, gt=0)
+    revoke_wait_ms: int = Field(
+        5000, ge=0, description="on a revoke, wait this long for records the application holds to be acked"
+    )
     # Passed to kafka-python.
     fetch_max_wait_ms: int = Field(500, ge=0)
     fetch_min_bytes: int = Field(1, ge=1)
@@ -121,14 +125,20 @@ class _Listener(AsyncConsumerRebalanceListener):
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        offsets = self.owner._release(revoked)
-        if offsets and self.owner._consumer is not None:
+        owner = self.owner
+        revoked = list(revoked)
+        if owner._consumer is not None and not owner._closing.is_set():
+            # Records the application holds are acked before the done prefix is committed, so
+            # the new owner does not process them again (bounded by revoke_wait_ms).
+            await owner._await_in_flight(owner._consumer, owner._withhold(revoked))
+        offsets = owner._release(revoked)
+        if offsets and owner._consumer is not None:
             try:
-                await kafka_compat.commit_in_callback(self.owner._consumer, _kafka_offsets(offsets), 10_000)
-                self.owner._committed(offsets)
+                await kafka_compat.commit_in_callback(owner._consumer, _kafka_offsets(offsets), 10_000)
+                owner._committed(offsets)
             except Exception as e:  # the new owner re-processes from the last commit
                 log.warning("commit before revoke failed: %s", e)
-                self.owner._count("commit_failed")
+                owner._count("commit_failed")
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         self.owner._adopt(assigned)
@@ -220,6 +230,8 @@ class AsyncFetchConsumer:
         self._stats_lock = threading.Lock()
         self.stats: dict[str, int] = {}
         self._leaders: dict[TP, int] = {}
+        # partition being revoked -> its unfinished records no longer in the application's hands
+        self._held_back: dict[TP, int] = {}
         self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
         self._unreadable: tuple[TP, int, int] | None = None  # (partition, offset, failed fetches in a row)
         self._topic_watch = DeletedTopicWatch(config.topic_gone_s)
@@ -385,6 +397,8 @@ class AsyncFetchConsumer:
                 if self._assigned.get(d.tp) == d.epoch:
                     self._buf.put(d, front=True)
                     self._buf.cond.notify()
+                elif d.tp in self._held_back:  # being revoked: no longer in the application's hands
+                    self._held_back[d.tp] += 1
         elif outcome is Outcome.EXHAUSTED:
             self._exhausted(d, error)
         else:
@@ -470,16 +484,60 @@ class AsyncFetchConsumer:
             self._resume.clear()
         self._count("assigned", 0)
 
-    def _release(self, tps: Iterable[TopicPartition]) -> dict[TP, int]:
-        """Forget revoked partitions; return the done prefix to commit for them."""
+    def _withhold(self, tps: Iterable[TopicPartition]) -> set[TP]:
+        """Stop handing out records of partitions being revoked: they leave the assignment (no
+        fetched record of theirs is accepted, a failed one is not redelivered) and their
+        buffered records are dropped. Acks still count until :meth:`_release`. Returns the keys."""
         keys = {(tp.topic, tp.partition) for tp in tps}
         with self._buf.cond:
             for key in keys:
                 self._assigned.pop(key, None)
+                self._held_back[key] = self._held_back.get(key, 0) + self._buf.tp_records.get(key, 0)
             dropped = self._buf.drop(keys)
         if dropped:
             self.timings.metrics.drop("revoked", dropped)
             self._count("dropped_revoked", dropped)
+        return keys
+
+    def _in_flight(self, keys: Iterable[TP]) -> int:
+        """Records of ``keys`` in the application's hands: delivered, not finished, and neither
+        dropped from the buffer nor given back by a failure since :meth:`_withhold`."""
+        with self._buf.cond:
+            held_back = {key: self._held_back.get(key, 0) for key in keys}
+        return sum(max(0, self.tracker.unfinished(key) - n) for key, n in held_back.items())
+
+    async def _await_in_flight(self, consumer: KafkaConsumer, keys: set[TP]) -> None:
+        """Wait up to ``revoke_wait_ms`` for the records of ``keys`` the application holds to be
+        acked (or failed). On kafka-python's event loop, so heartbeats go on meanwhile. Records
+        still unacked then are counted (``revoke_wait_unacked``): their acks will be stale and the
+        new owner processes them again, as without the wait."""
+        left = self._in_flight(keys)
+        if not left:
+            return
+        started = time.monotonic()
+        deadline = started + self.config.revoke_wait_ms / 1000
+        while left and time.monotonic() < deadline:
+            await kafka_compat.loop_sleep(consumer, min(REVOKE_POLL_S, max(0.0, deadline - time.monotonic())))
+            left = self._in_flight(keys)
+        self._count("revoke_waits")
+        self._count("revoke_wait_ms", round((time.monotonic() - started) * 1000))
+        if left:
+            self._count("revoke_wait_expired")
+            self._count("revoke_wait_unacked", left)
+            log.warning(
+                "revoke: %d records of %d partitions not acked within revoke_wait_ms=%d; "
+                "the new owner processes them again",
+                left,
+                len(keys),
+                self.config.revoke_wait_ms,
+            )
+
+    def _release(self, tps: Iterable[TopicPartition]) -> dict[TP, int]:
+        """Forget revoked partitions; return the done prefix to commit for them."""
+        keys = self._withhold(tps)
+        with self._buf.cond:
+            for key in keys:
+                self._held_back.pop(key, None)
         offsets = {}
         for key in keys:
             revoked = self.tracker.revoke(key)

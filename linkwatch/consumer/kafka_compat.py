@@ -102,6 +102,12 @@ def commit_in_callback(
     return consumer._coordinator._commit_offsets_sync_async(offsets, timeout_ms)
 
 
+async def loop_sleep(consumer: KafkaConsumer, seconds: float) -> None:
+    """Sleep inside a rebalance callback without blocking kafka-python's event loop (heartbeats
+    go on): the loop's own sleep, ``_coordinator._manager._net.sleep``."""
+    await consumer._coordinator._manager._net.sleep(seconds)
+
+
 _TP_IN_ERROR = re.compile(r"TopicPartition\(topic='([^']+)', partition=(\d+)\)")
 
 
