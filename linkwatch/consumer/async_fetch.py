@@ -56,6 +56,7 @@ from linkwatch.consumer.buffer import DeliveryBuffer
 from linkwatch.consumer.commits import CommitTracker, Outcome
 from linkwatch.consumer.dead_letter import DeadLetterWriter
 from linkwatch.consumer.delivery import Delivery
+from linkwatch.consumer.log_limit import limit_retry_logs
 from linkwatch.consumer.metrics import ClientTimings
 from linkwatch.consumer.topic_watch import DeletedTopicWatch
 from linkwatch.errors import ConfigError
@@ -67,6 +68,7 @@ TP = delivery.TP
 _ACK_KEYS = {o: f"ack_{o.value}" for o in Outcome}
 _TP = attrgetter("tp")
 _TP_EPOCH = attrgetter("tp", "epoch")
+COORDINATOR_BACKOFF_INITIAL_MS = 100  # kafka-python's retry_backoff_ms
 REVOKE_POLL_S = 0.01  # how often a revoke waiting for acks looks again
 _OFFSET = attrgetter("offset")
 _TIMESTAMP_MS = attrgetter("timestamp_ms")
@@ -102,6 +104,12 @@ class ConsumerConfig(StrictModel):
     heartbeat_interval_ms: int = Field(3_000, gt=0)
     pump_poll_ms: int = Field(20, gt=0)
     topic_gone_s: float = Field(3.0, gt=0, description="a topic missing from metadata this long is deleted")
+    coordinator_backoff_max_ms: int = Field(
+        1000, gt=0, description="coordinator lookups after it died back off from 100 ms up to this"
+    )
+    retry_log_interval_s: float = Field(
+        10.0, gt=0, description="kafka-python retry warnings: the first, then one summary per interval"
+    )
     # Client timings as ClientFetch records on linkwatch.samples.
     metrics_window_s: int = Field(10, gt=0)
     publish_samples: bool = False
@@ -230,6 +238,8 @@ class AsyncFetchConsumer:
         self._stats_lock = threading.Lock()
         self.stats: dict[str, int] = {}
         self._leaders: dict[TP, int] = {}
+        # with a group_id, once started: the coordinator lookup's backoff (lookups, waited_s)
+        self.coordinator_backoff: kafka_compat.CoordinatorBackoff | None = None
         # partition being revoked -> its unfinished records no longer in the application's hands
         self._held_back: dict[TP, int] = {}
         self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
@@ -257,6 +267,7 @@ class AsyncFetchConsumer:
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         )
         kafka_compat.disable_auto_create(consumer)
+        limit_retry_logs(cfg.retry_log_interval_s)
         delivery.install(consumer)  # poll returns Delivery objects, decoded at 0.6x kafka-python's cost
         kafka_compat.time_fetches(consumer, self.timings.fetch_latency)
         self._consumer = consumer
@@ -268,6 +279,12 @@ class AsyncFetchConsumer:
             tps = [TopicPartition(*tp) for tp in self._partitions]
             consumer.assign(tps)
             self._adopt(tps)
+        if cfg.group_id:
+            self.coordinator_backoff = kafka_compat.back_off_coordinator_lookup(
+                consumer,
+                min(COORDINATOR_BACKOFF_INITIAL_MS, cfg.coordinator_backoff_max_ms),
+                cfg.coordinator_backoff_max_ms,
+            )
         self._thread = threading.Thread(target=self._pump, name=f"fetch-pump-{cfg.client_id}", daemon=True)
         self._thread.start()
         return self

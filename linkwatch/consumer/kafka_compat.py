@@ -162,3 +162,72 @@ def steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
 
     coordinator.need_rejoin = need_rejoin_or_joining
     coordinator.join_group_async = join_patiently
+
+
+class CoordinatorBackoff:
+    """Exponential backoff of the group-coordinator lookup after the coordinator was marked dead.
+
+    kafka-python 3.0.12's ``ensure_coordinator_ready_async`` loops ``while coordinator_unknown()``
+    and backs off only on a *failed* lookup. When the coordinator's broker dies, the other
+    brokers keep answering FindCoordinator with the dead node until the coordinator moves; the
+    lookup succeeds, ``coordinator()`` finds the node disconnected and marks it dead, and the
+    loop asks again at once: 1,000–2,000 lookups (and "Marking the coordinator dead" warnings)
+    a second, the process CPU doubled. With this backoff, a lookup after a death waits
+    ``initial_ms``, doubling per death in a row up to ``max_ms``; a coordinator that stayed
+    alive for ``max_ms`` resets it. The wait runs on kafka-python's event loop (heartbeats and
+    fetches go on), inside the lookup task that ``lookup_coordinator`` shares between callers.
+    """
+
+    def __init__(self, initial_ms: float, max_ms: float) -> None:
+        self.initial_s = initial_ms / 1000
+        self.max_s = max_ms / 1000
+        self.deaths_in_a_row = 0
+        self.dead_at: float | None = None
+        self.found_at: float | None = None
+        self.lookups = 0
+        self.waited_s = 0.0
+
+    def on_dead(self, now: float) -> None:
+        if self.found_at is not None and now - self.found_at >= self.max_s:
+            self.deaths_in_a_row = 0
+        self.deaths_in_a_row += 1
+        self.dead_at = now
+
+    def delay(self, now: float) -> float:
+        """Seconds a lookup starting now waits first (0 when no death is recent)."""
+        if self.dead_at is None or self.deaths_in_a_row == 0:
+            return 0.0
+        backoff = min(self.max_s, self.initial_s * 2 ** (self.deaths_in_a_row - 1))
+        return max(0.0, self.dead_at + backoff - now)
+
+
+def back_off_coordinator_lookup(
+    consumer: KafkaConsumer, initial_ms: float, max_ms: float
+) -> CoordinatorBackoff:
+    """Install :class:`CoordinatorBackoff` on the consumer's coordinator (``coordinator_dead``
+    and ``_send_group_coordinator_request``, looked up on the instance; the sleep is the
+    event loop's own, ``_manager._net.sleep``)."""
+    coordinator = consumer._coordinator
+    backoff = CoordinatorBackoff(initial_ms, max_ms)
+    coordinator_dead = coordinator.coordinator_dead
+    send_lookup = coordinator._send_group_coordinator_request
+    net = coordinator._manager._net
+
+    def coordinator_dead_noted(error: Any) -> None:
+        if coordinator.coordinator_id is not None:
+            backoff.on_dead(time.monotonic())
+        coordinator_dead(error)
+
+    async def send_lookup_after_backoff() -> Any:
+        wait = backoff.delay(time.monotonic())
+        if wait > 0:
+            backoff.waited_s += wait
+            await net.sleep(wait)
+        backoff.lookups += 1
+        result = await send_lookup()
+        backoff.found_at = time.monotonic()
+        return result
+
+    coordinator.coordinator_dead = coordinator_dead_noted
+    coordinator._send_group_coordinator_request = send_lookup_after_backoff
+    return backoff
