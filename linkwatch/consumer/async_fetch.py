@@ -525,15 +525,15 @@ class AsyncFetchConsumer:
 
     async def _await_in_flight(self, consumer: KafkaConsumer, keys: set[TP]) -> None:
         """Wait up to ``revoke_wait_ms`` for the records of ``keys`` the application holds to be
-        acked (or failed). On kafka-python's event loop, so heartbeats go on meanwhile. Records
-        still unacked then are counted (``revoke_wait_unacked``): their acks will be stale and the
-        new owner processes them again, as without the wait."""
+        acked (or failed); :meth:`close` ends the wait. On kafka-python's event loop, so heartbeats
+        go on meanwhile. Records still unacked then are counted (``revoke_wait_unacked``): their
+        acks will be stale and the new owner processes them again, as without the wait."""
         left = self._in_flight(keys)
         if not left:
             return
         started = time.monotonic()
         deadline = started + self.config.revoke_wait_ms / 1000
-        while left and time.monotonic() < deadline:
+        while left and time.monotonic() < deadline and not self._closing.is_set():
             await kafka_compat.loop_sleep(consumer, min(REVOKE_POLL_S, max(0.0, deadline - time.monotonic())))
             left = self._in_flight(keys)
         self._count("revoke_waits")
