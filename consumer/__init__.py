@@ -2,6 +2,11 @@
 buffer, processed-offset commits, a transactional SQLite sink, client-side timings.
 
 * :mod:`.async_fetch` — :class:`AsyncFetchConsumer`, :class:`ConsumerConfig`
+* :mod:`.buffer` — the bounded buffer between the fetch pump and the application
+* :mod:`.dead_letter` — writes exhausted records to the dead-letter topic
+* :mod:`.topic_watch` — notices a consumed topic that was deleted
+* :mod:`.kafka_compat` — every kafka-python internal the consumer touches, guarded by its version
+* :mod:`.log_limit` — rate limit for what kafka-python's retry loops log
 * :mod:`.delivery` — :class:`Delivery` and the fetch decoder that makes them
 * :mod:`.commits` — contiguous processed-offset tracker (pure)
 * :mod:`.sink` — :class:`SqliteSink`: output and offsets in one transaction

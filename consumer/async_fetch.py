@@ -7,7 +7,7 @@ the brokers waits, end-to-end latency grows, and the brokers' ``ResponseSendTime
 ``FetchConsumer`` send stage blames the broker for the client.
 
 How (kafka-python 3.0.12): one *pump* thread owns a ``KafkaConsumer`` and calls its ``poll``
-continuously, draining every completed fetch into this module's buffer. Each poll sends a
+continuously, draining every completed fetch into the buffer (:mod:`.buffer`). Each poll sends a
 FetchRequest to every leader that has no fetch in flight, so each broker is fetched from
 independently: a slow or dead broker keeps only its own request pending and delays only its
 own partitions. The buffer is bounded (bytes, records): before each poll the pump pauses the
@@ -16,6 +16,10 @@ beyond ``max_partitions_in_flight``) and resumes them when the application catch
 
 Memory bound: buffer ≤ ``buffer_max_bytes`` + one fetch response per fetchable partition
 (``max_partition_fetch_bytes`` each, and at most ``fetch_max_bytes`` per broker).
+
+Every kafka-python internal the consumer relies on is reached through :mod:`.kafka_compat`
+(which refuses another kafka-python version at construction); exhausted records go to
+:mod:`.dead_letter`; deleted topics are noticed by :mod:`.topic_watch`.
 
 The application thread calls :meth:`poll`, then :meth:`ack` or :meth:`fail` for each record;
 only the contiguous prefix of acked offsets is committed (:mod:`.commits`). On a rebalance the
@@ -32,10 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 from operator import attrgetter
@@ -48,10 +50,14 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
-from consumer import delivery
+from consumer import delivery, kafka_compat
+from consumer.buffer import DeliveryBuffer
 from consumer.commits import CommitTracker, Outcome
+from consumer.dead_letter import DeadLetterWriter
 from consumer.delivery import Delivery
+from consumer.log_limit import limit_retry_logs
 from consumer.metrics import ClientTimings
+from consumer.topic_watch import DeletedTopicWatch
 from linkwatch.config import StrictModel
 from linkwatch.errors import ConfigError
 from linkwatch.records import SAMPLES_TOPIC
@@ -62,7 +68,8 @@ TP = delivery.TP
 _ACK_KEYS = {o: f"ack_{o.value}" for o in Outcome}
 _TP = attrgetter("tp")
 _TP_EPOCH = attrgetter("tp", "epoch")
-_SIZE = attrgetter("size")
+COORDINATOR_BACKOFF_INITIAL_MS = 100  # kafka-python's retry_backoff_ms
+REVOKE_POLL_S = 0.01  # how often a revoke waiting for acks looks again
 _OFFSET = attrgetter("offset")
 _TIMESTAMP_MS = attrgetter("timestamp_ms")
 
@@ -85,6 +92,9 @@ class ConsumerConfig(StrictModel):
     on_exhausted: Literal["dead_letter", "stop_partition"] = "dead_letter"
     dead_letter_topic: str | None = Field(None, description="default: <topic>.dead-letter")
     commit_interval_ms: int = Field(1000, gt=0)
+    revoke_wait_ms: int = Field(
+        5000, ge=0, description="on a revoke, wait this long for records the application holds to be acked"
+    )
     # Passed to kafka-python.
     fetch_max_wait_ms: int = Field(500, ge=0)
     fetch_min_bytes: int = Field(1, ge=1)
@@ -94,6 +104,12 @@ class ConsumerConfig(StrictModel):
     heartbeat_interval_ms: int = Field(3_000, gt=0)
     pump_poll_ms: int = Field(20, gt=0)
     topic_gone_s: float = Field(3.0, gt=0, description="a topic missing from metadata this long is deleted")
+    coordinator_backoff_max_ms: int = Field(
+        1000, gt=0, description="coordinator lookups after it died back off from 100 ms up to this"
+    )
+    retry_log_interval_s: float = Field(
+        10.0, gt=0, description="kafka-python retry warnings: the first, then one summary per interval"
+    )
     # Client timings as ClientFetch records on linkwatch.samples.
     metrics_window_s: int = Field(10, gt=0)
     publish_samples: bool = False
@@ -110,60 +126,6 @@ class OffsetStore(Protocol):
 Deserializer = Callable[[bytes | None], Any]
 
 
-class _Buffer:
-    """FIFO of deliveries in arrival order with per-partition accounting (all under ``cond``)."""
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.queue: deque[Delivery] = deque()
-        self.bytes = 0
-        self.tp_bytes: dict[TP, int] = {}
-        self.tp_records: dict[TP, int] = {}
-        self.peak_bytes = 0
-
-    def _count(self, d: Delivery, sign: int) -> None:
-        self.bytes += sign * d.size
-        self.tp_bytes[d.tp] = self.tp_bytes.get(d.tp, 0) + sign * d.size
-        self.tp_records[d.tp] = self.tp_records.get(d.tp, 0) + sign
-
-    def put(self, d: Delivery, front: bool = False) -> None:
-        (self.queue.appendleft if front else self.queue.append)(d)
-        self._count(d, 1)
-        self.peak_bytes = max(self.peak_bytes, self.bytes)
-
-    def put_many(self, tp: TP, ds: list[Delivery]) -> None:
-        """Append a fetched run of one partition (one accounting update for the run)."""
-        size = sum(d.size for d in ds)
-        self.queue.extend(ds)
-        self.bytes += size
-        self.tp_bytes[tp] = self.tp_bytes.get(tp, 0) + size
-        self.tp_records[tp] = self.tp_records.get(tp, 0) + len(ds)
-        self.peak_bytes = max(self.peak_bytes, self.bytes)
-
-    def take(self, n: int) -> list[Delivery]:
-        queue = self.queue
-        k = min(n, len(queue))
-        popleft = queue.popleft
-        out = [popleft() for _ in range(k)]
-        # Accounting once per run of one partition (the queue holds fetched runs back to back).
-        for tp, run in groupby(out, _TP):
-            sizes = list(map(_SIZE, run))
-            size = sum(sizes)
-            self.bytes -= size
-            self.tp_bytes[tp] = self.tp_bytes.get(tp, 0) - size
-            self.tp_records[tp] = self.tp_records.get(tp, 0) - len(sizes)
-        return out
-
-    def drop(self, tps: set[TP]) -> int:
-        keep = deque(d for d in self.queue if d.tp not in tps)
-        dropped = len(self.queue) - len(keep)
-        self.queue = keep
-        for tp in tps:
-            self.bytes -= self.tp_bytes.pop(tp, 0)
-            self.tp_records.pop(tp, None)
-        return dropped
-
-
 class _Listener(AsyncConsumerRebalanceListener):
     """Rebalance callbacks; they run on kafka-python's IO thread and must not block it."""
 
@@ -171,15 +133,20 @@ class _Listener(AsyncConsumerRebalanceListener):
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        offsets = self.owner._release(revoked)
-        if offsets and self.owner._consumer is not None:
-            coordinator = self.owner._consumer._coordinator
+        owner = self.owner
+        revoked = list(revoked)
+        if owner._consumer is not None and not owner._closing.is_set():
+            # Records the application holds are acked before the done prefix is committed, so
+            # the new owner does not process them again (bounded by revoke_wait_ms).
+            await owner._await_in_flight(owner._consumer, owner._withhold(revoked))
+        offsets = owner._release(revoked)
+        if offsets and owner._consumer is not None:
             try:
-                await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets), 10_000)
-                self.owner._committed(offsets)
+                await kafka_compat.commit_in_callback(owner._consumer, _kafka_offsets(offsets), 10_000)
+                owner._committed(offsets)
             except Exception as e:  # the new owner re-processes from the last commit
                 log.warning("commit before revoke failed: %s", e)
-                self.owner._count("commit_failed")
+                owner._count("commit_failed")
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         self.owner._adopt(assigned)
@@ -195,7 +162,7 @@ def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -
         enable_auto_commit=False,
         allow_auto_create_topics=False,
     )
-    probe._cluster.config["allow_auto_create_topics"] = False
+    kafka_compat.disable_auto_create(probe)
     try:
         deadline = time.monotonic() + timeout_s
         parts = probe.partitions_for_topic(topic)
@@ -207,61 +174,6 @@ def partitions_of(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -
     if not parts:
         raise ConfigError("consume", [f"topic={topic!r}: no such topic (or no partitions)"])
     return [(topic, p) for p in sorted(parts)]
-
-
-_TP_IN_ERROR = re.compile(r"TopicPartition\(topic='([^']+)', partition=(\d+)\)")
-
-
-def _failing_partition(consumer: KafkaConsumer, e: KafkaError) -> TopicPartition | None:
-    """The partition a fetch error is about (kafka-python names it in the message), with the
-    broken parsed response discarded: kafka-python 3.0.12 otherwise keeps re-reading the
-    exhausted iterator of a batch that failed its CRC check and ``poll`` never returns."""
-    fetcher = consumer._fetcher
-    broken = fetcher._next_partition_records
-    match = _TP_IN_ERROR.search(str(e))
-    tp = TopicPartition(match.group(1), int(match.group(2))) if match else None
-    if broken is not None and (tp is None or broken.topic_partition == tp):
-        tp = broken.topic_partition
-        broken.drain()
-        fetcher._next_partition_records = None
-    return tp
-
-
-def _steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
-    """Work around two kafka-python 3.0.12 group-join races that the pump's short polls hit.
-
-    1. The coordinator compares the metadata it assigned with (``_assignment_snapshot``) to the
-       latest one and rejoins when they differ. Its snapshot is only rebuilt on a metadata
-       *update*; when the topic's metadata was already loaded before ``subscribe`` (as
-       :meth:`AsyncFetchConsumer._await_metadata` does), the first assignment is made with an
-       empty snapshot, the next metadata refresh differs, and the group rebalances right after
-       its first join — records delivered in between become stale and are delivered again.
-       Fix: build the snapshot from the metadata at hand right after ``subscribe``.
-    2. ``join_group_async`` runs JoinGroup+SyncGroup as a task and gives up waiting when the
-       caller's poll timeout expires, leaving the task in flight for the next poll — but only
-       while ``need_rejoin()`` is still true. The leader's own assignment equalises the two
-       snapshots during that task, so ``need_rejoin()`` turns false, the finished join is never
-       completed (no ``on_partitions_assigned``, partitions left pending revocation) and the
-       consumer fetches nothing until the session ends. Fix: a join task in flight means a
-       rejoin is still needed, and a join is awaited for up to ``join_wait_ms`` per poll (so a
-       join is not abandoned every 20 ms pump poll in the first place).
-    """
-    coordinator = consumer._coordinator
-    coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(
-        consumer._subscription, consumer._cluster
-    )
-    need_rejoin = coordinator.need_rejoin
-    join_group_async = coordinator.join_group_async
-
-    def need_rejoin_or_joining() -> bool:
-        return coordinator._join_task is not None or need_rejoin()
-
-    async def join_patiently(timeout_ms: float | None = None) -> bool:
-        wait = join_wait_ms if timeout_ms is None else max(timeout_ms, join_wait_ms)
-        return await join_group_async(timeout_ms=wait)
-
-    coordinator.need_rejoin = need_rejoin_or_joining
-    coordinator.join_group_async = join_patiently
 
 
 def _kafka_offsets(offsets: dict[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -289,6 +201,7 @@ class AsyncFetchConsumer:
     ) -> None:
         if bool(topics) == bool(partitions):
             raise ConfigError("consumer", ["give either topics (subscribe) or partitions (assign)"])
+        kafka_compat.check_version()
         if topics and not config.group_id:
             raise ConfigError("consumer", ["group_id: required to subscribe to topics"])
         self.config = config
@@ -307,12 +220,15 @@ class AsyncFetchConsumer:
             end_to_end_sketches=config.publish_samples,
         )
         self.tracker = CommitTracker(config.max_retries)
-        self._buf = _Buffer()
+        self._buf = DeliveryBuffer()
         self._assigned: dict[TP, int] = {}  # tp -> epoch; guarded by _buf.cond
         self._epoch = 0
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
         self._producer_lock = threading.Lock()
+        self._dead_letters = DeadLetterWriter(
+            config.bootstrap_servers, config.dead_letter_topic, self._on_dead_letter
+        )
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._commit_now = threading.Event()
@@ -322,12 +238,13 @@ class AsyncFetchConsumer:
         self._stats_lock = threading.Lock()
         self.stats: dict[str, int] = {}
         self._leaders: dict[TP, int] = {}
+        # with a group_id, once started: the coordinator lookup's backoff (lookups, waited_s)
+        self.coordinator_backoff: kafka_compat.CoordinatorBackoff | None = None
+        # partition being revoked -> its unfinished records no longer in the application's hands
+        self._held_back: dict[TP, int] = {}
         self._resume: dict[TP, int] = {}  # revoked partition -> offset to refetch from if re-assigned
         self._unreadable: tuple[TP, int, int] | None = None  # (partition, offset, failed fetches in a row)
-        self._missing_since: dict[str, float] = {}  # assigned topic -> when metadata stopped listing it
-        self._seen_topics: set[str] = set()
-        self._next_topic_check = 0.0
-        self._next_metadata_refresh = 0.0
+        self._topic_watch = DeletedTopicWatch(config.topic_gone_s)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -349,19 +266,25 @@ class AsyncFetchConsumer:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         )
-        # kafka-python 3.0.12 does not pass allow_auto_create_topics on to its metadata client.
-        consumer._cluster.config["allow_auto_create_topics"] = False
+        kafka_compat.disable_auto_create(consumer)
+        limit_retry_logs(cfg.retry_log_interval_s)
         delivery.install(consumer)  # poll returns Delivery objects, decoded at 0.6x kafka-python's cost
-        self._time_fetches(consumer)
+        kafka_compat.time_fetches(consumer, self.timings.fetch_latency)
         self._consumer = consumer
         if self._topics:
             self._await_metadata(consumer)
             consumer.subscribe(self._topics, listener=_Listener(self))
-            _steady_group_join(consumer, cfg.session_timeout_ms)
+            kafka_compat.steady_group_join(consumer, cfg.session_timeout_ms)
         else:
             tps = [TopicPartition(*tp) for tp in self._partitions]
             consumer.assign(tps)
             self._adopt(tps)
+        if cfg.group_id:
+            self.coordinator_backoff = kafka_compat.back_off_coordinator_lookup(
+                consumer,
+                min(COORDINATOR_BACKOFF_INITIAL_MS, cfg.coordinator_backoff_max_ms),
+                cfg.coordinator_backoff_max_ms,
+            )
         self._thread = threading.Thread(target=self._pump, name=f"fetch-pump-{cfg.client_id}", daemon=True)
         self._thread.start()
         return self
@@ -386,6 +309,8 @@ class AsyncFetchConsumer:
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 self._producer.close(timeout=5)
+        with contextlib.suppress(Exception):
+            self._dead_letters.close()
 
     def __enter__(self) -> AsyncFetchConsumer:
         return self.start()
@@ -489,6 +414,8 @@ class AsyncFetchConsumer:
                 if self._assigned.get(d.tp) == d.epoch:
                     self._buf.put(d, front=True)
                     self._buf.cond.notify()
+                elif d.tp in self._held_back:  # being revoked: no longer in the application's hands
+                    self._held_back[d.tp] += 1
         elif outcome is Outcome.EXHAUSTED:
             self._exhausted(d, error)
         else:
@@ -506,42 +433,9 @@ class AsyncFetchConsumer:
             self._buf.drop({d.tp})
 
     def _dead_letter(self, d: Delivery, error: str) -> bool:
-        return self._send_dead_letter(
+        return self._dead_letters.send(
             d.topic, d.partition, d.offset, d.raw_key, d.raw_value, d.headers, error
         )
-
-    def _send_dead_letter(
-        self,
-        source_topic: str,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]],
-        error: str,
-    ) -> bool:
-        topic = self.config.dead_letter_topic or f"{source_topic}.dead-letter"
-        headers = [
-            *headers,
-            ("linkwatch.source", f"{source_topic}-{partition}@{offset}".encode()),
-            ("linkwatch.error", error[:1000].encode("utf-8", "replace")),
-        ]
-        try:
-            with self._producer_lock:
-                if self._producer is None:
-                    self._producer = KafkaProducer(
-                        bootstrap_servers=self.config.bootstrap_servers.split(","), acks="all"
-                    )
-            self._producer.send(topic, value=value, key=key, headers=headers).get(timeout=30)
-        except Exception as e:
-            log.error(
-                "dead-letter send of %s-%s@%s to %s failed: %s", source_topic, partition, offset, topic, e
-            )
-            self._count("dead_letter_failed")
-            return False
-        self.timings.metrics.dead_letter.inc()
-        self._count("dead_lettered")
-        return True
 
     def commit(self, timeout_s: float = 10.0) -> None:
         """Ask the pump to commit the processed prefix now and wait (at most ``timeout_s``)."""
@@ -550,6 +444,11 @@ class AsyncFetchConsumer:
         self._commit_now.set()
         done.wait(timeout_s)
 
+    def _on_dead_letter(self, result: str) -> None:
+        if result == "dead_lettered":
+            self.timings.metrics.dead_letter.inc()
+        self._count(result)
+
     def _count(self, key: str, n: int = 1) -> None:
         with self._stats_lock:
             self.stats[key] = self.stats.get(key, 0) + n
@@ -557,7 +456,7 @@ class AsyncFetchConsumer:
     def _leader(self, tp: TP) -> int:
         leader = self._leaders.get(tp)
         if leader is None and self._consumer is not None:
-            leader = self._consumer._cluster.leader_for_partition(TopicPartition(*tp))
+            leader = kafka_compat.leader_for(self._consumer, TopicPartition(*tp))
             if leader is not None and leader >= 0:
                 self._leaders[tp] = leader
         return leader if leader is not None else -1
@@ -602,16 +501,60 @@ class AsyncFetchConsumer:
             self._resume.clear()
         self._count("assigned", 0)
 
-    def _release(self, tps: Iterable[TopicPartition]) -> dict[TP, int]:
-        """Forget revoked partitions; return the done prefix to commit for them."""
+    def _withhold(self, tps: Iterable[TopicPartition]) -> set[TP]:
+        """Stop handing out records of partitions being revoked: they leave the assignment (no
+        fetched record of theirs is accepted, a failed one is not redelivered) and their
+        buffered records are dropped. Acks still count until :meth:`_release`. Returns the keys."""
         keys = {(tp.topic, tp.partition) for tp in tps}
         with self._buf.cond:
             for key in keys:
                 self._assigned.pop(key, None)
+                self._held_back[key] = self._held_back.get(key, 0) + self._buf.tp_records.get(key, 0)
             dropped = self._buf.drop(keys)
         if dropped:
             self.timings.metrics.drop("revoked", dropped)
             self._count("dropped_revoked", dropped)
+        return keys
+
+    def _in_flight(self, keys: Iterable[TP]) -> int:
+        """Records of ``keys`` in the application's hands: delivered, not finished, and neither
+        dropped from the buffer nor given back by a failure since :meth:`_withhold`."""
+        with self._buf.cond:
+            held_back = {key: self._held_back.get(key, 0) for key in keys}
+        return sum(max(0, self.tracker.unfinished(key) - n) for key, n in held_back.items())
+
+    async def _await_in_flight(self, consumer: KafkaConsumer, keys: set[TP]) -> None:
+        """Wait up to ``revoke_wait_ms`` for the records of ``keys`` the application holds to be
+        acked (or failed); :meth:`close` ends the wait. On kafka-python's event loop, so heartbeats
+        go on meanwhile. Records still unacked then are counted (``revoke_wait_unacked``): their
+        acks will be stale and the new owner processes them again, as without the wait."""
+        left = self._in_flight(keys)
+        if not left:
+            return
+        started = time.monotonic()
+        deadline = started + self.config.revoke_wait_ms / 1000
+        while left and time.monotonic() < deadline and not self._closing.is_set():
+            await kafka_compat.loop_sleep(consumer, min(REVOKE_POLL_S, max(0.0, deadline - time.monotonic())))
+            left = self._in_flight(keys)
+        self._count("revoke_waits")
+        self._count("revoke_wait_ms", round((time.monotonic() - started) * 1000))
+        if left:
+            self._count("revoke_wait_expired")
+            self._count("revoke_wait_unacked", left)
+            log.warning(
+                "revoke: %d records of %d partitions not acked within revoke_wait_ms=%d; "
+                "the new owner processes them again",
+                left,
+                len(keys),
+                self.config.revoke_wait_ms,
+            )
+
+    def _release(self, tps: Iterable[TopicPartition]) -> dict[TP, int]:
+        """Forget revoked partitions; return the done prefix to commit for them."""
+        keys = self._withhold(tps)
+        with self._buf.cond:
+            for key in keys:
+                self._held_back.pop(key, None)
         offsets = {}
         for key in keys:
             revoked = self.tracker.revoke(key)
@@ -629,18 +572,6 @@ class AsyncFetchConsumer:
         self._count("commits")
 
     # ----------------------------------------------------------------- the pump thread
-
-    def _time_fetches(self, consumer: KafkaConsumer) -> None:
-        # Per-broker fetch round trip: the fetcher's response callback receives node id and send
-        # time (kafka-python 3.0.12 internals; the callback is looked up on the instance).
-        fetcher = consumer._fetcher
-        original = fetcher._handle_fetch_response
-
-        def timed(node_id: int, fetch_offsets: Any, send_time: float, response: Any) -> Any:
-            self.timings.fetch_latency(node_id, time.monotonic() - send_time)
-            return original(node_id, fetch_offsets, send_time, response)
-
-        fetcher._handle_fetch_response = timed
 
     def _pump(self) -> None:
         assert self._consumer is not None
@@ -689,13 +620,12 @@ class AsyncFetchConsumer:
         self.timings.metrics.drop(name)
         self._count(f"fetch_error_{name}")
         log.warning("fetch error: %s", e)
-        tp = _failing_partition(consumer, e)
+        tp = kafka_compat.failing_partition(consumer, e)
         key = (tp.topic, tp.partition) if tp is not None else None
-        state = consumer._subscription.assignment.get(tp) if tp is not None else None
-        if key is None or state is None or state.position is None:
+        offset = kafka_compat.position(consumer, tp) if tp is not None else None
+        if key is None or offset is None:
             time.sleep(0.1)
             return
-        offset = state.position.offset
         failures = 1
         if self._unreadable is not None and self._unreadable[:2] == (key, offset):
             failures = self._unreadable[2] + 1
@@ -710,7 +640,7 @@ class AsyncFetchConsumer:
         if epoch is None:
             return
         self._count("unreadable_records")
-        if self.config.on_exhausted == "dead_letter" and self._send_dead_letter(
+        if self.config.on_exhausted == "dead_letter" and self._dead_letters.send(
             key[0], key[1], offset, None, b"", [], error
         ):
             consumer.seek(tp, offset + 1)
@@ -720,36 +650,16 @@ class AsyncFetchConsumer:
         log.error("partition %s-%s stopped at offset %s: %s", key[0], key[1], offset, error)
 
     def _check_deleted_topics(self, consumer: KafkaConsumer, now: float) -> None:
-        """Stop consuming partitions of topics that were deleted (no longer in the metadata for
-        ``topic_gone_s``): counted ``partitions_deleted``, their buffered records dropped; the
-        other partitions go on. Without this kafka-python keeps them assigned and fetches
-        nothing from them forever, silently."""
-        if now < self._next_topic_check:
+        """Stop consuming partitions of topics that were deleted (:mod:`.topic_watch`): counted
+        ``partitions_deleted``, their buffered records dropped; the other partitions go on."""
+        if not self._topic_watch.due(now):
             return
-        self._next_topic_check = now + 0.5
         with self._buf.cond:
             topics = {tp[0] for tp in self._assigned} | set(self._topics)
-        cluster = consumer._cluster
-        gone = []
-        for topic in topics:
-            if cluster.partitions_for_topic(topic):
-                self._missing_since.pop(topic, None)
-                self._seen_topics.add(topic)
-                continue
-            if topic not in self._seen_topics:  # not created yet: assigned once it exists
-                continue
-            since = self._missing_since.setdefault(topic, now)
-            if now - since >= self.config.topic_gone_s:
-                gone.append(topic)
+        gone = self._topic_watch.check(kafka_compat.cluster(consumer), topics, now)
         if not gone:
-            if self._missing_since or now >= self._next_metadata_refresh:
-                # kafka-python refreshes metadata only on errors or every metadata_max_age_ms
-                # (5 min): ask every topic_gone_s, so a deletion is seen within seconds.
-                cluster.request_update()
-                self._next_metadata_refresh = now + self.config.topic_gone_s
             return
         for topic in gone:
-            self._missing_since.pop(topic, None)
             log.error("topic %s was deleted while consumed: its partitions are no longer consumed", topic)
         self._count("topics_deleted", len(gone))
         with self._buf.cond:
@@ -775,7 +685,7 @@ class AsyncFetchConsumer:
         with self._buf.cond:
             for tp, recs in batch.items():
                 key = (tp.topic, tp.partition)
-                self._seen_topics.add(tp.topic)  # it existed: its absence later means deleted
+                self._topic_watch.seen(tp.topic)
                 epoch = self._assigned.get(key)
                 if epoch is None or epoch != epochs.get(key):
                     self._refetch_later(consumer, tp, recs)
@@ -801,9 +711,9 @@ class AsyncFetchConsumer:
         self.timings.metrics.drop("assignment_changed", len(recs))
         self._count("refetch_after_rebalance", len(recs))
         if tp in consumer.assignment():
-            current = consumer._subscription.assignment[tp].position
+            current = kafka_compat.position(consumer, tp)
             first = recs[0].offset
-            consumer.seek(tp, first if current is None else min(first, current.offset))
+            consumer.seek(tp, first if current is None else min(first, current))
 
     def _plan_fetch(self, consumer: KafkaConsumer) -> None:
         """Pause partitions whose buffer share is full; resume the others (bounded in-flight)."""

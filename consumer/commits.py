@@ -170,6 +170,12 @@ class PartitionOffsets:
         return len(self._pending)
 
     @property
+    def unfinished(self) -> int:
+        """Delivered records not done (below the stop offset of a stopped partition)."""
+        stop = self.stopped_at
+        return sum(1 for o, s in self._pending.items() if s != _DONE and (stop is None or o < stop))
+
+    @property
     def done_beyond_prefix(self) -> int:
         """Acked records above the first unfinished one: re-delivered if the partition moves now."""
         return sum(1 for s in self._pending.values() if s == _DONE)
@@ -272,6 +278,11 @@ class CommitTracker:
         with self._lock:
             entry = self._parts.get(tp)
             return entry[1].uncommitted if entry else 0
+
+    def unfinished(self, tp: tuple[str, int]) -> int:
+        with self._lock:
+            entry = self._parts.get(tp)
+            return entry[1].unfinished if entry else 0
 
     def committable(self) -> dict[tuple[str, int], int]:
         with self._lock:

@@ -37,6 +37,8 @@ from kafka.protocol.consumer import IsolationLevel
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import decode_varint
 
+from consumer import kafka_compat
+
 TP = tuple[str, int]
 RECORD_OVERHEAD_BYTES = 64  # per-record bookkeeping counted against buffer_max_bytes
 
@@ -258,4 +260,4 @@ def install(consumer: Any) -> None:
         raise ValueError(
             "DeliveryRecords does not apply kafka-python deserializers: create the consumer without them"
         )
-    consumer._fetcher.PartitionRecords = DeliveryRecords
+    kafka_compat.set_partition_records(consumer, DeliveryRecords)

@@ -170,3 +170,25 @@ def test_delivered_run_refuses_descending_offsets():
     part = PartitionOffsets(max_retries=0)
     with pytest.raises(ValueError, match="out of order"):
         part.delivered_run([5, 7, 6])
+
+
+@pytest.mark.parametrize(
+    ("delivered", "ops", "unfinished"),
+    [
+        ([], [], 0),
+        ([0, 1, 2], [], 3),
+        ([0, 1, 2], [("ack", 0)], 2),
+        ([0, 1, 2], [("ack", 2)], 2),  # done beyond a gap is finished, the gap is not
+        ([0, 1, 2], [("fail", 1)], 3),  # a failed (retried) record is not finished
+        ([0, 1, 2, 3], [("stop", 2)], 2),  # nothing at or after the stop will be finished
+        ([0, 1, 2], [("ack", 0), ("ack", 1), ("ack", 2)], 0),
+    ],
+)
+def test_unfinished_counts_what_a_revoke_waits_for(delivered, ops, unfinished):
+    tracker = CommitTracker(max_retries=3)
+    tracker.assign(("t", 0), 1)
+    tracker.delivered_many(("t", 0), 1, delivered)
+    for op, offset in ops:
+        getattr(tracker, op)(("t", 0), 1, offset)
+    assert tracker.unfinished(("t", 0)) == unfinished
+    assert tracker.unfinished(("t", 1)) == 0  # not assigned

@@ -3,6 +3,7 @@ deleted while consumed. Each: no loss beyond what is reported, nothing wedged, c
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -11,13 +12,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
-from tests.consumer.conftest import create_topic, produce
+from tests.consumer.conftest import create_topic, leaders, produce
 
 pytestmark = pytest.mark.cluster
 
@@ -270,3 +272,113 @@ def test_broker_restart_mid_fetch(own_cluster):
         assert values[p] == sent[p], f"partition {p}: {len(values[p])} of {len(sent[p])}"
         assert got[p] == list(range(len(sent[p])))
     print(f"restart: delivered={sum(map(len, got.values()))} stats={stats}")
+
+
+# ------------------------------------------------------------------ coordinator broker killed
+
+
+def _group_coordinator(admin: KafkaAdminClient, group: str) -> int:
+    """The broker leading the group's ``__consumer_offsets`` partition (Kafka's rule: Java
+    ``String.hashCode`` of the group id, made non-negative, modulo the partition count)."""
+    h = 0
+    for ch in group:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    parts = leaders(admin, "__consumer_offsets")
+    return parts[(h & 0x7FFFFFFF) % len(parts)]
+
+
+class _CoordinatorDeadCounter(logging.Handler):
+    """Counts "Marking the coordinator dead" records: ``tried`` every one the retry loop made
+    (at record creation, before any filter), ``emitted`` those that reached the log."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.tried = self.emitted = 0
+        self._factory = logging.getLogRecordFactory()
+
+    def make_record(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self._factory(*args, **kwargs)
+        if str(record.msg).startswith("Marking the coordinator dead"):
+            self.tried += 1
+        return record
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Marking the coordinator dead"):
+            self.emitted += 1
+
+
+def test_coordinator_broker_killed_retry_logs_and_cpu_bounded(own_cluster):
+    """SIGKILL the broker that coordinates the group while an idle consumer is in it. Before the
+    backoff the coordinator lookup spun (1,000–2,000 "Marking the coordinator dead" a second,
+    CPU doubled); now the lookups back off to at most 1 a second and the warning is logged once
+    per ``retry_log_interval_s`` with the count of those it stood for. When the broker is back
+    the consumer goes on: everything produced meanwhile is delivered."""
+    state = own_cluster.state()
+    assert state is not None
+    bootstrap = state.bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    create_topic(admin, topic, partitions=6)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    produce(bootstrap, topic, 6, 10)
+    cfg = ConsumerConfig(bootstrap_servers=bootstrap, group_id=group, session_timeout_ms=30_000)
+    counter = _CoordinatorDeadCounter()
+    coordinator_log = logging.getLogger("kafka.coordinator")
+    coordinator_log.addHandler(counter)
+    logging.setLogRecordFactory(counter.make_record)
+    got: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def app(consumer: AsyncFetchConsumer) -> None:
+        while not stop.is_set():
+            for d in consumer.poll(0.2):
+                got.append((d.partition, d.offset))
+                consumer.ack(d)
+
+    outage_s = 8.0
+    victim = killed = -1
+    try:
+        with AsyncFetchConsumer(cfg, topics=[topic]) as consumer:
+            thread = threading.Thread(target=app, args=(consumer,), daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 30
+            while len(set(got)) < 60 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert len(set(got)) == 60
+            time.sleep(1.0)
+            cpu0, wall0 = time.process_time(), time.monotonic()
+            time.sleep(outage_s)
+            baseline_cpu = (time.process_time() - cpu0) / (time.monotonic() - wall0)
+            victim = killed = _group_coordinator(admin, group)
+            own_cluster.stop_node(victim, signal.SIGKILL)
+            tried0, emitted0 = counter.tried, counter.emitted
+            cpu0, wall0 = time.process_time(), time.monotonic()
+            time.sleep(outage_s)
+            wall = time.monotonic() - wall0
+            outage_cpu = (time.process_time() - cpu0) / wall
+            tried, emitted = counter.tried - tried0, counter.emitted - emitted0
+            own_cluster.start_node(victim)
+            victim = -1
+            produce(bootstrap, topic, 6, 10, start=10)
+            deadline = time.monotonic() + 90
+            while len(set(got)) < 120 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            stop.set()
+            thread.join(5)
+            stats = dict(consumer.stats)
+    finally:
+        stop.set()
+        logging.setLogRecordFactory(counter._factory)
+        coordinator_log.removeHandler(counter)
+        if victim >= 0:
+            own_cluster.start_node(victim)
+        admin.close()
+    print(
+        f"coordinator {killed} killed: tried={tried} emitted={emitted} in {wall:.1f}s; "
+        f"cpu baseline={baseline_cpu:.3f} outage={outage_cpu:.3f} stats={stats}"
+    )
+    assert tried >= 1  # the death was noticed
+    assert emitted <= wall / cfg.retry_log_interval_s + 2  # the first, then one summary per interval
+    assert tried <= wall * 12  # backed off: 100 ms doubling to 1 s, not a spin
+    assert outage_cpu <= max(1.5 * baseline_cpu, baseline_cpu + 0.1)
+    assert sorted(set(got)) == sorted((p, o) for p in range(6) for o in range(20))  # nothing lost

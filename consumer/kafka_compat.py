@@ -1,0 +1,233 @@
+"""Every use the consumer makes of kafka-python's private internals, in one place.
+
+The async-fetch consumer runs on kafka-python **3.0.12** (pinned in ``pyproject.toml``) and
+reaches past its public API for a few things the public API does not offer: the per-broker
+fetch round trip, committing from inside a rebalance callback, the fetch position of a
+partition, the cluster metadata, two group-join races and a corrupt batch that wedges
+``poll``. Each function below names the private attribute it touches; nothing else in
+:mod:`consumer` touches one (the decoder in :mod:`.delivery` subclasses
+kafka-python's ``PartitionRecords`` and is proven field by field against it by
+``tests/consumer/test_delivery.py``).
+
+These internals change between releases without notice, so the consumer refuses another
+version at construction: :func:`check_version` raises :class:`UnsupportedKafkaPythonError`
+naming both versions. Upgrading means re-checking each function here (and running
+``tests/consumer/``), then changing :data:`SUPPORTED_VERSION` and the pin together.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import kafka
+from kafka import KafkaConsumer
+from kafka.cluster import ClusterMetadata
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+SUPPORTED_VERSION = "3.0.12"
+
+
+class UnsupportedKafkaPythonError(RuntimeError):
+    """The installed kafka-python is not the version whose internals this package patches."""
+
+    def __init__(self, installed: str) -> None:
+        self.installed = installed
+        super().__init__(
+            f"kafka-python {installed} is installed, but linkwatch's consumer package patches the internals of "
+            f"kafka-python {SUPPORTED_VERSION} (see consumer/kafka_compat.py): "
+            f"install kafka-python=={SUPPORTED_VERSION}"
+        )
+
+
+def check_version(installed: str | None = None) -> None:
+    """Raise :class:`UnsupportedKafkaPythonError` unless ``installed`` (default: the imported
+    kafka-python's version) is :data:`SUPPORTED_VERSION`."""
+    version = kafka.__version__ if installed is None else installed
+    if version != SUPPORTED_VERSION:
+        raise UnsupportedKafkaPythonError(version)
+
+
+def cluster(consumer: KafkaConsumer) -> ClusterMetadata:
+    """The consumer's cluster metadata (``_cluster``): topics, leaders, ``request_update``."""
+    return consumer._cluster
+
+
+def disable_auto_create(consumer: KafkaConsumer) -> None:
+    """kafka-python does not pass ``allow_auto_create_topics`` on to its metadata client
+    (``_cluster.config``): a consumer of a deleted topic would otherwise create it again."""
+    consumer._cluster.config["allow_auto_create_topics"] = False
+
+
+def leader_for(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
+    return consumer._cluster.leader_for_partition(tp)
+
+
+def position(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
+    """The fetch position of an assigned partition without the network round trip that the
+    public ``position()`` may make (``_subscription.assignment``); None if unknown."""
+    state = consumer._subscription.assignment.get(tp)
+    if state is None or state.position is None:
+        return None
+    return state.position.offset
+
+
+def set_partition_records(consumer: KafkaConsumer, cls: type) -> None:
+    """Make the consumer's fetcher decode responses with ``cls`` (``_fetcher.PartitionRecords``,
+    looked up on the instance)."""
+    consumer._fetcher.PartitionRecords = cls
+
+
+def time_fetches(consumer: KafkaConsumer, on_latency: Callable[[int, float], None]) -> None:
+    """Call ``on_latency(node_id, seconds)`` for every fetch response: the fetcher's response
+    callback (``_fetcher._handle_fetch_response``) receives node id and send time."""
+    fetcher = consumer._fetcher
+    original = fetcher._handle_fetch_response
+
+    def timed(node_id: int, fetch_offsets: Any, send_time: float, response: Any) -> Any:
+        on_latency(node_id, time.monotonic() - send_time)
+        return original(node_id, fetch_offsets, send_time, response)
+
+    fetcher._handle_fetch_response = timed
+
+
+def commit_in_callback(
+    consumer: KafkaConsumer, offsets: dict[TopicPartition, OffsetAndMetadata], timeout_ms: int
+) -> Coroutine[Any, Any, Any]:
+    """A synchronous commit to await inside an async rebalance callback (on the IO thread,
+    where the public ``commit`` would deadlock): ``_coordinator._commit_offsets_sync_async``."""
+    return consumer._coordinator._commit_offsets_sync_async(offsets, timeout_ms)
+
+
+async def loop_sleep(consumer: KafkaConsumer, seconds: float) -> None:
+    """Sleep inside a rebalance callback without blocking kafka-python's event loop (heartbeats
+    go on): the loop's own sleep, ``_coordinator._manager._net.sleep``."""
+    await consumer._coordinator._manager._net.sleep(seconds)
+
+
+_TP_IN_ERROR = re.compile(r"TopicPartition\(topic='([^']+)', partition=(\d+)\)")
+
+
+def failing_partition(consumer: KafkaConsumer, e: KafkaError) -> TopicPartition | None:
+    """The partition a fetch error is about (kafka-python names it in the message), with the
+    broken parsed response discarded: kafka-python 3.0.12 otherwise keeps re-reading the
+    exhausted iterator of a batch that failed its CRC check and ``poll`` never returns
+    (``_fetcher._next_partition_records``)."""
+    fetcher = consumer._fetcher
+    broken = fetcher._next_partition_records
+    match = _TP_IN_ERROR.search(str(e))
+    tp = TopicPartition(match.group(1), int(match.group(2))) if match else None
+    if broken is not None and (tp is None or broken.topic_partition == tp):
+        tp = broken.topic_partition
+        broken.drain()
+        fetcher._next_partition_records = None
+    return tp
+
+
+def steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
+    """Work around two kafka-python 3.0.12 group-join races that the pump's short polls hit.
+
+    1. The coordinator compares the metadata it assigned with (``_assignment_snapshot``) to the
+       latest one and rejoins when they differ. Its snapshot is only rebuilt on a metadata
+       *update*; when the topic's metadata was already loaded before ``subscribe`` (as
+       ``AsyncFetchConsumer._await_metadata`` does), the first assignment is made with an
+       empty snapshot, the next metadata refresh differs, and the group rebalances right after
+       its first join — records delivered in between become stale and are delivered again.
+       Fix: build the snapshot from the metadata at hand right after ``subscribe``.
+    2. ``join_group_async`` runs JoinGroup+SyncGroup as a task and gives up waiting when the
+       caller's poll timeout expires, leaving the task in flight for the next poll — but only
+       while ``need_rejoin()`` is still true. The leader's own assignment equalises the two
+       snapshots during that task, so ``need_rejoin()`` turns false, the finished join is never
+       completed (no ``on_partitions_assigned``, partitions left pending revocation) and the
+       consumer fetches nothing until the session ends. Fix: a join task in flight means a
+       rejoin is still needed, and a join is awaited for up to ``join_wait_ms`` per poll (so a
+       join is not abandoned every 20 ms pump poll in the first place).
+    """
+    coordinator = consumer._coordinator
+    coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(
+        consumer._subscription, consumer._cluster
+    )
+    need_rejoin = coordinator.need_rejoin
+    join_group_async = coordinator.join_group_async
+
+    def need_rejoin_or_joining() -> bool:
+        return coordinator._join_task is not None or need_rejoin()
+
+    async def join_patiently(timeout_ms: float | None = None) -> bool:
+        wait = join_wait_ms if timeout_ms is None else max(timeout_ms, join_wait_ms)
+        return await join_group_async(timeout_ms=wait)
+
+    coordinator.need_rejoin = need_rejoin_or_joining
+    coordinator.join_group_async = join_patiently
+
+
+class CoordinatorBackoff:
+    """Exponential backoff of the group-coordinator lookup after the coordinator was marked dead.
+
+    kafka-python 3.0.12's ``ensure_coordinator_ready_async`` loops ``while coordinator_unknown()``
+    and backs off only on a *failed* lookup. When the coordinator's broker dies, the other
+    brokers keep answering FindCoordinator with the dead node until the coordinator moves; the
+    lookup succeeds, ``coordinator()`` finds the node disconnected and marks it dead, and the
+    loop asks again at once: 1,000–2,000 lookups (and "Marking the coordinator dead" warnings)
+    a second, the process CPU doubled. With this backoff, a lookup after a death waits
+    ``initial_ms``, doubling per death in a row up to ``max_ms``; a coordinator that stayed
+    alive for ``max_ms`` resets it. The wait runs on kafka-python's event loop (heartbeats and
+    fetches go on), inside the lookup task that ``lookup_coordinator`` shares between callers.
+    """
+
+    def __init__(self, initial_ms: float, max_ms: float) -> None:
+        self.initial_s = initial_ms / 1000
+        self.max_s = max_ms / 1000
+        self.deaths_in_a_row = 0
+        self.dead_at: float | None = None
+        self.found_at: float | None = None
+        self.lookups = 0
+        self.waited_s = 0.0
+
+    def on_dead(self, now: float) -> None:
+        if self.found_at is not None and now - self.found_at >= self.max_s:
+            self.deaths_in_a_row = 0
+        self.deaths_in_a_row += 1
+        self.dead_at = now
+
+    def delay(self, now: float) -> float:
+        """Seconds a lookup starting now waits first (0 when no death is recent)."""
+        if self.dead_at is None or self.deaths_in_a_row == 0:
+            return 0.0
+        backoff = min(self.max_s, self.initial_s * 2 ** (self.deaths_in_a_row - 1))
+        return max(0.0, self.dead_at + backoff - now)
+
+
+def back_off_coordinator_lookup(
+    consumer: KafkaConsumer, initial_ms: float, max_ms: float
+) -> CoordinatorBackoff:
+    """Install :class:`CoordinatorBackoff` on the consumer's coordinator (``coordinator_dead``
+    and ``_send_group_coordinator_request``, looked up on the instance; the sleep is the
+    event loop's own, ``_manager._net.sleep``)."""
+    coordinator = consumer._coordinator
+    backoff = CoordinatorBackoff(initial_ms, max_ms)
+    coordinator_dead = coordinator.coordinator_dead
+    send_lookup = coordinator._send_group_coordinator_request
+    net = coordinator._manager._net
+
+    def coordinator_dead_noted(error: Any) -> None:
+        if coordinator.coordinator_id is not None:
+            backoff.on_dead(time.monotonic())
+        coordinator_dead(error)
+
+    async def send_lookup_after_backoff() -> Any:
+        wait = backoff.delay(time.monotonic())
+        if wait > 0:
+            backoff.waited_s += wait
+            await net.sleep(wait)
+        backoff.lookups += 1
+        result = await send_lookup()
+        backoff.found_at = time.monotonic()
+        return result
+
+    coordinator.coordinator_dead = coordinator_dead_noted
+    coordinator._send_group_coordinator_request = send_lookup_after_backoff
+    return backoff
