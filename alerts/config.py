@@ -29,7 +29,11 @@ class ReceiverConfig(StrictModel):
     token: SecretStr | None = None
     token_file: Path | None = None
     max_body_bytes: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024)
-    max_concurrent_requests: int = Field(16, ge=1, le=1024)
+    max_concurrent_requests: int = Field(16, ge=1, le=1024)  # bodies being processed at once
+    # Headers within this of the connection opening, the body within this of the headers.
+    request_timeout_s: float = Field(10.0, gt=0, le=300)
+    max_connections: int = Field(128, ge=1, le=10_000)  # open at once, slow clients included
+    backlog: int = Field(128, ge=1, le=65_535)  # connections the kernel queues before accept
     dedup_entries: int = Field(10000, ge=1, le=10_000_000)
     queue_size: int = Field(1000, ge=1, le=1_000_000)
     audit_log: Path = Path("linkwatch-alerts-audit.jsonl")

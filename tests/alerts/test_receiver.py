@@ -6,8 +6,11 @@ from __future__ import annotations
 import copy
 import json
 import sys
+import socket
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,12 +19,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from alerts.config import ReceiverConfig
+from alerts.config import ENV_PREFIX, ReceiverConfig
 from alerts.hooks import NOTIFIERS_GROUP, AlertEvent, Hook, HookResult, available_hooks, load_hook
 from alerts.hooks.exec import ExecNotifier
 from alerts.hooks.memory import MemoryNotifier
 from alerts.hooks.webhook import WebhookNotifier
-from alerts.receiver import AlertReceiver
+from alerts.receiver import LINGER_S, AlertReceiver
+from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
 
 TOKEN = "s3cret-token"
@@ -168,6 +172,9 @@ MALFORMED: list[tuple[str, bytes | dict, str, int, str]] = [
         400,
         "too_many_labels",
     ),
+    ("nested-list", b"[" * 20000 + b"]" * 20000, "application/json", 400, "too_deep"),
+    ("nested-object", b'{"a":' * 9000 + b"1" + b"}" * 9000, "application/json", 400, "too_deep"),
+    ("nested-alerts", {**message(), "alerts": [[[[[]]]]] * 2}, "application/json", 400, "bad_type"),
     ("wrong-content-type", message(alert()), "text/plain", 415, "not_json"),
     ("too-large", BIG, "application/json", 413, "too_large"),
 ]
@@ -366,9 +373,166 @@ def test_copy_of_message_is_unchanged_by_parsing(receiver: AlertReceiver) -> Non
 
 
 def _wait(cond, timeout_s: float = 5.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+# --- faults found by trying bad input (issue 18); each row failed on the http.server receiver ---
+
+
+def raw_request(
+    url: str, data: bytes, timeout_s: float = 10.0, pause_s: float = 0.0, burst: int = 0
+) -> tuple[int, float]:
+    """Send ``data`` as it is on a fresh connection (the first ``burst`` bytes at once, then
+    one byte every ``pause_s`` when set) and return (HTTP status of the answer, seconds until
+    it came); status 0 when the server closed without answering."""
+    parts = urllib.parse.urlsplit(url)
+    started = time.monotonic()
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s) as s:
+        try:
+            if pause_s:
+                s.sendall(data[:burst])
+                for i in range(burst, len(data)):
+                    s.sendall(data[i : i + 1])
+                    time.sleep(pause_s)
+            else:
+                s.sendall(data)
+        except OSError:
+            pass  # the server answered early and closed; read its answer below
+        got = b""
+        try:
+            while b"\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        except ConnectionResetError:
+            pass
+    elapsed = time.monotonic() - started
+    if not got.startswith(b"HTTP/1."):
+        return 0, elapsed
+    return int(got.split(b" ", 2)[1]), elapsed
+
+
+def head(url: str, length: str | None, extra: str = "") -> bytes:
+    path = urllib.parse.urlsplit(url).path
+    lines = [f"POST {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {TOKEN}"]
+    lines += ["Content-Type: application/json"] + ([f"Content-Length: {length}"] if length else [])
+    text = "\r\n".join(lines) + "\r\n" + extra + "\r\n"
+    try:
+        return text.encode("latin-1")  # what http.server decoded headers with
+    except UnicodeEncodeError:
+        return text.encode()
+
+
+CONTENT_LENGTHS = [
+    # (id, Content-Length value, extra header lines, expected status)
+    ("superscript-digit", "\u00b2", "", 400),  # str.isdigit() is true, int() fails
+    ("arabic-digits", "\u0661\u0662", "", 400),
+    ("negative", "-1", "", 400),
+    ("hex", "0x10", "", 400),
+    ("float", "1e3", "", 400),
+    ("over-the-limit", "9" * 12, "", 413),
+    ("overflows-64-bits", "9" * 40, "", 400),
+    ("two-values", "5, 6", "", 400),
+    ("conflicting-headers", "5", "Content-Length: 6\r\n", 400),
+    ("missing", None, "", 411),
+]
+
+
+@pytest.mark.parametrize("case", CONTENT_LENGTHS, ids=[c[0] for c in CONTENT_LENGTHS])
+def test_any_content_length_gets_an_answer(receiver: AlertReceiver, case) -> None:
+    _id, length, extra, status = case
+    assert raw_request(receiver.url, head(receiver.url, length, extra))[0] == status
+    assert post(receiver.url, message(alert()))[0] == 200  # and the server still serves
+
+
+def test_a_failed_audit_write_is_retried_not_taken_as_a_duplicate(
+    tmp_path: Path, memory: MemoryNotifier
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=audit)
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        audit.mkdir()  # the audit log cannot be written once (IsADirectoryError)
+        assert post(r.url, message(alert("2")))[:1] == (503,)
+        audit.rmdir()
+        assert post(r.url, message(alert("2")))[1] == {"accepted": 1, "duplicates": 0}
+        assert [e.labels["broker"] for e in memory.wait_for(1, timeout_s=5)] == ["2"]
+        assert r.stats["rejected_audit_failed"] == 1
+
+
+def test_trickling_clients_get_408_and_never_starve_real_alerts(
+    tmp_path: Path, memory: MemoryNotifier
+) -> None:
+    cfg = ReceiverConfig(
+        port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", max_concurrent_requests=2, request_timeout_s=1.5
+    )
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        # Six clients announce 400 bytes and send one every 0.1 s: 40 s if nothing stopped them.
+        headers = head(r.url, "400")
+        slow = headers + b" " * 400
+        results: list[tuple[int, float]] = []
+        threads = [
+            threading.Thread(
+                target=lambda: results.append(raw_request(r.url, slow, pause_s=0.1, burst=len(headers)))
+            )
+            for _ in range(6)
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # all six are in their body now
+        started = time.monotonic()
+        assert post(r.url, message(alert("2")))[1] == {"accepted": 1, "duplicates": 0}
+        assert time.monotonic() - started < 1.0
+        for t in threads:
+            t.join(15)
+        assert sorted(s for s, _ in results) == [408] * 6
+        # the deadline, then the client's next byte fails once the rest was drained (LINGER_S)
+        assert max(e for _, e in results) < 1.5 + LINGER_S + 1.0
+
+
+def test_slow_headers_are_cut_off_by_the_deadline(tmp_path: Path) -> None:
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", request_timeout_s=1.0)
+    with AlertReceiver(cfg, hooks=[]) as r:
+        status, elapsed = raw_request(r.url, head(r.url, "10") * 5, pause_s=0.05)  # ~12 s of headers
+        assert status == 0 and elapsed < 4.0  # closed (nothing to answer to) well before
+
+
+def test_connections_over_the_limit_get_503_and_others_go_on(tmp_path: Path, memory: MemoryNotifier) -> None:
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", max_connections=3)
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        parts = urllib.parse.urlsplit(r.url)
+        idle = [socket.create_connection((parts.hostname, parts.port), timeout=5) for _ in range(3)]
+        try:
+            _wait(lambda: r.stats["rejected_connections"] == 0 and _open(r) == 3)
+            assert post(r.url, message(alert("2")))[1]["error"] == "busy"
+        finally:
+            for s in idle:
+                s.close()
+        _wait(lambda: _open(r) == 0)
+        assert post(r.url, message(alert("2")))[1] == {"accepted": 1, "duplicates": 0}
+
+
+def _open(r: AlertReceiver) -> int:
+    assert r._runner is not None and r._runner.server is not None
+    return len(r._runner.server.connections)
+
+
+@pytest.mark.parametrize(
+    "token", ["s3cret #x", "'quoted'", '"dq"', "12345", "0o17", "true", "~", "a: b", "[x]", " pad "]
+)
+def test_token_from_the_environment_is_taken_verbatim(monkeypatch: pytest.MonkeyPatch, token: str) -> None:
+    monkeypatch.setenv("LINKWATCH_ALERTS_TOKEN", token)
+    cfg = load_config(None, ReceiverConfig, ENV_PREFIX)
+    assert cfg.resolved_token() == token.encode()
+
+
+def test_a_bad_token_value_is_never_printed(tmp_path: Path) -> None:
+    path = tmp_path / "alerts.yml"
+    path.write_text("token: [hunter2-secret]\nport: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ReceiverConfig, ENV_PREFIX)
+    assert "token" in str(info.value)
+    assert "hunter2" not in str(info.value)
