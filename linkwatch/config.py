@@ -74,8 +74,21 @@ DirLocation = Annotated[Path, BeforeValidator(_path_text), AfterValidator(_dir)]
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses merge keys (``<<``) expanding past :data:`MAX_VALUES` pairs:
-    merges copy, so a chain of them grows exponentially while the file is being read."""
+    """SafeLoader that stops at :data:`MAX_DEPTH` levels of nesting (before the parser's
+    cost grows with the depth) and refuses merge keys (``<<``) expanding past
+    :data:`MAX_VALUES` pairs: merges copy, so a chain of them grows exponentially."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         super().flatten_mapping(node)
@@ -125,8 +138,8 @@ def _parse(text: str, source: str) -> Any:
         return yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         raise ConfigError(source, [f"not valid YAML ({_shown(str(e), 300)})"]) from None
-    except RecursionError:
-        raise ConfigError(source, ["not valid YAML (nested too deeply)"]) from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise ConfigError(source, [f"not a usable value ({_shown(str(e), 200)})"]) from None
 
 
 def _check_size(doc: Any, source: str, where: str) -> None:
@@ -211,7 +224,7 @@ def _describe(err: Any, model: type[BaseModel] | None = None) -> str:
     if err["type"] == "missing":
         return f"{key}: required"
     secret = model is not None and SecretStr in _members(_annotation(model, err["loc"]))
-    shown = "<hidden>" if secret else _shown(_short_repr(err.get("input")))
+    shown = "<hidden>" if secret else _short_repr(err.get("input"))
     return f"{key}={shown}: {err['msg']}"
 
 
@@ -219,6 +232,9 @@ def _short_repr(value: Any) -> str:
     """repr() of a value bounded in time: containers are summarised, not walked."""
     if isinstance(value, dict | list | tuple | set):
         return f"<{type(value).__name__} of {len(value)}>"
-    if isinstance(value, str | bytes):
-        return repr(value[: MAX_SHOWN + 1])[: MAX_SHOWN + 2] if len(value) > MAX_SHOWN else repr(value)
-    return repr(value)
+    if isinstance(value, str | bytes) and len(value) > MAX_SHOWN:
+        return f"{value[:MAX_SHOWN]!r}... ({len(value)} characters)"
+    try:
+        return _shown(repr(value))
+    except ValueError:  # an int too long to convert
+        return f"<{type(value).__name__}>"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import socket
+import sys
 import threading
 import time
 import urllib.error
