@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from alerts.config import ENV_PREFIX, ReceiverConfig
 from alerts.hooks import NOTIFIERS_GROUP, AlertEvent, Hook, HookResult, available_hooks, load_hook
@@ -536,3 +538,84 @@ def test_a_bad_token_value_is_never_printed(tmp_path: Path) -> None:
         load_config(path, ReceiverConfig, ENV_PREFIX)
     assert "token" in str(info.value)
     assert "hunter2" not in str(info.value)
+
+
+# --- property: any request, complete or not, gets an answer and never holds up a real alert ---
+
+_header_text = st.text(
+    st.characters(min_codepoint=32, max_codepoint=255, exclude_characters="\x7f"), max_size=20
+)
+_bodies = (
+    st.binary(max_size=600)
+    | st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=15,
+    ).map(lambda v: json.dumps(v).encode())
+    | st.builds(
+        lambda m, k, v: json.dumps({**m, k: v}).encode(),
+        st.just(message(alert("9"))),
+        st.sampled_from(["version", "alerts", "status", "receiver", "groupKey"]),
+        st.none() | st.integers() | st.text(max_size=10) | st.lists(st.integers(), max_size=3),
+    )
+)
+
+
+@st.composite
+def hostile_requests(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """(bytes to send, whether they form one complete request the server must answer)."""
+    body = draw(_bodies)
+    length = draw(st.sampled_from(["right", "none", "any"]))
+    lines = [
+        draw(
+            st.sampled_from(
+                ["POST /alerts HTTP/1.1", "GET /alerts HTTP/1.1", "POST /x HTTP/1.1", "PUT /alerts HTTP/1.0"]
+            )
+        ),
+        "Host: 127.0.0.1",
+        draw(st.sampled_from([f"Authorization: Bearer {TOKEN}", "Authorization: Bearer x", "X-A: b"])),
+        "Content-Type: " + draw(st.sampled_from(["application/json", "text/plain"]) | _header_text),
+    ]
+    lines += [f"X-{i}: {draw(_header_text)}" for i in range(draw(st.integers(0, 2)))]
+    if length == "right":
+        lines.append(f"Content-Length: {len(body)}")
+    elif length == "any":
+        lines.append(f"Content-Length: {draw(_header_text)}")
+    data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    complete = length == "right"
+    cut = draw(st.none() | st.integers(1, len(data)))  # stop sending part-way, keep the connection
+    if cut is not None and cut < len(data):
+        return data[:cut], False
+    return data, complete
+
+
+def test_any_request_gets_an_answer_and_never_blocks_a_real_alert(
+    tmp_path: Path, memory: MemoryNotifier
+) -> None:
+    cfg = ReceiverConfig(
+        port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", request_timeout_s=0.5, max_body_bytes=1024
+    )
+    real = iter(range(10**6))
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+
+        @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+        @given(request=hostile_requests())
+        def check(request: tuple[bytes, bool]) -> None:
+            data, complete = request
+            got: list[tuple[int, float]] = []
+            hostile = threading.Thread(target=lambda: got.append(raw_request(r.url, data, timeout_s=10)))
+            hostile.start()
+            started = time.monotonic()
+            n = next(real)
+            assert post(r.url, message(alert(f"real-{n}")))[1] == {"accepted": 1, "duplicates": 0}
+            assert time.monotonic() - started < 1.0
+            hostile.join(10)
+            status, elapsed = got[0]
+            # A complete request is answered; an incomplete one is answered (408) or closed,
+            # within the deadline for the headers and the one for the body.
+            if complete:
+                assert 200 <= status < 600
+            assert elapsed < 2 * cfg.request_timeout_s + LINGER_S + 1.0
+
+        check()
+        assert r.stats["errors"] == 0  # no request reached the catch-all (a bug)
