@@ -2,9 +2,13 @@
 
 Each subsystem defines its own pydantic model (subclass :class:`StrictModel`) next to the code
 that reads it, with defaults there. :func:`load_config` reads YAML, applies environment
-overrides ``<PREFIX><KEY>__<SUBKEY>=value`` (values parsed as YAML scalars), validates, and on
-any problem raises :class:`~linkwatch.errors.ConfigError` whose message names every bad key,
-its value and why. Unknown keys are errors (a typo must not silently fall back to a default).
+overrides ``<PREFIX><KEY>__<SUBKEY>=value`` (verbatim for text settings — str, secret, path —
+parsed as YAML scalars otherwise), validates, and on any problem raises
+:class:`~linkwatch.errors.ConfigError` whose message names every bad key, its value (shortened;
+secrets hidden) and why. Unknown keys are errors (a typo must not silently fall back to a
+default). Any input gets an answer in bounded time and memory: see :data:`MAX_FILE_BYTES`,
+:data:`MAX_DEPTH`, :data:`MAX_VALUES`. Path settings use :data:`FileLocation` /
+:data:`DirLocation`, checked at load so ``--check`` catches a path that cannot work.
 """
 
 from __future__ import annotations

@@ -619,3 +619,34 @@ def test_any_request_gets_an_answer_and_never_blocks_a_real_alert(
 
         check()
         assert r.stats["errors"] == 0  # no request reached the catch-all (a bug)
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "code", "message"),
+    [
+        ("audit_log: {tmp}\n", {"LINKWATCH_ALERTS_TOKEN": TOKEN}, 2, "audit_log="),
+        ("audit_log: ''\n", {"LINKWATCH_ALERTS_TOKEN": TOKEN}, 2, "must not be empty"),
+        ("token_file: {tmp}\n", {}, 2, "token_file="),
+        ("port: 1\n", {}, 2, "token: required"),
+        ("port: 1\n", {"LINKWATCH_ALERTS_TOKEN": "12345 #x"}, 0, "ok (listen 127.0.0.1:1/alerts)"),
+    ],
+)
+def test_serve_check_validates_paths_and_the_token(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    env: dict[str, str],
+    code: int,
+    message: str,
+) -> None:
+    from linkwatch.cli import main
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "alerts.yml"
+    path.write_text(text.replace("{tmp}", str(tmp_path)))
+    assert main(["alerts", "serve", "--config", str(path), "--check"]) == code
+    out = capsys.readouterr()
+    assert message in (out.out + out.err)
+    assert "12345" not in out.out + out.err
