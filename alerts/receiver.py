@@ -28,11 +28,13 @@ import hmac
 import json
 import logging
 import queue
+import sys
 import threading
 from collections import Counter
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from alerts.audit import AuditLog
 from alerts.config import ReceiverConfig
@@ -138,6 +140,7 @@ class AlertReceiver:
             # After an early answer (413, 408, ...) the unread rest of a body is drained for
             # at most this long before the connection closes (aiohttp's default is 10 s).
             lingering_time=LINGER_S,
+            logger=_HttpErrorLog(self.stats),
         )
         await self._runner.setup()
         loop = asyncio.get_running_loop()
@@ -316,6 +319,25 @@ def _json(status: int, answer: dict[str, Any]) -> web.Response:
     if status >= 400:
         resp.force_close()  # the client may be mid-body or misbehaving: do not read on
     return resp
+
+
+class _HttpErrorLog(logging.LoggerAdapter):
+    """aiohttp logs malformed HTTP (a bad Content-Length, header or request line) at ERROR
+    with a traceback. From the network that is bad input, not a bug: it is answered 400 by
+    aiohttp, counted in ``stats["rejected_bad_http"]`` and logged as one WARNING line."""
+
+    def __init__(self, stats: Counter[str]) -> None:
+        super().__init__(log, {})
+        self.stats = stats
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError):
+            self.stats["rejected_bad_http"] += 1
+            reason = " ".join(str(exc.message).split())[:200]
+            self.logger.warning(f"{msg}: %s %s", *args, exc.code, reason)
+        else:
+            self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 _BUSY = json.dumps({"error": "busy", "detail": "too many open connections"}).encode()

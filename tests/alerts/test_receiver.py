@@ -448,6 +448,7 @@ CONTENT_LENGTHS = [
 def test_any_content_length_gets_an_answer(receiver: AlertReceiver, case) -> None:
     _id, length, extra, status = case
     assert raw_request(receiver.url, head(receiver.url, length, extra))[0] == status
+    assert receiver.stats["rejected_bad_http"] == (1 if status == 400 else 0)
     assert post(receiver.url, message(alert()))[0] == 200  # and the server still serves
 
 
