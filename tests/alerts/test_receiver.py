@@ -599,7 +599,13 @@ def test_any_request_gets_an_answer_and_never_blocks_a_real_alert(
     real = iter(range(10**6))
     with AlertReceiver(cfg, hooks=[memory]) as r:
 
-        @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=60,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(request=hostile_requests())
         def check(request: tuple[bytes, bool]) -> None:
             data, complete = request

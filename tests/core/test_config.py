@@ -163,7 +163,13 @@ _values = st.recursive(
 _keys = st.sampled_from(["cluster", "http", "window_s", "port", "host", "extra"]) | st.text(max_size=8)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(doc=st.dictionaries(_keys, _values, max_size=5))
 def test_any_mapping_loads_or_names_the_key(doc: dict) -> None:
     with tempfile.TemporaryDirectory() as d:
@@ -179,7 +185,7 @@ def test_any_mapping_loads_or_names_the_key(doc: dict) -> None:
                 assert len(problem) < 400
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(raw=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
 def test_any_bytes_load_or_give_one_bounded_error(raw: bytes) -> None:
     with tempfile.TemporaryDirectory() as d:
