@@ -657,3 +657,11 @@ def test_serve_check_validates_paths_and_the_token(
     out = capsys.readouterr()
     assert message in (out.out + out.err)
     assert "12345" not in out.out + out.err
+
+
+def test_the_example_config_loads_with_every_limit() -> None:
+    example = Path(__file__).parents[2] / "config" / "alerts.example.yml"
+    cfg = load_config(example, ReceiverConfig, ENV_PREFIX)
+    limits = (cfg.request_timeout_s, cfg.max_concurrent_requests, cfg.max_connections, cfg.backlog)
+    assert limits == (10, 16, 128, 128)
+    assert cfg == ReceiverConfig(token_file=cfg.token_file, audit_log=cfg.audit_log)  # the defaults
