@@ -11,14 +11,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from linkwatch.config import StrictModel, load_config
+from linkwatch.config import DirLocation, FileLocation, StrictModel, load_config
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, SAMPLES_TOPIC
 
 
 class RequestLogConfig(StrictModel):
     enabled: bool = True
-    path: Path = Path("/var/log/kafka/kafka-request.log")
-    position_file: Path | None = None  # resume here after a restart; None: start_at decides
+    path: FileLocation = Path("/var/log/kafka/kafka-request.log")
+    position_file: FileLocation | None = None  # resume here after a restart; None: start_at decides
     start_at: Literal["end", "beginning"] = "end"
     window_s: int = Field(10, ge=1, le=300)
     grace_s: float = Field(2.0, ge=0, le=60)
@@ -40,7 +40,7 @@ class KafkaOutputConfig(StrictModel):
     bootstrap_servers: str = ""
     topic: str = SAMPLES_TOPIC
     client_id: str = "linkwatch-agent"
-    spool_dir: Path = Path("/var/lib/linkwatch/spool")
+    spool_dir: DirLocation = Path("/var/lib/linkwatch/spool")
     spool_max_bytes: int = Field(256 << 20, ge=64 << 10)
     segment_bytes: int = Field(4 << 20, ge=4 << 10)
     send_timeout_s: float = Field(10.0, gt=0)
@@ -65,7 +65,7 @@ class JmxConfig(StrictModel):
 
 
 class LogDirsConfig(StrictModel):
-    paths: list[Path] = Field(default_factory=list)  # the broker's log.dirs
+    paths: list[DirLocation] = Field(default_factory=list)  # the broker's log.dirs
     interval_s: float = Field(60.0, gt=0)
     partition_records: bool = True  # one PartitionSize record per partition per round
     top_partitions: int = Field(50, ge=0, le=10_000)  # largest partitions exported to Prometheus

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 
-from linkwatch.config import StrictModel
+from linkwatch.config import FileLocation, StrictModel
 from linkwatch.errors import ConfigError
 
 ENV_PREFIX = "LINKWATCH_ALERTS_"
@@ -27,12 +27,16 @@ class ReceiverConfig(StrictModel):
     port: int = Field(9095, ge=0, le=65535)
     path: str = "/alerts"
     token: SecretStr | None = None
-    token_file: Path | None = None
+    token_file: FileLocation | None = None
     max_body_bytes: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024)
-    max_concurrent_requests: int = Field(16, ge=1, le=1024)
+    max_concurrent_requests: int = Field(16, ge=1, le=1024)  # bodies being processed at once
+    # Headers within this of the connection opening, the body within this of the headers.
+    request_timeout_s: float = Field(10.0, gt=0, le=300)
+    max_connections: int = Field(128, ge=1, le=10_000)  # open at once, slow clients included
+    backlog: int = Field(128, ge=1, le=65_535)  # connections the kernel queues before accept
     dedup_entries: int = Field(10000, ge=1, le=10_000_000)
     queue_size: int = Field(1000, ge=1, le=1_000_000)
-    audit_log: Path = Path("linkwatch-alerts-audit.jsonl")
+    audit_log: FileLocation = Path("linkwatch-alerts-audit.jsonl")
     audit_max_bytes: int = Field(64 * 1024 * 1024, ge=4096)
     hooks: list[HookConfig] = Field(default_factory=lambda: [HookConfig(type="log")])
 

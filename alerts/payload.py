@@ -44,6 +44,8 @@ def parse_message(body: bytes, received_at: float | None = None) -> WebhookMessa
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise PayloadError("not_json", str(e)[:200]) from None
+    except RecursionError:  # a v4 message is 4 levels deep; the parser gives up near 1000
+        raise PayloadError("too_deep", "JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise PayloadError("not_object", f"top level is {type(doc).__name__}")
     if doc.get("version") != "4":

@@ -23,7 +23,7 @@ from analyzer.engine import Changes, Engine
 from analyzer.registry import load_detectors
 from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
 from linkwatch.aggregates import Aggregates
-from linkwatch.config import StrictModel
+from linkwatch.config import DirLocation, StrictModel
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class AnalyzerConfig(StrictModel):
     interval_s: float = Field(5.0, gt=0)
     watermark: str = "2 minutes"
     trigger_s: float = Field(2.0, gt=0)
-    state_dir: Path = Path.home() / ".local" / "share" / "linkwatch" / "analyzer"
+    state_dir: DirLocation = Path.home() / ".local" / "share" / "linkwatch" / "analyzer"
     spark_master: str = "local[2]"
     shuffle_partitions: int = Field(2, ge=1)  # the aggregates are small; more partitions only add tasks
     detectors: dict[str, dict | None] = Field(default_factory=lambda: dict(DEFAULT_DETECTORS))

@@ -2,7 +2,8 @@
 
 Each subcommand lives in ``linkwatch/commands/<name>.py`` and exposes ``app`` (a Typer app);
 this module only mounts them. Errors that are the operator's to fix (:class:`LinkwatchError`)
-print one line and exit 2; anything else is a bug and shows its traceback.
+print one line and exit 2; usage errors print the usage and the error and exit 2; anything
+else is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -57,14 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         return 130
     except SystemExit as e:
-        return int(e.code or 0)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            return e.exit_code
-        raise
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except typer.TyperException as e:
+        # Usage errors (exit code 2) and other errors typer reports itself. Typer carries
+        # its own copy of click, so `click` itself may not be importable: never import it.
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"linkwatch: error: {e.format_message()}", file=sys.stderr)
+        return e.exit_code
     return code if isinstance(code, int) else 0
 
 

@@ -22,6 +22,7 @@ app = typer.Typer(no_args_is_help=True)
 ConfigOpt = typer.Option(None, "--config", "-c", help="Receiver config (see config/alerts.example.yml).")
 HostOpt = typer.Option(None, help="Override `host` (default 127.0.0.1).")
 PortOpt = typer.Option(None, help="Override `port` (default 9095).")
+CheckOpt = typer.Option(False, "--check", help="Validate the config and the token, then exit.")
 
 
 @app.command()
@@ -29,6 +30,7 @@ def serve(
     config: Path | None = ConfigOpt,
     host: str | None = HostOpt,
     port: int | None = PortOpt,
+    check: bool = CheckOpt,
 ) -> None:
     """Run the Alertmanager webhook receiver until Ctrl-C (token from config or $LINKWATCH_ALERTS_TOKEN)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -36,6 +38,10 @@ def serve(
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     if overrides:
         cfg = cfg.model_copy(update=overrides)
+    if check:
+        cfg.resolved_token()  # raises ConfigError naming token / token_file
+        typer.echo(f"{config or '<defaults>'}: ok (listen {cfg.host}:{cfg.port}{cfg.path})")
+        return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with AlertReceiver(cfg) as receiver:

@@ -44,3 +44,29 @@ def test_cli_check_exits_2_with_the_message(tmp_path: Path, capsys: pytest.Captu
     assert main(["agent", "--config", str(path), "--check"]) == 2
     assert "broker_id='x'" in capsys.readouterr().err
     assert main(["agent", "--config", str(SAMPLE), "--check"]) == 0
+
+
+# Paths that cannot work fail `--check` naming the key (they used to fail only at run time).
+PATHS = [
+    ("request log empty", "request_log: {path: ''}", "request_log.path='': Value error, must not be empty"),
+    ("request log a directory", "request_log: {path: {tmp}}", "request_log.path="),
+    ("position file empty", "request_log: {position_file: ''}", "request_log.position_file"),
+    ("position file a directory", "request_log: {position_file: {tmp}}", "is a directory"),
+    ("position file under a file", "request_log: {position_file: {tmp}/f/pos}", "is not a directory"),
+    ("spool dir a file", "kafka: {spool_dir: {tmp}/f}", "kafka.spool_dir="),
+    ("log dir empty", "log_dirs: {paths: ['']}", "log_dirs.paths.0=''"),
+    ("log dir with NUL", 'log_dirs: {paths: ["a\\0b"]}', "NUL"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "message"), PATHS, ids=[p[0] for p in PATHS])
+def test_paths_that_cannot_work_fail_check(
+    name: str, text: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "f").write_text("a file")
+    path = tmp_path / "agent.yaml"
+    path.write_text("broker_id: 1\n" + text.replace("{tmp}", str(tmp_path)) + "\n")
+    assert main(["agent", "--config", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import sys
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,13 +18,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from alerts.config import ReceiverConfig
+from alerts.config import ENV_PREFIX, ReceiverConfig
 from alerts.hooks import NOTIFIERS_GROUP, AlertEvent, Hook, HookResult, available_hooks, load_hook
 from alerts.hooks.exec import ExecNotifier
 from alerts.hooks.memory import MemoryNotifier
 from alerts.hooks.webhook import WebhookNotifier
-from alerts.receiver import AlertReceiver
+from alerts.receiver import LINGER_S, AlertReceiver
+from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
 
 TOKEN = "s3cret-token"
@@ -168,6 +174,9 @@ MALFORMED: list[tuple[str, bytes | dict, str, int, str]] = [
         400,
         "too_many_labels",
     ),
+    ("nested-list", b"[" * 20000 + b"]" * 20000, "application/json", 400, "too_deep"),
+    ("nested-object", b'{"a":' * 9000 + b"1" + b"}" * 9000, "application/json", 400, "too_deep"),
+    ("nested-alerts", {**message(), "alerts": [[[[[]]]]] * 2}, "application/json", 400, "bad_type"),
     ("wrong-content-type", message(alert()), "text/plain", 415, "not_json"),
     ("too-large", BIG, "application/json", 413, "too_large"),
 ]
@@ -366,9 +375,293 @@ def test_copy_of_message_is_unchanged_by_parsing(receiver: AlertReceiver) -> Non
 
 
 def _wait(cond, timeout_s: float = 5.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+# --- faults found by trying bad input (issue 18); each row failed on the http.server receiver ---
+
+
+def raw_request(
+    url: str, data: bytes, timeout_s: float = 10.0, pause_s: float = 0.0, burst: int = 0
+) -> tuple[int, float]:
+    """Send ``data`` as it is on a fresh connection (the first ``burst`` bytes at once, then
+    one byte every ``pause_s`` when set) and return (HTTP status of the answer, seconds until
+    it came); status 0 when the server closed without answering."""
+    parts = urllib.parse.urlsplit(url)
+    started = time.monotonic()
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s) as s:
+        try:
+            if pause_s:
+                s.sendall(data[:burst])
+                for i in range(burst, len(data)):
+                    s.sendall(data[i : i + 1])
+                    time.sleep(pause_s)
+            else:
+                s.sendall(data)
+        except OSError:
+            pass  # the server answered early and closed; read its answer below
+        got = b""
+        try:
+            while b"\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        except ConnectionResetError:
+            pass
+    elapsed = time.monotonic() - started
+    if not got.startswith(b"HTTP/1."):
+        return 0, elapsed
+    return int(got.split(b" ", 2)[1]), elapsed
+
+
+def head(url: str, length: str | None, extra: str = "") -> bytes:
+    path = urllib.parse.urlsplit(url).path
+    lines = [f"POST {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {TOKEN}"]
+    lines += ["Content-Type: application/json"] + ([f"Content-Length: {length}"] if length else [])
+    text = "\r\n".join(lines) + "\r\n" + extra + "\r\n"
+    try:
+        return text.encode("latin-1")  # what http.server decoded headers with
+    except UnicodeEncodeError:
+        return text.encode()
+
+
+CONTENT_LENGTHS = [
+    # (id, Content-Length value, extra header lines, expected status)
+    ("superscript-digit", "\u00b2", "", 400),  # str.isdigit() is true, int() fails
+    ("arabic-digits", "\u0661\u0662", "", 400),
+    ("negative", "-1", "", 400),
+    ("hex", "0x10", "", 400),
+    ("float", "1e3", "", 400),
+    ("over-the-limit", "9" * 12, "", 413),
+    ("overflows-64-bits", "9" * 40, "", 400),
+    ("two-values", "5, 6", "", 400),
+    ("conflicting-headers", "5", "Content-Length: 6\r\n", 400),
+    ("missing", None, "", 411),
+]
+
+
+@pytest.mark.parametrize("case", CONTENT_LENGTHS, ids=[c[0] for c in CONTENT_LENGTHS])
+def test_any_content_length_gets_an_answer(receiver: AlertReceiver, case) -> None:
+    _id, length, extra, status = case
+    assert raw_request(receiver.url, head(receiver.url, length, extra))[0] == status
+    assert receiver.stats["rejected_bad_http"] == (1 if status == 400 else 0)
+    assert post(receiver.url, message(alert()))[0] == 200  # and the server still serves
+
+
+def test_a_failed_audit_write_is_retried_not_taken_as_a_duplicate(
+    tmp_path: Path, memory: MemoryNotifier
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=audit)
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        audit.mkdir()  # the audit log cannot be written once (IsADirectoryError)
+        assert post(r.url, message(alert("2")))[:1] == (503,)
+        audit.rmdir()
+        assert post(r.url, message(alert("2")))[1] == {"accepted": 1, "duplicates": 0}
+        assert [e.labels["broker"] for e in memory.wait_for(1, timeout_s=5)] == ["2"]
+        assert r.stats["rejected_audit_failed"] == 1
+
+
+def test_trickling_clients_get_408_and_never_starve_real_alerts(
+    tmp_path: Path, memory: MemoryNotifier
+) -> None:
+    cfg = ReceiverConfig(
+        port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", max_concurrent_requests=2, request_timeout_s=1.5
+    )
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        # Six clients announce 400 bytes and send one every 0.1 s: 40 s if nothing stopped them.
+        headers = head(r.url, "400")
+        slow = headers + b" " * 400
+        results: list[tuple[int, float]] = []
+        threads = [
+            threading.Thread(
+                target=lambda: results.append(raw_request(r.url, slow, pause_s=0.1, burst=len(headers)))
+            )
+            for _ in range(6)
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # all six are in their body now
+        started = time.monotonic()
+        assert post(r.url, message(alert("2")))[1] == {"accepted": 1, "duplicates": 0}
+        assert time.monotonic() - started < 1.0
+        for t in threads:
+            t.join(15)
+        assert sorted(s for s, _ in results) == [408] * 6
+        # the deadline, then the client's next byte fails once the rest was drained (LINGER_S)
+        assert max(e for _, e in results) < 1.5 + LINGER_S + 1.0
+
+
+def test_slow_headers_are_cut_off_by_the_deadline(tmp_path: Path) -> None:
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", request_timeout_s=1.0)
+    with AlertReceiver(cfg, hooks=[]) as r:
+        status, elapsed = raw_request(r.url, head(r.url, "10") * 5, pause_s=0.05)  # ~12 s of headers
+        assert status == 0 and elapsed < 4.0  # closed (nothing to answer to) well before
+
+
+def test_connections_over_the_limit_get_503_and_others_go_on(tmp_path: Path, memory: MemoryNotifier) -> None:
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", max_connections=3)
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        parts = urllib.parse.urlsplit(r.url)
+        idle = [socket.create_connection((parts.hostname, parts.port), timeout=5) for _ in range(3)]
+        try:
+            _wait(lambda: r.stats["rejected_connections"] == 0 and _open(r) == 3)
+            assert post(r.url, message(alert("2")))[1]["error"] == "busy"
+        finally:
+            for s in idle:
+                s.close()
+        _wait(lambda: _open(r) == 0)
+        assert post(r.url, message(alert("2")))[1] == {"accepted": 1, "duplicates": 0}
+
+
+def _open(r: AlertReceiver) -> int:
+    assert r._runner is not None and r._runner.server is not None
+    return len(r._runner.server.connections)
+
+
+@pytest.mark.parametrize(
+    "token", ["s3cret #x", "'quoted'", '"dq"', "12345", "0o17", "true", "~", "a: b", "[x]", " pad "]
+)
+def test_token_from_the_environment_is_taken_verbatim(monkeypatch: pytest.MonkeyPatch, token: str) -> None:
+    monkeypatch.setenv("LINKWATCH_ALERTS_TOKEN", token)
+    cfg = load_config(None, ReceiverConfig, ENV_PREFIX)
+    assert cfg.resolved_token() == token.encode()
+
+
+def test_a_bad_token_value_is_never_printed(tmp_path: Path) -> None:
+    path = tmp_path / "alerts.yml"
+    path.write_text("token: [hunter2-secret]\nport: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ReceiverConfig, ENV_PREFIX)
+    assert "token" in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+# --- property: any request, complete or not, gets an answer and never holds up a real alert ---
+
+_header_text = st.text(
+    st.characters(min_codepoint=32, max_codepoint=255, exclude_characters="\x7f"), max_size=20
+)
+_bodies = (
+    st.binary(max_size=600)
+    | st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=15,
+    ).map(lambda v: json.dumps(v).encode())
+    | st.builds(
+        lambda m, k, v: json.dumps({**m, k: v}).encode(),
+        st.just(message(alert("9"))),
+        st.sampled_from(["version", "alerts", "status", "receiver", "groupKey"]),
+        st.none() | st.integers() | st.text(max_size=10) | st.lists(st.integers(), max_size=3),
+    )
+)
+
+
+@st.composite
+def hostile_requests(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """(bytes to send, whether they form one complete request the server must answer)."""
+    body = draw(_bodies)
+    length = draw(st.sampled_from(["right", "none", "any"]))
+    lines = [
+        draw(
+            st.sampled_from(
+                ["POST /alerts HTTP/1.1", "GET /alerts HTTP/1.1", "POST /x HTTP/1.1", "PUT /alerts HTTP/1.0"]
+            )
+        ),
+        "Host: 127.0.0.1",
+        draw(st.sampled_from([f"Authorization: Bearer {TOKEN}", "Authorization: Bearer x", "X-A: b"])),
+        "Content-Type: " + draw(st.sampled_from(["application/json", "text/plain"]) | _header_text),
+    ]
+    lines += [f"X-{i}: {draw(_header_text)}" for i in range(draw(st.integers(0, 2)))]
+    if length == "right":
+        lines.append(f"Content-Length: {len(body)}")
+    elif length == "any":
+        lines.append(f"Content-Length: {draw(_header_text)}")
+    data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    complete = length == "right"
+    cut = draw(st.none() | st.integers(1, len(data)))  # stop sending part-way, keep the connection
+    if cut is not None and cut < len(data):
+        return data[:cut], False
+    return data, complete
+
+
+def test_any_request_gets_an_answer_and_never_blocks_a_real_alert(
+    tmp_path: Path, memory: MemoryNotifier
+) -> None:
+    cfg = ReceiverConfig(
+        port=0, token=TOKEN, audit_log=tmp_path / "a.jsonl", request_timeout_s=0.5, max_body_bytes=1024
+    )
+    real = iter(range(10**6))
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+
+        @settings(
+            max_examples=60,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(request=hostile_requests())
+        def check(request: tuple[bytes, bool]) -> None:
+            data, complete = request
+            got: list[tuple[int, float]] = []
+            hostile = threading.Thread(target=lambda: got.append(raw_request(r.url, data, timeout_s=10)))
+            hostile.start()
+            started = time.monotonic()
+            n = next(real)
+            assert post(r.url, message(alert(f"real-{n}")))[1] == {"accepted": 1, "duplicates": 0}
+            assert time.monotonic() - started < 1.0
+            hostile.join(10)
+            status, elapsed = got[0]
+            # A complete request is answered; an incomplete one is answered (408) or closed,
+            # within the deadline for the headers and the one for the body.
+            if complete:
+                assert 200 <= status < 600
+            assert elapsed < 2 * cfg.request_timeout_s + LINGER_S + 1.0
+
+        check()
+        assert r.stats["errors"] == 0  # no request reached the catch-all (a bug)
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "code", "message"),
+    [
+        ("audit_log: {tmp}\n", {"LINKWATCH_ALERTS_TOKEN": TOKEN}, 2, "audit_log="),
+        ("audit_log: ''\n", {"LINKWATCH_ALERTS_TOKEN": TOKEN}, 2, "must not be empty"),
+        ("token_file: {tmp}\n", {}, 2, "token_file="),
+        ("port: 1\n", {}, 2, "token: required"),
+        ("port: 1\n", {"LINKWATCH_ALERTS_TOKEN": "12345 #x"}, 0, "ok (listen 127.0.0.1:1/alerts)"),
+    ],
+)
+def test_serve_check_validates_paths_and_the_token(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    env: dict[str, str],
+    code: int,
+    message: str,
+) -> None:
+    from linkwatch.cli import main
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "alerts.yml"
+    path.write_text(text.replace("{tmp}", str(tmp_path)))
+    assert main(["alerts", "serve", "--config", str(path), "--check"]) == code
+    out = capsys.readouterr()
+    assert message in (out.out + out.err)
+    assert "12345" not in out.out + out.err
+
+
+def test_the_example_config_loads_with_every_limit() -> None:
+    example = Path(__file__).parents[2] / "config" / "alerts.example.yml"
+    cfg = load_config(example, ReceiverConfig, ENV_PREFIX)
+    limits = (cfg.request_timeout_s, cfg.max_concurrent_requests, cfg.max_connections, cfg.backlog)
+    assert limits == (10, 16, 128, 128)
+    assert cfg == ReceiverConfig(token_file=cfg.token_file, audit_log=cfg.audit_log)  # the defaults
