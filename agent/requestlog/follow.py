@@ -1,8 +1,14 @@
 """Follow a log file like ``tail -F``: across rotation, truncation and re-creation.
 
 * **Rotation** (log4j2 renames ``kafka-request.log`` to ``.1`` and opens a new file): the open
-  file is read to its end first, then the new file is opened and read from its start.
-* **Truncation** (size below the read position, same inode): read again from the start.
+  file is read to its end first (also what was appended after the read that hit its end and
+  before the rename was seen), then rotated files this follower never opened (a rotation more
+  than once between two polls; older ``<name>.N`` first), then the new file from its start.
+* **Truncation** (copy-truncate: same inode, size below the read position, *or* the first
+  bytes changed, which catches a truncated file rewritten past the old position before the
+  next poll): if a sibling ``<name>.*`` starts with the same bytes and holds the position, it is
+  the copy, and the rest of it is read first; the file is then read again from its start.
+  Without such a copy the unread tail is lost, and counted as a ``truncated_file`` skip.
 * **Disappearance** (broker stopped, directory cleaned): the source is reported down, the open
   file is drained, and the path is retried on every poll; a file that appears later is read
   from its start.
@@ -25,6 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READ_BYTES = 1 << 20
+# The first bytes of a file identify it (with its inode): a Kafka request line starts with a
+# millisecond timestamp and a correlation id, so two files agree on these only if one is a copy.
+HEAD_BYTES = 256
+MAX_KNOWN_FILES = 256
 
 
 @dataclass(frozen=True)
@@ -53,20 +63,31 @@ class FileFollower:
         self._offset = 0
         self._partial = b""
         self._skipping = False  # inside an over-long line, discarding to its newline
-        self._pending_files: list[Path] = []  # rotated files to drain before the current one
+        # Files to read before the current one: (path, offset), oldest first.
+        self._pending_files: list[tuple[Path, int]] = []
+        self._head = b""  # the open file's first bytes (up to HEAD_BYTES, as far as known)
+        # inode -> first bytes of every file opened or present at start: rotated files not in
+        # here (or with other first bytes: a reused inode) were never read.
+        self._known: dict[int, bytes] = {}
         self.rotations = 0
         self.truncations = 0
         self.up = False
+        self.caught_up = False  # the last read_lines stopped at the end of the log
         self._first_open = True
+        for _path, st, head in self._siblings():
+            self._remember(st.st_ino, head)
         self._open_next()  # "start at the end" means the end as of now
 
     # -- public -----------------------------------------------------------------------------
     def read_lines(self, max_bytes: int = 8 * READ_BYTES) -> list[bytes]:
         """Complete lines available now (without newlines), at most about ``max_bytes`` of them."""
+        self.caught_up = True
         if self._fh is None and not self._open_next():
             return []
         lines: list[bytes] = []
+        self._check_rewritten()  # before reading from a position that may mean nothing now
         budget = max_bytes
+        self.caught_up = False
         while budget > 0:
             chunk = self._fh.read(READ_BYTES) if self._fh is not None else b""
             if chunk:
@@ -75,6 +96,7 @@ class FileFollower:
                 self._split(chunk, lines)
                 continue
             if not self._at_eof_switch():
+                self.caught_up = True
                 break
         return lines
 
@@ -126,27 +148,87 @@ class FileFollower:
             self._skipping = True
 
     def _at_eof_switch(self) -> bool:
-        """At EOF of the open file: switch to the next file if there is one. True if switched."""
+        """At EOF of the open file: switch to the next file if there is one. True if the loop
+        should read again (switched, or the open file grew)."""
         if self._pending_files:
             return self._open_next()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             self.up = False
-            return False
+            return self._grew()  # drain the deleted or renamed file we still hold
         if st.st_ino != self._inode:
+            if self._grew():
+                return True  # written after our read hit its end, before the rename: read it
             self.rotations += 1
             self._reset_line()
+            self._pending_files = [(p, 0) for p in self._unread_rotated(st.st_ino)]
             return self._open_next()
-        if st.st_size < self._offset:
-            self.truncations += 1
-            self.on_skip("truncated_file", f"{self.path} shrank to {st.st_size} < {self._offset}")
-            assert self._fh is not None
-            self._fh.seek(0)
-            self._offset = 0
-            self._reset_line()
-            return True
-        return False
+        return self._check_rewritten(st.st_size)
+
+    def _grew(self) -> bool:
+        return self._fh is not None and os.fstat(self._fh.fileno()).st_size > self._offset
+
+    def _check_rewritten(self, size: int | None = None) -> bool:
+        """Detect a truncation of the open file (copy-truncate); if so, queue the rest of the
+        copy (when found) and the file from its start. True if it was truncated."""
+        if self._fh is None:
+            return False
+        fd = self._fh.fileno()
+        if size is None:
+            size = os.fstat(fd).st_size
+        head = os.pread(fd, HEAD_BYTES, 0)  # one small read per poll
+        if size >= self._offset and head.startswith(self._head):
+            if len(head) > len(self._head):
+                self._head = head
+                self._remember(self._inode, head)
+            return False
+        self.truncations += 1
+        resume = self._offset - len(self._partial)
+        self._partial, self._skipping = b"", False  # re-read from the copy, or lost below
+        copy = self._find_copy(resume) if resume > 0 else None
+        if copy is None and resume > 0:
+            self.on_skip("truncated_file", f"{self.path} was truncated at {resume} bytes; no copy found")
+        old_inode = self._inode
+        self._pending_files = [*([(copy, resume)] if copy else []), (self.path, 0)]
+        self._known.pop(old_inode, None)  # its first bytes changed: it is a new file now
+        return self._open_next()
+
+    def _find_copy(self, offset: int) -> Path | None:
+        """The rotated sibling that starts like the open file did and holds ``offset`` bytes."""
+        for path, st, head in self._siblings():
+            is_copy = st.st_ino != self._inode and st.st_size >= offset and head.startswith(self._head)
+            if is_copy and self._head and self._known.get(st.st_ino) != head:  # not read before
+                return path
+        return None
+
+    def _unread_rotated(self, current_inode: int) -> list[Path]:
+        """Rotated siblings never opened (a rotation more than once between polls), oldest
+        first; the new current file and every file already known are left out."""
+        out = []
+        for path, st, head in self._siblings():
+            known = self._known.get(st.st_ino)
+            if st.st_ino != current_inode and (known is None or not head.startswith(known)):
+                out.append((st.st_mtime_ns, -_suffix_number(path), path))
+        return [p for _, _, p in sorted(out)]
+
+    def _siblings(self) -> list[tuple[Path, os.stat_result, bytes]]:
+        out = []
+        for p in self.path.parent.glob(self.path.name + ".*"):
+            if p == self.position_file or p.suffix == ".tmp":
+                continue
+            try:
+                with open(p, "rb", buffering=0) as fh:
+                    out.append((p, os.fstat(fh.fileno()), fh.read(HEAD_BYTES)))
+            except OSError:
+                continue
+        return out
+
+    def _remember(self, inode: int, head: bytes) -> None:
+        self._known.pop(inode, None)
+        self._known[inode] = head
+        if len(self._known) > MAX_KNOWN_FILES:
+            del self._known[next(iter(self._known))]
 
     def _reset_line(self) -> None:
         if self._partial:
@@ -160,7 +242,7 @@ class FileFollower:
             self._first_open = False
             return self._open_first()
         if self._pending_files:
-            return self._open(self._pending_files.pop(0), 0)
+            return self._open(*self._pending_files.pop(0))
         return self._open(self.path, 0)
 
     def _open(self, path: Path, offset: int) -> bool:
@@ -176,6 +258,8 @@ class FileFollower:
         offset = min(offset, st.st_size)
         fh.seek(offset)
         self._fh, self._inode, self._offset = fh, st.st_ino, offset  # type: ignore[assignment]
+        self._head = os.pread(fh.fileno(), HEAD_BYTES, 0)
+        self._remember(st.st_ino, self._head)
         return True
 
     def _open_first(self) -> bool:
@@ -192,7 +276,7 @@ class FileFollower:
                 return self._open(self.path, saved.offset if saved.offset <= st.st_size else 0)
             rotated = self._find_rotated(saved.inode)
             if rotated is not None:
-                self._pending_files = [self.path]
+                self._pending_files = [(self.path, 0)]
                 return self._open(rotated, saved.offset)
             return self._open(self.path, 0)
         return self._open(self.path, st.st_size if self.start_at_end else 0)
@@ -212,3 +296,9 @@ class FileFollower:
             return Position(int(raw["inode"]), int(raw["offset"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def _suffix_number(path: Path) -> int:
+    """``kafka-request.log.3`` -> 3 (log4j2's ``%i``: higher is older); 0 for other suffixes."""
+    tail = path.name.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
