@@ -49,6 +49,7 @@ class Agent:
             grace_s=rl.grace_s,
             slow_threshold_ms=rl.slow_threshold_ms,
             max_exemplars=rl.max_exemplars_per_window,
+            max_ahead_s=rl.max_ahead_s,
         )
         self.request_log = (
             RequestLogSource(
@@ -58,6 +59,7 @@ class Agent:
                 position_file=rl.position_file,
                 start_at_end=rl.start_at == "end",
                 max_line_bytes=rl.max_line_bytes,
+                zone=rl.zone(),
             )
             if rl.enabled
             else None
