@@ -34,7 +34,6 @@ class RequestLogConfig(StrictModel):
     # Request types exported as Prometheus histograms (sketches go to Kafka for every type).
     histogram_requests: list[str] = Field(default_factory=lambda: [PRODUCE, FETCH_CONSUMER, FETCH_FOLLOWER])
 
-
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, v: str | None) -> str | None:
