@@ -170,35 +170,42 @@ class FileFollower:
         return self._fh is not None and os.fstat(self._fh.fileno()).st_size > self._offset
 
     def _check_rewritten(self, size: int | None = None) -> bool:
-        """Detect a truncation of the open file (copy-truncate); if so, queue the rest of the
-        copy (when found) and the file from its start. True if it was truncated."""
-        if self._fh is None:
-            return False
+        """Detect a copy-truncate of the open file; if so, queue the rest of the copy (when
+        found), rotated files never read, and the file from its start. True if detected."""
+        if self._fh is None or self._pending_files:
+            return False  # reading a rotated file: it does not change
         fd = self._fh.fileno()
         if size is None:
             size = os.fstat(fd).st_size
         head = os.pread(fd, HEAD_BYTES, 0)  # one small read per poll
+        resume = self._offset - len(self._partial)
+        copy = None
         if size >= self._offset and head.startswith(self._head):
             if len(head) > len(self._head):
                 self._head = head
                 self._remember(self._inode, head)
-            return False
+            # Nothing read from this file yet: neither its size nor its first bytes can tell a
+            # copy-truncate, but a rotated file never read would hold lines never read.
+            if resume > 0 or not self._unread_rotated(-1):
+                return False
+        else:
+            copy = self._find_copy(resume) if resume > 0 else None
+            if copy is None and resume > 0:
+                self.on_skip("truncated_file", f"{self.path} was truncated at {resume} bytes; no copy found")
         self.truncations += 1
-        resume = self._offset - len(self._partial)
-        self._partial, self._skipping = b"", False  # re-read from the copy, or lost below
-        copy = self._find_copy(resume) if resume > 0 else None
-        if copy is None and resume > 0:
-            self.on_skip("truncated_file", f"{self.path} was truncated at {resume} bytes; no copy found")
-        old_inode = self._inode
-        self._pending_files = [*([(copy, resume)] if copy else []), (self.path, 0)]
-        self._known.pop(old_inode, None)  # its first bytes changed: it is a new file now
+        self._partial, self._skipping = b"", False  # re-read from the copy, or lost above
+        self._known.pop(self._inode, None)  # its first bytes changed: a new file now
+        # The copy from where we were, other rotated files never read from their start (a
+        # rotation more than once between polls), oldest first; then the file itself.
+        unread = self._unread_rotated(-1)  # the copy is one of them: never read before
+        self._pending_files = [*((p, resume if p == copy else 0) for p in unread), (self.path, 0)]
         return self._open_next()
 
     def _find_copy(self, offset: int) -> Path | None:
         """The rotated sibling that starts like the open file did and holds ``offset`` bytes."""
         for path, st, head in self._siblings():
             is_copy = st.st_ino != self._inode and st.st_size >= offset and head.startswith(self._head)
-            if is_copy and self._head and self._known.get(st.st_ino) != head:  # not read before
+            if is_copy and self._head and not self._is_known(st.st_ino, head):
                 return path
         return None
 
@@ -207,9 +214,8 @@ class FileFollower:
         first; the new current file and every file already known are left out."""
         out = []
         for path, st, head in self._siblings():
-            known = self._known.get(st.st_ino)
-            if st.st_ino != current_inode and (known is None or not head.startswith(known)):
-                out.append((st.st_mtime_ns, -_suffix_number(path), path))
+            if st.st_ino != current_inode and not self._is_known(st.st_ino, head):
+                out.append((-_suffix_number(path), st.st_mtime_ns, path))
         return [p for _, _, p in sorted(out)]
 
     def _siblings(self) -> list[tuple[Path, os.stat_result, bytes]]:
@@ -223,6 +229,12 @@ class FileFollower:
             except OSError:
                 continue
         return out
+
+    def _is_known(self, inode: int, head: bytes) -> bool:
+        """Opened (or present at start) before: same inode, and its first bytes extend the ones
+        seen then (a reused inode has others)."""
+        known = self._known.get(inode)
+        return known is not None and head.startswith(known)
 
     def _remember(self, inode: int, head: bytes) -> None:
         self._known.pop(inode, None)
