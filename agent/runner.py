@@ -22,7 +22,8 @@ from pathlib import Path
 import yaml
 
 from agent.config import AgentConfig
-from agent.exporters.prometheus import AgentMetrics, make_registry, serve
+from agent.exporters.http import AgentHttpServer
+from agent.exporters.prometheus import AgentMetrics, make_registry
 from agent.health import Health
 from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
@@ -148,13 +149,12 @@ class Agent:
     def start(self) -> Agent:
         cfg = self.config
         if cfg.prometheus.enabled:
-            wrap = None
-            if self.page_cache is not None:
-                from agent.pagecache_http import with_page_cache
-
-                endpoint = self.page_cache
-                wrap = lambda app: with_page_cache(app, endpoint)  # noqa: E731
-            self.http_server = serve(self.registry, cfg.prometheus.port, cfg.prometheus.host, wrap)
+            self.http_server = AgentHttpServer(
+                self.registry,
+                cfg.prometheus.host,
+                cfg.prometheus.port,
+                page_cache=self.page_cache.handle if self.page_cache is not None else None,
+            ).start()
         if cfg.kafka.enabled:
             from agent.output.kafka import KafkaSink
 
@@ -209,8 +209,7 @@ class Agent:
         if self.tracer is not None:
             self.tracer.shutdown()
         if self.http_server is not None:
-            self.http_server.shutdown()
-            self.http_server.server_close()
+            self.http_server.close()
             self.http_server = None
 
 
