@@ -12,9 +12,11 @@
 * **Disappearance** (broker stopped, directory cleaned): the source is reported down, the open
   file is drained, and the path is retried on every poll; a file that appears later is read
   from its start.
-* **Position file**: ``(inode, offset)`` saved atomically after each poll batch; on start the
-  follower resumes there if the inode is the current file's, or drains a rotated sibling
-  (``<name>.N``) with that inode before the current file. Without a saved position it starts at
+* **Position file**: ``(inode, offset, first bytes)`` saved atomically after each poll batch; on
+  start the follower resumes there if the inode and first bytes are the current file's (else
+  it was truncated while stopped: the rest is read from its copy, as above), or drains a
+  rotated sibling (``<name>.N``) with that inode and first bytes, then every file rotated after
+  it, before the current file. Without a saved position it starts at
   the end (default) or the beginning.
 
 Lines longer than ``max_line_bytes`` are cut off and skipped up to their newline (the caller sees
@@ -23,7 +25,6 @@ a ``too_long`` notice through ``on_skip``), so a missing newline can never grow 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -41,6 +42,7 @@ MAX_KNOWN_FILES = 256
 class Position:
     inode: int
     offset: int
+    head: bytes = b""  # the file's first bytes as known then: tells a rewritten file or reused inode
 
 
 class FileFollower:
@@ -112,14 +114,15 @@ class FileFollower:
         return max(0, st.st_size - self._offset)
 
     def position(self) -> Position:
-        return Position(self._inode, self._offset - len(self._partial))
+        return Position(self._inode, self._offset - len(self._partial), self._head)
 
     def save_position(self) -> None:
         if self.position_file is None or self._inode < 0:
             return
         pos = self.position()
         tmp = self.position_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"inode": pos.inode, "offset": pos.offset, "path": str(self.path)}))
+        data = {"inode": pos.inode, "offset": pos.offset, "head": pos.head.hex(), "path": str(self.path)}
+        tmp.write_text(json.dumps(data))
         tmp.replace(self.position_file)
 
     def close(self) -> None:
@@ -283,30 +286,54 @@ class FileFollower:
             self.start_at_end = False  # ...and then read all of it: it is new
             self.up = False
             return False
-        if saved is not None:
-            if saved.inode == st.st_ino:
-                return self._open(self.path, saved.offset if saved.offset <= st.st_size else 0)
-            rotated = self._find_rotated(saved.inode)
-            if rotated is not None:
-                self._pending_files = [(self.path, 0)]
-                return self._open(rotated, saved.offset)
+        if saved is None:
+            return self._open(self.path, st.st_size if self.start_at_end else 0)
+        siblings = self._siblings()
+        if saved.inode == st.st_ino:
+            with open(self.path, "rb", buffering=0) as fh:
+                head = fh.read(HEAD_BYTES)
+            if st.st_size >= saved.offset and head.startswith(saved.head):
+                return self._open(self.path, saved.offset)
+            # Truncated while stopped (copy-truncate): the rest is in the copy, if there is one.
+            self.truncations += 1
+            for path, sst, shead in siblings:
+                if (
+                    saved.head
+                    and sst.st_ino != st.st_ino
+                    and sst.st_size >= saved.offset
+                    and shead.startswith(saved.head)
+                ):
+                    self._pending_files = [*((p, 0) for p in self._newer(path, siblings)), (self.path, 0)]
+                    return self._open(path, saved.offset)
+            if saved.offset > 0:
+                self.on_skip("truncated_file", f"{self.path} was truncated while stopped; no copy found")
             return self._open(self.path, 0)
-        return self._open(self.path, st.st_size if self.start_at_end else 0)
+        for path, sst, shead in siblings:
+            if sst.st_ino == saved.inode and shead.startswith(saved.head):
+                # Rotated while stopped: the rest of it, every file rotated after it, the new one.
+                self._pending_files = [*((p, 0) for p in self._newer(path, siblings)), (self.path, 0)]
+                return self._open(path, saved.offset)
+        return self._open(self.path, 0)
 
-    def _find_rotated(self, inode: int) -> Path | None:
-        for p in self.path.parent.glob(self.path.name + ".*"):
-            with contextlib.suppress(OSError):
-                if p.stat().st_ino == inode:
-                    return p
-        return None
+    @staticmethod
+    def _newer(rotated: Path, siblings: list[tuple[Path, os.stat_result, bytes]]) -> list[Path]:
+        """Siblings rotated after ``rotated``, oldest first (a lower ``%i``, else a later mtime)."""
+        n = _suffix_number(rotated)
+        mtime = next(st.st_mtime_ns for p, st, _ in siblings if p == rotated)
+        out = []
+        for p, st, _ in siblings:
+            m = _suffix_number(p)
+            if p != rotated and (0 < m < n if n and m else st.st_mtime_ns > mtime):
+                out.append((-m, st.st_mtime_ns, p))
+        return [p for _, _, p in sorted(out)]
 
     def _load_position(self) -> Position | None:
         if self.position_file is None:
             return None
         try:
             raw = json.loads(self.position_file.read_text())
-            return Position(int(raw["inode"]), int(raw["offset"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            return Position(int(raw["inode"]), int(raw["offset"]), bytes.fromhex(raw.get("head", "")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
 
