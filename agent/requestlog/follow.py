@@ -36,6 +36,8 @@ READ_BYTES = 1 << 20
 # millisecond timestamp and a correlation id, so two files agree on these only if one is a copy.
 HEAD_BYTES = 256
 MAX_KNOWN_FILES = 256
+MAX_SAVED_KNOWN = 64  # the most recent ones go to the position file ...
+KNOWN_HEAD_BYTES = 64  # ... with this many of their first bytes
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class Position:
     inode: int
     offset: int
     head: bytes = b""  # the file's first bytes as known then: tells a rewritten file or reused inode
+    # (inode, first bytes) of the files read or seen by then: a rotated file not among them, at
+    # the next start, holds lines never read. None: unknown (every file present is taken as seen).
+    known: tuple[tuple[int, bytes], ...] | None = None
 
 
 class FileFollower:
@@ -65,8 +70,9 @@ class FileFollower:
         self._offset = 0
         self._partial = b""
         self._skipping = False  # inside an over-long line, discarding to its newline
-        # Files to read before the current one: (path, offset), oldest first.
-        self._pending_files: list[tuple[Path, int]] = []
+        # Files to read before the current one, oldest first: (path, offset), or (the open file,
+        # offset) to come back to it after older rotated files.
+        self._pending_files: list[tuple[Path | os.FileIO, int]] = []
         self._head = b""  # the open file's first bytes (up to HEAD_BYTES, as far as known)
         # inode -> first bytes of every file opened or present at start: rotated files not in
         # here (or with other first bytes: a reused inode) were never read.
@@ -76,8 +82,13 @@ class FileFollower:
         self.up = False
         self.caught_up = False  # the last read_lines stopped at the end of the log
         self._first_open = True
-        for _path, st, head in self._siblings():
-            self._remember(st.st_ino, head)
+        saved = self._load_position()
+        if saved is not None and saved.known is not None:
+            for inode, head in saved.known:
+                self._remember(inode, head)
+        else:  # files present now count as read: "start at the end" (or no record of them)
+            for _path, st, head in self._siblings():
+                self._remember(st.st_ino, head)
         self._open_next()  # "start at the end" means the end as of now
 
     # -- public -----------------------------------------------------------------------------
@@ -121,7 +132,14 @@ class FileFollower:
             return
         pos = self.position()
         tmp = self.position_file.with_suffix(".tmp")
-        data = {"inode": pos.inode, "offset": pos.offset, "head": pos.head.hex(), "path": str(self.path)}
+        known = [[inode, head[:KNOWN_HEAD_BYTES].hex()] for inode, head in self._known.items()]
+        data = {
+            "inode": pos.inode,
+            "offset": pos.offset,
+            "head": pos.head.hex(),
+            "path": str(self.path),
+            "known": known[-MAX_SAVED_KNOWN:],
+        }
         tmp.write_text(json.dumps(data))
         tmp.replace(self.position_file)
 
@@ -173,8 +191,9 @@ class FileFollower:
         return self._fh is not None and os.fstat(self._fh.fileno()).st_size > self._offset
 
     def _check_rewritten(self, size: int | None = None) -> bool:
-        """Detect a copy-truncate of the open file; if so, queue the rest of the copy (when
-        found), rotated files never read, and the file from its start. True if detected."""
+        """Detect a copy-truncate of the open file, or rotated files never read while nothing
+        was read from it yet; if so, queue them oldest first (the copy from where we were) with
+        the open file in its place, read again from its start. True if anything was queued."""
         if self._fh is None or self._pending_files:
             return False  # reading a rotated file: it does not change
         fd = self._fh.fileno()
@@ -188,21 +207,38 @@ class FileFollower:
                 self._head = head
                 self._remember(self._inode, head)
             # Nothing read from this file yet: neither its size nor its first bytes can tell a
-            # copy-truncate, but a rotated file never read would hold lines never read.
-            if resume > 0 or not self._unread_rotated(-1):
+            # copy-truncate, but a copy never read would hold lines never read. (A deleted file
+            # is read to its end first, then the rotation: there is no telling its age.)
+            if resume > 0 or not self._unread_rotated(self._inode):
+                return False
+            renamed = any(st.st_ino == self._inode for _, st, _ in self._siblings())
+            if not renamed and not self._still_current():
                 return False
         else:
+            self.truncations += 1
+            self._known.pop(self._inode, None)  # its first bytes changed: a new file now
             copy = self._find_copy(resume) if resume > 0 else None
             if copy is None and resume > 0:
                 self.on_skip("truncated_file", f"{self.path} was truncated at {resume} bytes; no copy found")
-        self.truncations += 1
-        self._partial, self._skipping = b"", False  # re-read from the copy, or lost above
-        self._known.pop(self._inode, None)  # its first bytes changed: a new file now
-        # The copy from where we were, other rotated files never read from their start (a
-        # rotation more than once between polls), oldest first; then the file itself.
-        unread = self._unread_rotated(-1)  # the copy is one of them: never read before
-        self._pending_files = [*((p, resume if p == copy else 0) for p in unread), (self.path, 0)]
+        self._partial, self._skipping = b"", False  # read again from the copy, or lost above
+        order = []
+        for path, st, head in self._siblings():
+            if st.st_ino == self._inode:  # the open file, renamed since: in its place by age
+                order.append((-_suffix_number(path), st.st_mtime_ns, 1, (self._fh, 0)))
+            elif head and not self._is_known(st.st_ino, head):
+                order.append(
+                    (-_suffix_number(path), st.st_mtime_ns, 0, (path, resume if path == copy else 0))
+                )
+        self._pending_files = [entry for *_, entry in sorted(order, key=lambda o: o[:3])]
+        if not any(target is self._fh for target, _ in self._pending_files):
+            self._pending_files.append((self._fh, 0))
         return self._open_next()
+
+    def _still_current(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self._inode
+        except OSError:
+            return False
 
     def _find_copy(self, offset: int) -> Path | None:
         """The rotated sibling that starts like the open file did and holds ``offset`` bytes."""
@@ -214,10 +250,10 @@ class FileFollower:
 
     def _unread_rotated(self, current_inode: int) -> list[Path]:
         """Rotated siblings never opened (a rotation more than once between polls), oldest
-        first; the new current file and every file already known are left out."""
+        first; the new current file, empty files and every file already known are left out."""
         out = []
         for path, st, head in self._siblings():
-            if st.st_ino != current_inode and not self._is_known(st.st_ino, head):
+            if head and st.st_ino != current_inode and not self._is_known(st.st_ino, head):
                 out.append((-_suffix_number(path), st.st_mtime_ns, path))
         return [p for _, _, p in sorted(out)]
 
@@ -237,7 +273,9 @@ class FileFollower:
         """Opened (or present at start) before: same inode, and its first bytes extend the ones
         seen then (a reused inode has others)."""
         known = self._known.get(inode)
-        return known is not None and head.startswith(known)
+        # An empty file has no identity (its inode may be reused): taken as never read, which
+        # costs nothing if it is still empty.
+        return bool(known) and head.startswith(known)
 
     def _remember(self, inode: int, head: bytes) -> None:
         self._known.pop(inode, None)
@@ -252,13 +290,27 @@ class FileFollower:
         self._skipping = False
 
     def _open_next(self) -> bool:
-        self.close()
+        if self._fh is not None:  # what it holds now: known as read
+            self._remember(self._inode, os.pread(self._fh.fileno(), HEAD_BYTES, 0))
+        if any(target is self._fh for target, _ in self._pending_files):
+            self._fh = None  # queued: read again after the files before it
+        else:
+            self.close()
         if self._first_open:
             self._first_open = False
             return self._open_first()
         if self._pending_files:
-            return self._open(*self._pending_files.pop(0))
+            target, offset = self._pending_files.pop(0)
+            return self._open(target, offset) if isinstance(target, Path) else self._adopt(target, offset)
         return self._open(self.path, 0)
+
+    def _adopt(self, fh: os.FileIO, offset: int) -> bool:
+        st = os.fstat(fh.fileno())
+        fh.seek(offset)
+        self._fh, self._inode, self._offset = fh, st.st_ino, offset
+        self._head = os.pread(fh.fileno(), HEAD_BYTES, 0)
+        self._remember(st.st_ino, self._head)
+        return True
 
     def _open(self, path: Path, offset: int) -> bool:
         try:
@@ -294,45 +346,47 @@ class FileFollower:
                 head = fh.read(HEAD_BYTES)
             if st.st_size >= saved.offset and head.startswith(saved.head):
                 return self._open(self.path, saved.offset)
-            # Truncated while stopped (copy-truncate): the rest is in the copy, if there is one.
-            self.truncations += 1
+        else:
             for path, sst, shead in siblings:
-                if (
-                    saved.head
-                    and sst.st_ino != st.st_ino
-                    and sst.st_size >= saved.offset
-                    and shead.startswith(saved.head)
-                ):
-                    self._pending_files = [*((p, 0) for p in self._newer(path, siblings)), (self.path, 0)]
-                    return self._open(path, saved.offset)
-            if saved.offset > 0:
-                self.on_skip("truncated_file", f"{self.path} was truncated while stopped; no copy found")
-            return self._open(self.path, 0)
+                if sst.st_ino == saved.inode and shead.startswith(saved.head):
+                    return self._queue(siblings, {path: saved.offset})  # rotated while stopped
+        if saved.offset == 0:
+            return self._queue(siblings, {})
+        # Truncated (and maybe renamed or deleted) while stopped: the rest is in its copy, the
+        # sibling that starts with the same bytes, if there is one.
+        self.truncations += 1
         for path, sst, shead in siblings:
-            if sst.st_ino == saved.inode and shead.startswith(saved.head):
-                # Rotated while stopped: the rest of it, every file rotated after it, the new one.
-                self._pending_files = [*((p, 0) for p in self._newer(path, siblings)), (self.path, 0)]
-                return self._open(path, saved.offset)
-        return self._open(self.path, 0)
+            if saved.head and sst.st_size >= saved.offset and shead.startswith(saved.head):
+                return self._queue(siblings, {path: saved.offset})
+        self.on_skip(
+            "truncated_file", f"{self.path}: the file read before the stop is gone or truncated; no copy"
+        )
+        return self._queue(siblings, {})
 
-    @staticmethod
-    def _newer(rotated: Path, siblings: list[tuple[Path, os.stat_result, bytes]]) -> list[Path]:
-        """Siblings rotated after ``rotated``, oldest first (a lower ``%i``, else a later mtime)."""
-        n = _suffix_number(rotated)
-        mtime = next(st.st_mtime_ns for p, st, _ in siblings if p == rotated)
-        out = []
-        for p, st, _ in siblings:
-            m = _suffix_number(p)
-            if p != rotated and (0 < m < n if n and m else st.st_mtime_ns > mtime):
-                out.append((-m, st.st_mtime_ns, p))
-        return [p for _, _, p in sorted(out)]
+    def _queue(self, siblings: list[tuple[Path, os.stat_result, bytes]], offsets: dict[Path, int]) -> bool:
+        """Read the rotated files never read and those in ``offsets`` (from there), oldest
+        first, then the current file; opens the first."""
+        order = sorted(
+            (-_suffix_number(p), st.st_mtime_ns, p)
+            for p, st, head in siblings
+            if p in offsets or (head and not self._is_known(st.st_ino, head))
+        )
+        self._pending_files = [*((p, offsets.get(p, 0)) for _, _, p in order), (self.path, 0)]
+        target, offset = self._pending_files.pop(0)
+        return self._open(target, offset)  # type: ignore[arg-type]
 
     def _load_position(self) -> Position | None:
         if self.position_file is None:
             return None
         try:
             raw = json.loads(self.position_file.read_text())
-            return Position(int(raw["inode"]), int(raw["offset"]), bytes.fromhex(raw.get("head", "")))
+            known = raw.get("known")
+            return Position(
+                int(raw["inode"]),
+                int(raw["offset"]),
+                bytes.fromhex(raw.get("head", "")),
+                None if known is None else tuple((int(i), bytes.fromhex(h)) for i, h in known),
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
