@@ -12,12 +12,17 @@
 * **Disappearance** (broker stopped, directory cleaned): the source is reported down, the open
   file is drained, and the path is retried on every poll; a file that appears later is read
   from its start.
-* **Position file**: ``(inode, offset, first bytes)`` saved atomically after each poll batch; on
-  start the follower resumes there if the inode and first bytes are the current file's (else
-  it was truncated while stopped: the rest is read from its copy, as above), or drains a
-  rotated sibling (``<name>.N``) with that inode and first bytes, then every file rotated after
-  it, before the current file. Without a saved position it starts at
-  the end (default) or the beginning.
+* **Position file**: ``(inode, offset, first bytes)`` and the files known (inode and first
+  bytes) saved atomically after each poll batch. On start the follower resumes there if the
+  inode and first bytes are the current file's; else it reads the rest of that file where it
+  is now (rotated) or of its copy (truncated), every rotated file it does not know, oldest
+  first, then the current file. Without a saved position it starts at the end (default) or
+  the beginning, and the rotated files present count as known.
+
+Files are told apart by inode *and* first bytes (:data:`HEAD_BYTES`), so a reused inode is not
+taken for a file already read; an empty file has no identity and is skipped until it has
+bytes. Lost, because nothing holds them any more: lines of a file created and deleted between
+two polls (or while stopped), and lines written between a copy and its truncation.
 
 Lines longer than ``max_line_bytes`` are cut off and skipped up to their newline (the caller sees
 a ``too_long`` notice through ``on_skip``), so a missing newline can never grow memory.
