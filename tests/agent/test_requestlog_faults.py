@@ -14,12 +14,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from agent.config import load_agent_config
 from agent.health import Health
 from agent.requestlog import follow
 from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import LineParser
 from agent.requestlog.source import RequestLogSource, ingest_lines
 from agent.requestlog.window import ClosedWindow, WindowAggregator
+from agent.runner import Agent
+from linkwatch.errors import ConfigError
 
 TAIL = b" (kafka.request.logger)"
 
@@ -183,3 +186,42 @@ def test_dst_fall_back_in_local_time_loses_no_hour(berlin_local_time: ZoneInfo) 
     assert health.dropped == Counter()
     assert counted(closed) == len(lines)
     assert sorted(w.start_ms for w in closed) == sorted({ms - ms % 10_000 for ms in epochs})
+
+
+# -- the settings these need -----------------------------------------------------------------
+ZONE_CONFIGS = [
+    (
+        "unknown zone",
+        "broker_id: 1\nrequest_log: {timezone: Mars/Base}\n",
+        "request_log.timezone='Mars/Base'",
+    ),
+    (
+        "a path, not a zone",
+        "broker_id: 1\nrequest_log: {timezone: ../../etc/passwd}\n",
+        "is not a known time zone",
+    ),
+    ("negative max_ahead_s", "broker_id: 1\nrequest_log: {max_ahead_s: -1}\n", "request_log.max_ahead_s=-1"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "message"), ZONE_CONFIGS, ids=[c[0] for c in ZONE_CONFIGS])
+def test_bad_zone_settings_stop_start_up_naming_the_key(
+    name: str, text: str, message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_agent_config(path)
+    assert message in str(err.value)
+
+
+def test_configured_zone_reaches_the_parser(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"broker_id: 1\nrequest_log: {{path: {tmp_path / 'r.log'}, timezone: Asia/Kolkata}}\nprometheus: {{enabled: false}}\nhost: {{enabled: false}}\n"
+    )
+    agent = Agent(load_agent_config(path))
+    assert agent.request_log is not None
+    assert agent.request_log.parser.ts(b"2026-11-21 05:30:00,000") == int(
+        datetime(2026, 11, 21, tzinfo=UTC).timestamp() * 1000
+    )
