@@ -6,7 +6,8 @@ endpoint takes a body), the listen backlog, and idle keep-alive connections are 
 connection is a coroutine, not a thread, so clients that send slowly hold a socket, never a
 worker. On top of that, every request has a whole-request deadline (``request_timeout_s``: 503
 past it) and the work of both endpoints runs in a small bounded thread pool, so a scrape that
-reads ``/proc`` or a page-cache check that maps a segment never blocks the event loop.
+reads ``/proc`` or a page-cache check that maps a segment never blocks the event loop, and
+scrapes have a thread of their own, so they never wait behind page-cache checks.
 
 The server runs on its own thread and event loop; :meth:`AgentHttpServer.start` returns once it
 listens (loopback unless configured) and :meth:`AgentHttpServer.close` stops it.
@@ -37,7 +38,7 @@ class HttpLimits:
     max_field_bytes: int = 8190  # one header
     max_body_bytes: int = 1024  # no endpoint takes a body
     backlog: int = 64
-    workers: int = 4  # threads doing the endpoints' work
+    workers: int = 4  # threads doing page-cache checks (scrapes have their own thread)
 
 
 class AgentHttpServer:
@@ -59,6 +60,8 @@ class AgentHttpServer:
         self.server_address: tuple[str, int] | None = None  # as bound (host, port)
         self.server_port: int | None = None
         self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="agent-http-work")
+        # Scrapes never wait behind slow page-cache checks.
+        self._scrape_pool = ThreadPoolExecutor(1, thread_name_prefix="agent-http-scrape")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -88,7 +91,7 @@ class AgentHttpServer:
         self._thread.start()
         ready.wait()
         if started[0] is not None:
-            self._pool.shutdown(wait=False)
+            self.close()
             raise started[0]
         return self
 
@@ -116,7 +119,8 @@ class AgentHttpServer:
         if loop is not None and thread is not None and thread.is_alive():
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=10)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._scrape_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
         self._thread = None
 
     # -- handlers ----------------------------------------------------------------------------
@@ -132,7 +136,7 @@ class AgentHttpServer:
         if request.method != "GET":
             return _json(405, "method_not_allowed", "use GET")
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = await asyncio.get_running_loop().run_in_executor(self._pool, encoder, self.registry)
+        body = await asyncio.get_running_loop().run_in_executor(self._scrape_pool, encoder, self.registry)
         response = web.Response(body=body, headers={"Content-Type": content_type})
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             response.enable_compression()

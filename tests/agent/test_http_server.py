@@ -128,3 +128,18 @@ def test_port_in_use_fails_at_start() -> None:
         taken.listen()
         with pytest.raises(OSError):
             AgentHttpServer(CollectorRegistry(), port=taken.getsockname()[1]).start()
+
+
+def test_scrapes_do_not_wait_behind_slow_page_cache_checks(server: AgentHttpServer) -> None:
+    slow = [
+        threading.Thread(target=request, args=(server, "/page-cache?slow"), daemon=True)
+        for _ in range(server.limits.workers + 2)
+    ]
+    for t in slow:
+        t.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    assert request(server, "/metrics")[0] == 200
+    assert time.monotonic() - t0 < 0.4  # before the deadline frees any worker
+    for t in slow:
+        t.join()
