@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,8 +26,26 @@ class RequestLogConfig(StrictModel):
     slow_threshold_ms: float = Field(300.0, ge=0)
     max_exemplars_per_window: int = Field(20, ge=0, le=10_000)
     max_line_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
+    # Zone of timestamps written without an offset (log4j2's plain "[%d]"): an IANA name such
+    # as "Europe/Berlin" or "UTC"; None: this host's zone. Stamps with an offset need none.
+    timezone: str | None = None
+    # A line stamped further ahead of the wall clock is dropped as future_timestamp.
+    max_ahead_s: float = Field(60.0, ge=0, le=86_400)
     # Request types exported as Prometheus histograms (sketches go to Kafka for every type).
     histogram_requests: list[str] = Field(default_factory=lambda: [PRODUCE, FETCH_CONSUMER, FETCH_FOLLOWER])
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                ZoneInfo(v)
+            except (ZoneInfoNotFoundError, ValueError, OSError):
+                raise ValueError(f"{v[:80]!r} is not a known time zone (an IANA name, e.g. 'UTC')") from None
+        return v
+
+    def zone(self) -> ZoneInfo | None:
+        return ZoneInfo(self.timezone) if self.timezone is not None else None
 
 
 class PrometheusConfig(StrictModel):

@@ -12,7 +12,8 @@ the bytes a lagging group reads next are in that broker's page cache::
 The work is :func:`linkwatch.pagecache.check_cold_read` on the agent's own log dirs: the segment by
 binary search over the sorted segment base offsets, the position by binary search in its
 ``.index`` (the ``.log`` is not read), then ``mincore`` on a read-only mapping of at most
-``max_span_bytes``. Optional ``span_bytes`` / ``skip_bytes`` parameters override the defaults
+``max_span_bytes``. It is served by :class:`agent.exporters.http.AgentHttpServer` (aiohttp:
+sizes, deadline and non-GET methods are handled there). Optional ``span_bytes`` / ``skip_bytes`` parameters override the defaults
 within bounds.
 
 Every parameter is validated: a missing, repeated, unknown or malformed one is ``400`` with a
@@ -25,13 +26,11 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
-
-import orjson
 
 from linkwatch.pagecache import check_cold_read
 
@@ -155,33 +154,3 @@ class PageCacheEndpoint:
             "confirmed": check.confirmed,
             "reason": check.reason,
         }
-
-
-HTTP_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
-
-
-def with_page_cache(app: Callable[..., Any], endpoint: PageCacheEndpoint) -> Callable[..., Any]:
-    """A WSGI app answering ``/page-cache`` itself and everything else with ``app``."""
-
-    def dispatch(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != PATH:
-            return app(environ, start_response)
-        if environ.get("REQUEST_METHOD") != "GET":
-            status, body = 405, {"error": "method_not_allowed", "message": "use GET"}
-        else:
-            status, body = endpoint.handle(environ.get("QUERY_STRING", ""))
-        data = orjson.dumps(body)
-        start_response(
-            f"{status} {HTTP_REASONS[status]}",
-            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
-        )
-        return [data]
-
-    return dispatch

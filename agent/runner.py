@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 
 from agent.config import AgentConfig
-from agent.exporters.prometheus import AgentMetrics, make_registry, serve
+from agent.exporters.http import AgentHttpServer
+from agent.exporters.prometheus import AgentMetrics, make_registry
 from agent.health import Health
 from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
@@ -43,6 +44,7 @@ class Agent:
             grace_s=rl.grace_s,
             slow_threshold_ms=rl.slow_threshold_ms,
             max_exemplars=rl.max_exemplars_per_window,
+            max_ahead_s=rl.max_ahead_s,
         )
         self.request_log = (
             RequestLogSource(
@@ -52,6 +54,7 @@ class Agent:
                 position_file=rl.position_file,
                 start_at_end=rl.start_at == "end",
                 max_line_bytes=rl.max_line_bytes,
+                zone=rl.zone(),
             )
             if rl.enabled
             else None
@@ -140,13 +143,12 @@ class Agent:
     def start(self) -> Agent:
         cfg = self.config
         if cfg.prometheus.enabled:
-            wrap = None
-            if self.page_cache is not None:
-                from agent.pagecache_http import with_page_cache
-
-                endpoint = self.page_cache
-                wrap = lambda app: with_page_cache(app, endpoint)  # noqa: E731
-            self.http_server = serve(self.registry, cfg.prometheus.port, cfg.prometheus.host, wrap)
+            self.http_server = AgentHttpServer(
+                self.registry,
+                cfg.prometheus.host,
+                cfg.prometheus.port,
+                page_cache=self.page_cache.handle if self.page_cache is not None else None,
+            ).start()
         if cfg.kafka.enabled:
             from agent.output.kafka import KafkaSink
 
@@ -201,6 +203,5 @@ class Agent:
         if self.tracer is not None:
             self.tracer.shutdown()
         if self.http_server is not None:
-            self.http_server.shutdown()
-            self.http_server.server_close()
+            self.http_server.close()
             self.http_server = None

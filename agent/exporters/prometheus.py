@@ -12,13 +12,10 @@ The process collector adds the agent's own RSS and CPU (``process_resident_memor
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from collections.abc import Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from agent.health import Health
@@ -168,27 +165,3 @@ def make_registry(metrics: AgentMetrics) -> CollectorRegistry:
     registry.register(metrics)
     ProcessCollector(registry=registry)
     return registry
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-def serve(
-    registry: CollectorRegistry,
-    port: int,
-    addr: str = "127.0.0.1",
-    wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
-):
-    """Start ``/metrics`` on ``addr:port`` (loopback unless configured); returns the server.
-
-    ``wrap`` turns the metrics WSGI app into one that also answers other paths (the agent's
-    ``/page-cache``, :mod:`agent.pagecache_http`)."""
-    if wrap is None:
-        server, _thread = start_http_server(port, addr=addr, registry=registry)
-        return server
-    app = wrap(make_wsgi_app(registry))
-    server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
-    threading.Thread(target=server.serve_forever, name="agent-http", daemon=True).start()
-    return server

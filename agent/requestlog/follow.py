@@ -1,15 +1,28 @@
 """Follow a log file like ``tail -F``: across rotation, truncation and re-creation.
 
 * **Rotation** (log4j2 renames ``kafka-request.log`` to ``.1`` and opens a new file): the open
-  file is read to its end first, then the new file is opened and read from its start.
-* **Truncation** (size below the read position, same inode): read again from the start.
+  file is read to its end first (also what was appended after the read that hit its end and
+  before the rename was seen), then rotated files this follower never opened (a rotation more
+  than once between two polls; older ``<name>.N`` first), then the new file from its start.
+* **Truncation** (copy-truncate: same inode, size below the read position, *or* the first
+  bytes changed, which catches a truncated file rewritten past the old position before the
+  next poll): if a sibling ``<name>.*`` starts with the same bytes and holds the position, it is
+  the copy, and the rest of it is read first; the file is then read again from its start.
+  Without such a copy the unread tail is lost, and counted as a ``truncated_file`` skip.
 * **Disappearance** (broker stopped, directory cleaned): the source is reported down, the open
   file is drained, and the path is retried on every poll; a file that appears later is read
   from its start.
-* **Position file**: ``(inode, offset)`` saved atomically after each poll batch; on start the
-  follower resumes there if the inode is the current file's, or drains a rotated sibling
-  (``<name>.N``) with that inode before the current file. Without a saved position it starts at
-  the end (default) or the beginning.
+* **Position file**: ``(inode, offset, first bytes)`` and the files known (inode and first
+  bytes) saved atomically after each poll batch. On start the follower resumes there if the
+  inode and first bytes are the current file's; else it reads the rest of that file where it
+  is now (rotated) or of its copy (truncated), every rotated file it does not know, oldest
+  first, then the current file. Without a saved position it starts at the end (default) or
+  the beginning, and the rotated files present count as known.
+
+Files are told apart by inode *and* first bytes (:data:`HEAD_BYTES`), so a reused inode is not
+taken for a file already read; an empty file has no identity and is skipped until it has
+bytes. Lost, because nothing holds them any more: lines of a file created and deleted between
+two polls (or while stopped), and lines written between a copy and its truncation.
 
 Lines longer than ``max_line_bytes`` are cut off and skipped up to their newline (the caller sees
 a ``too_long`` notice through ``on_skip``), so a missing newline can never grow memory.
@@ -17,7 +30,6 @@ a ``too_long`` notice through ``on_skip``), so a missing newline can never grow 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -25,12 +37,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READ_BYTES = 1 << 20
+# The first bytes of a file identify it (with its inode): a Kafka request line starts with a
+# millisecond timestamp and a correlation id, so two files agree on these only if one is a copy.
+HEAD_BYTES = 256
+MAX_KNOWN_FILES = 256
+MAX_SAVED_KNOWN = 64  # the most recent ones go to the position file ...
+KNOWN_HEAD_BYTES = 64  # ... with this many of their first bytes
 
 
 @dataclass(frozen=True)
 class Position:
     inode: int
     offset: int
+    head: bytes = b""  # the file's first bytes as known then: tells a rewritten file or reused inode
+    # (inode, first bytes) of the files read or seen by then: a rotated file not among them, at
+    # the next start, holds lines never read. None: unknown (every file present is taken as seen).
+    known: tuple[tuple[int, bytes], ...] | None = None
 
 
 class FileFollower:
@@ -53,20 +75,37 @@ class FileFollower:
         self._offset = 0
         self._partial = b""
         self._skipping = False  # inside an over-long line, discarding to its newline
-        self._pending_files: list[Path] = []  # rotated files to drain before the current one
+        # Files to read before the current one, oldest first: (path, offset), or (the open file,
+        # offset) to come back to it after older rotated files.
+        self._pending_files: list[tuple[Path | os.FileIO, int]] = []
+        self._head = b""  # the open file's first bytes (up to HEAD_BYTES, as far as known)
+        # inode -> first bytes of every file opened or present at start: rotated files not in
+        # here (or with other first bytes: a reused inode) were never read.
+        self._known: dict[int, bytes] = {}
         self.rotations = 0
         self.truncations = 0
         self.up = False
+        self.caught_up = False  # the last read_lines stopped at the end of the log
         self._first_open = True
+        saved = self._load_position()
+        if saved is not None and saved.known is not None:
+            for inode, head in saved.known:
+                self._remember(inode, head)
+        else:  # files present now count as read: "start at the end" (or no record of them)
+            for _path, st, head in self._siblings():
+                self._remember(st.st_ino, head)
         self._open_next()  # "start at the end" means the end as of now
 
     # -- public -----------------------------------------------------------------------------
     def read_lines(self, max_bytes: int = 8 * READ_BYTES) -> list[bytes]:
         """Complete lines available now (without newlines), at most about ``max_bytes`` of them."""
+        self.caught_up = True
         if self._fh is None and not self._open_next():
             return []
         lines: list[bytes] = []
+        self._check_rewritten()  # before reading from a position that may mean nothing now
         budget = max_bytes
+        self.caught_up = False
         while budget > 0:
             chunk = self._fh.read(READ_BYTES) if self._fh is not None else b""
             if chunk:
@@ -75,6 +114,7 @@ class FileFollower:
                 self._split(chunk, lines)
                 continue
             if not self._at_eof_switch():
+                self.caught_up = True
                 break
         return lines
 
@@ -90,14 +130,22 @@ class FileFollower:
         return max(0, st.st_size - self._offset)
 
     def position(self) -> Position:
-        return Position(self._inode, self._offset - len(self._partial))
+        return Position(self._inode, self._offset - len(self._partial), self._head)
 
     def save_position(self) -> None:
         if self.position_file is None or self._inode < 0:
             return
         pos = self.position()
         tmp = self.position_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"inode": pos.inode, "offset": pos.offset, "path": str(self.path)}))
+        known = [[inode, head[:KNOWN_HEAD_BYTES].hex()] for inode, head in self._known.items()]
+        data = {
+            "inode": pos.inode,
+            "offset": pos.offset,
+            "head": pos.head.hex(),
+            "path": str(self.path),
+            "known": known[-MAX_SAVED_KNOWN:],
+        }
+        tmp.write_text(json.dumps(data))
         tmp.replace(self.position_file)
 
     def close(self) -> None:
@@ -126,27 +174,119 @@ class FileFollower:
             self._skipping = True
 
     def _at_eof_switch(self) -> bool:
-        """At EOF of the open file: switch to the next file if there is one. True if switched."""
+        """At EOF of the open file: switch to the next file if there is one. True if the loop
+        should read again (switched, or the open file grew)."""
         if self._pending_files:
             return self._open_next()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             self.up = False
-            return False
+            return self._grew()  # drain the deleted or renamed file we still hold
         if st.st_ino != self._inode:
+            if self._grew():
+                return True  # written after our read hit its end, before the rename: read it
             self.rotations += 1
             self._reset_line()
+            self._pending_files = [(p, 0) for p in self._unread_rotated(st.st_ino)]
             return self._open_next()
-        if st.st_size < self._offset:
+        return self._check_rewritten(st.st_size)
+
+    def _grew(self) -> bool:
+        return self._fh is not None and os.fstat(self._fh.fileno()).st_size > self._offset
+
+    def _check_rewritten(self, size: int | None = None) -> bool:
+        """Detect a copy-truncate of the open file, or rotated files never read while nothing
+        was read from it yet; if so, queue them oldest first (the copy from where we were) with
+        the open file in its place, read again from its start. True if anything was queued."""
+        if self._fh is None or self._pending_files:
+            return False  # reading a rotated file: it does not change
+        fd = self._fh.fileno()
+        if size is None:
+            size = os.fstat(fd).st_size
+        head = os.pread(fd, HEAD_BYTES, 0)  # one small read per poll
+        resume = self._offset - len(self._partial)
+        copy = None
+        if size >= self._offset and head.startswith(self._head):
+            if len(head) > len(self._head):
+                self._head = head
+                self._remember(self._inode, head)
+            # Nothing read from this file yet: neither its size nor its first bytes can tell a
+            # copy-truncate, but a copy never read would hold lines never read. (A deleted file
+            # is read to its end first, then the rotation: there is no telling its age.)
+            if resume > 0 or not self._unread_rotated(self._inode):
+                return False
+            renamed = any(st.st_ino == self._inode for _, st, _ in self._siblings())
+            if not renamed and not self._still_current():
+                return False
+        else:
             self.truncations += 1
-            self.on_skip("truncated_file", f"{self.path} shrank to {st.st_size} < {self._offset}")
-            assert self._fh is not None
-            self._fh.seek(0)
-            self._offset = 0
-            self._reset_line()
-            return True
-        return False
+            self._known.pop(self._inode, None)  # its first bytes changed: a new file now
+            copy = self._find_copy(resume) if resume > 0 else None
+            if copy is None and resume > 0:
+                self.on_skip("truncated_file", f"{self.path} was truncated at {resume} bytes; no copy found")
+        self._partial, self._skipping = b"", False  # read again from the copy, or lost above
+        order = []
+        for path, st, head in self._siblings():
+            if st.st_ino == self._inode:  # the open file, renamed since: in its place by age
+                order.append((-_suffix_number(path), st.st_mtime_ns, 1, (self._fh, 0)))
+            elif head and not self._is_known(st.st_ino, head):
+                order.append(
+                    (-_suffix_number(path), st.st_mtime_ns, 0, (path, resume if path == copy else 0))
+                )
+        self._pending_files = [entry for *_, entry in sorted(order, key=lambda o: o[:3])]
+        if not any(target is self._fh for target, _ in self._pending_files):
+            self._pending_files.append((self._fh, 0))
+        return self._open_next()
+
+    def _still_current(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self._inode
+        except OSError:
+            return False
+
+    def _find_copy(self, offset: int) -> Path | None:
+        """The rotated sibling that starts like the open file did and holds ``offset`` bytes."""
+        for path, st, head in self._siblings():
+            is_copy = st.st_ino != self._inode and st.st_size >= offset and head.startswith(self._head)
+            if is_copy and self._head and not self._is_known(st.st_ino, head):
+                return path
+        return None
+
+    def _unread_rotated(self, current_inode: int) -> list[Path]:
+        """Rotated siblings never opened (a rotation more than once between polls), oldest
+        first; the new current file, empty files and every file already known are left out."""
+        out = []
+        for path, st, head in self._siblings():
+            if head and st.st_ino != current_inode and not self._is_known(st.st_ino, head):
+                out.append((-_suffix_number(path), st.st_mtime_ns, path))
+        return [p for _, _, p in sorted(out)]
+
+    def _siblings(self) -> list[tuple[Path, os.stat_result, bytes]]:
+        out = []
+        for p in self.path.parent.glob(self.path.name + ".*"):
+            if p == self.position_file or p.suffix == ".tmp":
+                continue
+            try:
+                with open(p, "rb", buffering=0) as fh:
+                    out.append((p, os.fstat(fh.fileno()), fh.read(HEAD_BYTES)))
+            except OSError:
+                continue
+        return out
+
+    def _is_known(self, inode: int, head: bytes) -> bool:
+        """Opened (or present at start) before: same inode, and its first bytes extend the ones
+        seen then (a reused inode has others)."""
+        known = self._known.get(inode)
+        # An empty file has no identity (its inode may be reused): taken as never read, which
+        # costs nothing if it is still empty.
+        return bool(known) and head.startswith(known)
+
+    def _remember(self, inode: int, head: bytes) -> None:
+        self._known.pop(inode, None)
+        self._known[inode] = head
+        if len(self._known) > MAX_KNOWN_FILES:
+            del self._known[next(iter(self._known))]
 
     def _reset_line(self) -> None:
         if self._partial:
@@ -155,13 +295,27 @@ class FileFollower:
         self._skipping = False
 
     def _open_next(self) -> bool:
-        self.close()
+        if self._fh is not None:  # what it holds now: known as read
+            self._remember(self._inode, os.pread(self._fh.fileno(), HEAD_BYTES, 0))
+        if any(target is self._fh for target, _ in self._pending_files):
+            self._fh = None  # queued: read again after the files before it
+        else:
+            self.close()
         if self._first_open:
             self._first_open = False
             return self._open_first()
         if self._pending_files:
-            return self._open(self._pending_files.pop(0), 0)
+            target, offset = self._pending_files.pop(0)
+            return self._open(target, offset) if isinstance(target, Path) else self._adopt(target, offset)
         return self._open(self.path, 0)
+
+    def _adopt(self, fh: os.FileIO, offset: int) -> bool:
+        st = os.fstat(fh.fileno())
+        fh.seek(offset)
+        self._fh, self._inode, self._offset = fh, st.st_ino, offset
+        self._head = os.pread(fh.fileno(), HEAD_BYTES, 0)
+        self._remember(st.st_ino, self._head)
+        return True
 
     def _open(self, path: Path, offset: int) -> bool:
         try:
@@ -176,6 +330,8 @@ class FileFollower:
         offset = min(offset, st.st_size)
         fh.seek(offset)
         self._fh, self._inode, self._offset = fh, st.st_ino, offset  # type: ignore[assignment]
+        self._head = os.pread(fh.fileno(), HEAD_BYTES, 0)
+        self._remember(st.st_ino, self._head)
         return True
 
     def _open_first(self) -> bool:
@@ -187,28 +343,60 @@ class FileFollower:
             self.start_at_end = False  # ...and then read all of it: it is new
             self.up = False
             return False
-        if saved is not None:
-            if saved.inode == st.st_ino:
-                return self._open(self.path, saved.offset if saved.offset <= st.st_size else 0)
-            rotated = self._find_rotated(saved.inode)
-            if rotated is not None:
-                self._pending_files = [self.path]
-                return self._open(rotated, saved.offset)
-            return self._open(self.path, 0)
-        return self._open(self.path, st.st_size if self.start_at_end else 0)
+        if saved is None:
+            return self._open(self.path, st.st_size if self.start_at_end else 0)
+        siblings = self._siblings()
+        if saved.inode == st.st_ino:
+            with open(self.path, "rb", buffering=0) as fh:
+                head = fh.read(HEAD_BYTES)
+            if st.st_size >= saved.offset and head.startswith(saved.head):
+                return self._open(self.path, saved.offset)
+        else:
+            for path, sst, shead in siblings:
+                if sst.st_ino == saved.inode and shead.startswith(saved.head):
+                    return self._queue(siblings, {path: saved.offset})  # rotated while stopped
+        if saved.offset == 0:
+            return self._queue(siblings, {})
+        # Truncated (and maybe renamed or deleted) while stopped: the rest is in its copy, the
+        # sibling that starts with the same bytes, if there is one.
+        self.truncations += 1
+        for path, sst, shead in siblings:
+            if saved.head and sst.st_size >= saved.offset and shead.startswith(saved.head):
+                return self._queue(siblings, {path: saved.offset})
+        self.on_skip(
+            "truncated_file", f"{self.path}: the file read before the stop is gone or truncated; no copy"
+        )
+        return self._queue(siblings, {})
 
-    def _find_rotated(self, inode: int) -> Path | None:
-        for p in self.path.parent.glob(self.path.name + ".*"):
-            with contextlib.suppress(OSError):
-                if p.stat().st_ino == inode:
-                    return p
-        return None
+    def _queue(self, siblings: list[tuple[Path, os.stat_result, bytes]], offsets: dict[Path, int]) -> bool:
+        """Read the rotated files never read and those in ``offsets`` (from there), oldest
+        first, then the current file; opens the first."""
+        order = sorted(
+            (-_suffix_number(p), st.st_mtime_ns, p)
+            for p, st, head in siblings
+            if p in offsets or (head and not self._is_known(st.st_ino, head))
+        )
+        self._pending_files = [*((p, offsets.get(p, 0)) for _, _, p in order), (self.path, 0)]
+        target, offset = self._pending_files.pop(0)
+        return self._open(target, offset)  # type: ignore[arg-type]
 
     def _load_position(self) -> Position | None:
         if self.position_file is None:
             return None
         try:
             raw = json.loads(self.position_file.read_text())
-            return Position(int(raw["inode"]), int(raw["offset"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            known = raw.get("known")
+            return Position(
+                int(raw["inode"]),
+                int(raw["offset"]),
+                bytes.fromhex(raw.get("head", "")),
+                None if known is None else tuple((int(i), bytes.fromhex(h)) for i, h in known),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
+
+
+def _suffix_number(path: Path) -> int:
+    """``kafka-request.log.3`` -> 3 (log4j2's ``%i``: higher is older); 0 for other suffixes."""
+    tail = path.name.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else 0

@@ -4,21 +4,28 @@ Hot path: a line is ~1-2 KB, mostly the request and response bodies, which the a
 not need. :meth:`LineParser.parse` therefore parses only three small parts with orjson and finds them
 by markers that cannot occur inside a JSON string (each contains an unescaped ``"``):
 
-* the timestamp ``[yyyy-MM-dd HH:mm:ss,SSS]`` that log4j's ``[%d]`` writes (broker local time),
+* the timestamp ``[yyyy-MM-dd HH:mm:ss,SSS]`` that log4j's ``[%d]`` writes (the broker JVM's
+  local time; read in the configured zone, see :class:`TimestampParser`), or the same with a
+  UTC offset (``Z``, ``+01:00``, ``+0100``) when the layout writes one,
 * the API key name from the ``requestHeader`` object,
 * the tail object starting at the last ``,"connection":`` (connection and every stage time).
 
 A Fetch is a follower fetch when the request body has ``replicaState`` (v15+) or
 ``replicaId >= 0`` (v<=14); both come before ``maxWaitMs`` in the schema, so only that prefix is
 looked at. Anything the fast path cannot read is re-parsed in full; if that fails too the line
-is dropped with a reason (:class:`Drop`). Request bodies (topic-partitions and sizes) are parsed
+is dropped with a reason (:class:`Drop`). Stage times must be non-negative numbers (not
+booleans) summing to at most :data:`MAX_STAGE_MS` (:func:`stage_drop_reason`), so a window's
+sums stay finite. Request bodies (topic-partitions and sizes) are parsed
 only for slow-request exemplars (:func:`partitions_of`).
 """
 
 from __future__ import annotations
 
+import calendar
+import math
 import time
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 from typing import Any
 
 import orjson
@@ -37,6 +44,9 @@ STAGE_KEYS = (
     "totalTimeMs",
 )
 TOTAL_INDEX = 6
+# Upper bound of the sum of one line's seven stage times (about 11.6 days): larger is not a
+# request time, and bounded values keep every window sum finite whatever the request count.
+MAX_STAGE_MS = 1e9
 
 # ApiKeys of Kafka 4.1 (enum names as written in requestApiKeyName).
 API_KEYS = frozenset(
@@ -172,41 +182,103 @@ class ParsedRequest:
 
 
 class TimestampParser:
-    """``2025-06-01 12:00:00,123`` (local time) -> epoch ms, caching the per-second part."""
+    """``2025-06-01 12:00:00,123`` -> epoch ms, caching the per-second part.
 
-    __slots__ = ("_cache", "ms_cache")
+    A stamp without a zone is local time in ``zone`` (None: this host's zone, which is the
+    broker JVM's unless ``-Duser.timezone`` says otherwise). A local time that occurs twice (the
+    hour repeated at a daylight-saving fall-back) is never cached: it is read as the occurrence
+    nearer the previous stamp (lines come in completion order), or nearer the wall clock before
+    any stamp was read. A stamp with an offset (``Z``, ``+01:00``, ``+0100``, ``+01``) is exact.
+    """
 
-    def __init__(self) -> None:
-        self._cache: dict[bytes, int] = {}
+    __slots__ = ("_cache", "last_ms", "ms_cache", "zone")
+
+    def __init__(self, zone: tzinfo | None = None) -> None:
+        self.zone = zone
+        self._cache: dict[bytes, int] = {}  # second (+ zone suffix) -> epoch ms, unambiguous only
         self.ms_cache: dict[bytes, int] = {}  # whole stamp -> epoch ms (the ingest loop's)
+        self.last_ms = -1  # the last stamp computed here (not the cached ones: within a second)
 
     def __call__(self, text: bytes) -> int:
-        # text is the 23 bytes between '[' and ']'
-        second = text[:19]
-        base = self._cache.get(second)
-        if base is None:
-            base = _epoch_ms(second)
-            if len(self._cache) > 4096:
-                self._cache.clear()
-            self._cache[second] = base
+        # text is what is between '[' and ']'
         millis = text[20:23]
         if len(text) < 23 or text[19:20] not in (b",", b".") or not millis.isdigit():
             raise Drop("bad_timestamp", repr(text[:40]))
-        return base + int(millis)
+        key = text[:19] if len(text) == 23 else text[:19] + text[23:]
+        base = self._cache.get(key)
+        if base is None:
+            base = self._base(text[:19], text[23:])
+        ms = base + int(millis)
+        self.last_ms = ms
+        return ms
+
+    def _base(self, second: bytes, suffix: bytes) -> int:
+        fields = _fields(second)
+        if suffix:
+            base = (calendar.timegm((*fields, 0, 0, 0)) - _offset_s(suffix)) * 1000
+        else:
+            earlier, later = _local_ms(fields, self.zone)
+            if earlier != later:  # repeated (or skipped) local time: not cached
+                ref = self.last_ms if self.last_ms >= 0 else time.time() * 1000
+                return later if abs(later - ref) < abs(earlier - ref) else earlier
+            base = earlier
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[second + suffix] = base
+        return base
 
 
-def _epoch_ms(second: bytes) -> int:
-    """``2025-06-01 12:00:00`` in local time -> epoch ms (validated)."""
+def _fields(second: bytes) -> tuple[int, int, int, int, int, int]:
+    """``2025-06-01 12:00:00`` (or ``T`` between date and time) -> validated fields."""
     try:
-        if second[4:5] != b"-" or second[7:8] != b"-" or second[10:11] != b" ":
+        if second[4:5] != b"-" or second[7:8] != b"-" or second[10:11] not in (b" ", b"T"):
             raise ValueError(second)
         fields = (second[0:4], second[5:7], second[8:10], second[11:13], second[14:16], second[17:19])
         y, mo, d, h, mi, s = (int(f) for f in fields)
-        if not (1 <= mo <= 12 and 1 <= d <= 31 and h <= 23 and mi <= 59 and s <= 60):
-            raise ValueError(second)
-        return int(time.mktime((y, mo, d, h, mi, s, 0, 0, -1))) * 1000
-    except (ValueError, OverflowError):
+        datetime(y, mo, d, h, mi, s)  # ValueError unless a real date and time
+        return y, mo, d, h, mi, s
+    except ValueError:
         raise Drop("bad_timestamp", repr(second[:40])) from None
+
+
+def _local_ms(fields: tuple[int, int, int, int, int, int], zone: tzinfo | None) -> tuple[int, int]:
+    """Epoch ms of a local time's first and second occurrence (equal unless it is repeated)."""
+    dt = datetime(*fields, tzinfo=zone)  # naive (the host's zone) when zone is None
+    try:
+        a = int(dt.timestamp()) * 1000
+        b = int(dt.replace(fold=1).timestamp()) * 1000
+    except (OverflowError, OSError, ValueError):
+        raise Drop("bad_timestamp", repr(fields)) from None
+    return min(a, b), max(a, b)
+
+
+def _offset_s(suffix: bytes) -> int:
+    """``Z``, ``+01:00``, ``+0100`` or ``+01`` -> seconds east of UTC."""
+    if suffix == b"Z":
+        return 0
+    digits = suffix[1:].replace(b":", b"", 1)
+    if suffix[:1] not in (b"+", b"-") or len(digits) not in (2, 4) or not digits.isdigit():
+        raise Drop("bad_timestamp", f"zone {suffix[:16]!r}")
+    h, m = int(digits[:2]), int(digits[2:] or b"0")
+    if h > 18 or m > 59:
+        raise Drop("bad_timestamp", f"zone {suffix[:16]!r}")
+    return (h * 3600 + m * 60) * (-1 if suffix[:1] == b"-" else 1)
+
+
+def stage_drop_reason(stages: tuple[Any, ...]) -> str | None:
+    """None if every stage time is usable; else why not. Raises TypeError for non-numbers.
+
+    The common case costs a sum, a min and a type scan (no Python loop)."""
+    total = sum(stages)
+    if min(stages) >= 0 and total <= MAX_STAGE_MS and bool not in map(type, stages):
+        return None
+    if bool in map(type, stages):
+        return "stage_boolean"
+    if not all(math.isfinite(v) for v in stages):
+        return "stage_not_finite"
+    if min(stages) < 0:
+        return "stage_negative"
+    return "stage_too_large"
 
 
 class LineParser:
@@ -214,9 +286,9 @@ class LineParser:
 
     __slots__ = ("max_line_bytes", "ts")
 
-    def __init__(self, max_line_bytes: int = 1 << 20) -> None:
+    def __init__(self, max_line_bytes: int = 1 << 20, zone: tzinfo | None = None) -> None:
         self.max_line_bytes = max_line_bytes
-        self.ts = TimestampParser()
+        self.ts = TimestampParser(zone)
 
     def parse(self, line: bytes) -> ParsedRequest:
         """Parse one line (without its newline) or raise :class:`Drop`."""
@@ -225,9 +297,10 @@ class LineParser:
         at = line.find(MARKER, 0, 80)
         if at < 0:
             raise Drop("not_a_request_line", _preview(line))
-        if line[:1] != b"[" or line[24:25] != b"]":
+        close = 24 if line[24:25] == b"]" else line.find(b"]", 24, 32)  # 24: no zone
+        if line[:1] != b"[" or close < 0:
             raise Drop("bad_timestamp", _preview(line))
-        ts_ms = self.ts(line[1:24])
+        ts_ms = self.ts(line[1:close])
         start = at + len(MARKER)
         end = line.rfind(b"}")
         if end <= start or line[start : start + 1] != b"{":
@@ -275,7 +348,9 @@ def _stages(obj: dict[str, Any]) -> tuple[float, ...]:
         obj["sendTimeMs"],
         obj["totalTimeMs"],
     )
-    sum(out)  # TypeError unless every stage time is a number
+    reason = stage_drop_reason(out)  # TypeError unless every stage time is a number
+    if reason is not None:
+        raise Drop(reason, f"stage times {out}")
     return out
 
 

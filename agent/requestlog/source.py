@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from datetime import tzinfo
 from operator import itemgetter
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import orjson
 from agent.health import Health
 from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import (
+    MAX_STAGE_MS,
     REQUEST_TYPES,
     STAGE_KEYS,
     Drop,
@@ -40,10 +42,11 @@ class RequestLogSource:
         position_file: Path | str | None = None,
         start_at_end: bool = True,
         max_line_bytes: int = 1 << 20,
+        zone: tzinfo | None = None,
     ) -> None:
         self.aggregator = aggregator
         self.health = health
-        self.parser = LineParser(max_line_bytes)
+        self.parser = LineParser(max_line_bytes, zone)
         self.follower = FileFollower(
             path,
             position_file=position_file,
@@ -52,17 +55,24 @@ class RequestLogSource:
             on_skip=lambda reason, detail: health.drop(reason, detail, context=str(path)),
         )
         aggregator.on_late = self._late
+        aggregator.on_future = self._future
 
     def _late(self, req: ParsedRequest) -> None:
         self.health.drop("late", f"{req.request} at {req.ts_ms}", context=str(self.follower.path))
 
+    def _future(self, req: ParsedRequest) -> None:
+        self.health.drop("future_timestamp", f"{req.request} at {req.ts_ms}", context=str(self.follower.path))
+
     def poll(self, now_ms: int | None = None) -> list[ClosedWindow]:
-        """Read available lines, then close windows the wall clock has passed."""
+        """Read available lines, then close windows the wall clock has passed.
+
+        Closing by the clock happens whenever the follower has read to the end of the log (a
+        busy log too), never while it is still behind: lines not read yet may belong to them."""
         lines = self.follower.read_lines()
         closed = ingest_lines(lines, self.parser, self.aggregator, self.health, str(self.follower.path))
         self.health.set_up(self.NAME, self.follower.up, f"{self.follower.path} is missing")
         self.health.log_behind_bytes = self.follower.behind_bytes
-        if not lines:
+        if self.follower.caught_up:
             closed += self.aggregator.close_due(now_ms if now_ms is not None else int(time.time() * 1000))
         self.follower.save_position()
         return closed
@@ -91,6 +101,7 @@ def ingest_lines(
     cur_start, cur = -1, None
     close_at = agg.close_threshold()
     watermark = agg.watermark
+    ahead_limit = agg.ahead_limit
     n = 0
     for line in lines:
         n += 1
@@ -122,7 +133,10 @@ def ingest_lines(
             s = line.find(_SEC, c, end + 1)
             tail = loads(b"{" + line[c + 1 : s if s > 0 else end] + b"}")
             stages = stages_of(tail)
-            sum(stages)  # TypeError unless every stage time is a number
+            # Usable stage times (parse.stage_drop_reason, inline); the general path names
+            # what is wrong. TypeError unless every stage time is a number.
+            if not (min(stages) >= 0 and sum(stages) <= MAX_STAGE_MS) or bool in map(type, stages):
+                raise _Slow
         except (_Slow, ValueError, KeyError, TypeError, IndexError):
             # Not the usual shape: the general parser (full parse, or a drop with its reason).
             try:
@@ -131,11 +145,19 @@ def ingest_lines(
                 if d.reason != "not_a_request_line" or line.strip():
                     health.drop(d.reason, d.detail, context=context)
                 continue
+            if req.ts_ms > agg.ahead_limit and agg.too_far_ahead(req.ts_ms):
+                health.drop("future_timestamp", f"{req.request} at {req.ts_ms}", context=context)
+                continue
             agg.watermark = watermark
             closed += add(req)
-            watermark = agg.watermark
+            watermark, ahead_limit = agg.watermark, agg.ahead_limit
             cur_start, close_at = -1, agg.close_threshold()
             continue
+        if ts > ahead_limit:
+            if agg.too_far_ahead(ts):
+                health.drop("future_timestamp", f"{request} at {ts}", context=context)
+                continue
+            ahead_limit = agg.ahead_limit
         start = ts - ts % window_ms
         if start != cur_start:
             if start < agg.closed_before:
@@ -162,7 +184,7 @@ def ingest_lines(
             watermark = ts
             if ts >= close_at:
                 agg.watermark = watermark
-                closed += agg.close_due(ts)
+                closed += agg.close_by_line(ts)
                 cur_start, close_at = -1, agg.close_threshold()
     agg.watermark = watermark
     health.lines_read += n

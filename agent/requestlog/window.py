@@ -4,7 +4,11 @@ A window is ``[start, start + window_ms)`` of the line timestamps (the broker's 
 request completion), so re-reading the same lines always yields the same windows and the same
 record keys. A window closes when a line at least ``grace_ms`` past its end has been seen, or
 when the caller says the wall clock has passed that point (:meth:`WindowAggregator.close_due`).
-A line for a window that has already closed is dropped as ``late``.
+A line for a window that has already closed is dropped as ``late``. A line stamped more than
+``max_ahead_s`` ahead of the wall clock is dropped as ``future_timestamp`` (:attr:`on_future`):
+the broker writes a line when the request completes, so such a stamp is wrong, and accepting it
+would close every open window at once and make the lines after it late. Closing by a line's
+timestamp never goes past the wall clock either, for the same reason.
 
 Slow-request exemplars: a request is slow when its total time is at least the threshold; for
 fetches the remote stage (purgatory, waiting up to ``maxWaitMs`` for data by design) is left
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,6 +187,9 @@ class WindowAggregator:
         slow_threshold_ms: float = 300.0,
         max_exemplars: int = 20,
         on_late: Callable[[ParsedRequest], None] | None = None,
+        max_ahead_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        on_future: Callable[[ParsedRequest], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.broker = broker
@@ -191,6 +199,12 @@ class WindowAggregator:
         self.slow_threshold_ms = slow_threshold_ms
         self.max_exemplars = max_exemplars
         self.on_late = on_late
+        self.on_future = on_future
+        self.max_ahead_ms = int(max_ahead_s * 1000)
+        self.clock = clock  # epoch seconds
+        # Timestamps above this are checked against the clock (:meth:`too_far_ahead`); below
+        # it, one comparison per line and no clock read.
+        self.ahead_limit = -1
         self._windows: dict[int, Window] = {}
         self._closed_before = -1  # windows starting before this are closed
         self._watermark = -1
@@ -200,6 +214,10 @@ class WindowAggregator:
     def add(self, req: ParsedRequest) -> list[ClosedWindow]:
         """Account one request; returns windows this line's timestamp closed (usually none)."""
         ts = req.ts_ms
+        if ts > self.ahead_limit and self.too_far_ahead(ts):
+            if self.on_future is not None:
+                self.on_future(req)
+            return []
         start = ts - ts % self.window_ms
         if start < self._closed_before:
             if self.on_late is not None:
@@ -224,7 +242,7 @@ class WindowAggregator:
         if ts > self._watermark:
             self._watermark = ts
             if ts - self.grace_ms >= self._oldest_end() or len(self._windows) > MAX_OPEN_WINDOWS:
-                return self.close_due(ts)
+                return self.close_by_line(ts)
         return []
 
     @property
@@ -250,6 +268,17 @@ class WindowAggregator:
         if win is None:
             win = self._windows[start] = Window(start)
         return win
+
+    def too_far_ahead(self, ts: int) -> bool:
+        """Whether ``ts`` is more than ``max_ahead_s`` ahead of the clock (which is read here,
+        and moves :attr:`ahead_limit`). Callers test ``ts > ahead_limit`` first."""
+        self.ahead_limit = int(self.clock() * 1000) + self.max_ahead_ms
+        return ts > self.ahead_limit
+
+    def close_by_line(self, ts: int) -> list[ClosedWindow]:
+        """:meth:`close_due` for a line at ``ts``, but never past the wall clock: a line a little
+        ahead of it (within ``max_ahead_s``) must not close windows still being written."""
+        return self.close_due(min(ts, int(self.clock() * 1000)))
 
     def close_threshold(self) -> int:
         """The first line timestamp above the watermark that makes :meth:`add` close windows."""

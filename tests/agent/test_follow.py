@@ -111,3 +111,50 @@ def test_over_long_line_is_skipped_and_reported(tmp_path: Path) -> None:
     write(log, "y" * 5000 + "\nok\n")
     assert f.read_lines() == [b"ok"]
     assert skipped == ["too_long"]
+
+
+def test_resume_after_two_rotations_while_stopped(tmp_path: Path) -> None:
+    log, pos = tmp_path / "r.log", tmp_path / "pos.json"
+    write(log, "a\n")
+    f = FileFollower(log, position_file=pos, start_at_end=False)
+    assert f.read_lines() == [b"a"]
+    f.save_position()
+    f.close()
+    write(log, "b\n")
+    log.rename(tmp_path / "r.log.1")
+    write(log, "c\n")
+    (tmp_path / "r.log.1").rename(tmp_path / "r.log.2")
+    log.rename(tmp_path / "r.log.1")
+    write(log, "d\n")
+    g = FileFollower(log, position_file=pos)
+    assert g.read_lines() == [b"b", b"c", b"d"]
+
+
+def test_resume_after_copy_truncate_while_stopped(tmp_path: Path) -> None:
+    log, pos = tmp_path / "r.log", tmp_path / "pos.json"
+    write(log, "old-1\n")
+    skips: list[str] = []
+    f = FileFollower(log, position_file=pos, start_at_end=False)
+    assert f.read_lines() == [b"old-1"]
+    f.save_position()
+    f.close()
+    write(log, "old-2\n")
+    (tmp_path / "r.log.1").write_bytes(log.read_bytes())
+    write(log, "new-1\nnew-2\nnew-3\n", mode="w")  # same inode, past the saved offset
+    g = FileFollower(log, position_file=pos, on_skip=lambda reason, detail: skips.append(reason))
+    assert g.read_lines() == [b"old-2", b"new-1", b"new-2", b"new-3"]
+    assert skips == []
+
+
+def test_resume_after_truncation_without_a_copy_counts_the_loss(tmp_path: Path) -> None:
+    log, pos = tmp_path / "r.log", tmp_path / "pos.json"
+    write(log, "old-1\nold-2\n")
+    skips: list[str] = []
+    f = FileFollower(log, position_file=pos, start_at_end=False)
+    assert f.read_lines() == [b"old-1", b"old-2"]
+    f.save_position()
+    f.close()
+    write(log, "new-1\n", mode="w")
+    g = FileFollower(log, position_file=pos, on_skip=lambda reason, detail: skips.append(reason))
+    assert g.read_lines() == [b"new-1"]
+    assert skips == ["truncated_file"]
