@@ -23,6 +23,9 @@ from linkwatch.testbed.cluster import ClusterState
 from tests.agent.conftest import Monitoring
 from tests.agent.traffic import create_topic, run_traffic
 
+# Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
+
 OUTAGE_S = 60
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from agent.health import Health
 from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
@@ -14,6 +16,9 @@ from linkwatch.sketch import LatencySketch
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
 from tests.agent.traffic import create_topic, run_traffic
+
+# Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 # Pauses of 500 ms: much longer ones made the kafka-python consumer give up on the paused broker's
 # requests, which then never complete (and are never logged).

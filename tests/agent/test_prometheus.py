@@ -5,12 +5,16 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.config import AgentConfig
 from agent.runner import Agent
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, STAGES
 from tests.agent.conftest import Captured
+
+# Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 DOCUMENTED = Path(__file__).parents[2] / "docs" / "metrics.md"
 

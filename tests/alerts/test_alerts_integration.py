@@ -43,6 +43,7 @@ from linkwatch.testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, 
 
 pytestmark = [
     pytest.mark.cluster,
+    pytest.mark.timing,
     pytest.mark.skipif(
         shutil.which("prometheus") is None or shutil.which("prometheus-alertmanager") is None,
         reason="Debian prometheus / prometheus-alertmanager missing",

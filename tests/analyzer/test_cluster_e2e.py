@@ -33,7 +33,7 @@ from linkwatch.testbed import faults
 from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic
 from tests.analyzer.request_log_feed import RequestLogFeed
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 WINDOW_S = 2
 FIRST_DATA_WITHIN_S = 420.0

@@ -21,7 +21,7 @@ from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from tests.consumer.conftest import create_topic, leaders, produce
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 
 def _collect(consumer: AsyncFetchConsumer, until, timeout_s: float) -> dict[tuple[str, int], list]:

@@ -12,7 +12,7 @@ from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.testbed.faults import PauseDutyCycle
 from tests.consumer.conftest import create_topic, leaders
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 PARTITIONS = 6
 RATE_PER_PARTITION = 40  # records/s

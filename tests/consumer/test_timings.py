@@ -19,7 +19,7 @@ from linkwatch.records import SAMPLES_TOPIC, ClientFetch, RecordError, decode
 from linkwatch.sketch import LatencySketch
 from tests.consumer.conftest import create_topic
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from linkwatch.testbed import demo
 from linkwatch.testbed.cluster import pid_alive
+
+# Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 
 def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:

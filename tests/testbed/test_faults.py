@@ -29,6 +29,7 @@ def _ack_latencies_ms(producer: KafkaProducer, topic: str, partition: int, n: in
     return sorted(out)
 
 
+@pytest.mark.timing
 def test_pause_duty_cycle_slows_only_that_broker_and_is_undone(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
@@ -78,6 +79,7 @@ def _replica_sizes(admin, topic: str, partition: int) -> dict[int, int]:
     return sizes
 
 
+@pytest.mark.timing
 def test_replication_throttle_holds_a_moving_replica_back_and_is_removed(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
@@ -122,6 +124,7 @@ def test_pause_duty_cycle_rejects_bad_cycles(pause_ms: int, period_ms: int) -> N
         faults.PauseDutyCycle(1, pause_ms=pause_ms, period_ms=period_ms)
 
 
+@pytest.mark.timing
 def test_restore_preferred_leaders_moves_leadership_back(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
