@@ -43,7 +43,7 @@ class HotKeyTracker:
             raise ValueError(f"warmup_records must be in (0, window_records], got {self.warmup_records}")
         self.max_tracked_keys = max_tracked_keys
         self._counter = first
-        self._last_hot: frozenset[Hashable] = frozenset()
+        self._last_hot: dict[Hashable, float] = {}  # key -> its share of the last window
         self.windows = 0
 
     def observe(self, key: Hashable) -> bool:
@@ -52,7 +52,7 @@ class HotKeyTracker:
         c.add(key)
         hot = self.is_hot(key)
         if c.n >= self.window_records:
-            self._last_hot = frozenset(k for k, _ in c.frequent())
+            self._last_hot = {k: n / c.n for k, n in c.frequent()}
             self._counter = LossyCounter(self.support, self.epsilon, self.max_tracked_keys)
             self.windows += 1
         return hot
@@ -61,11 +61,18 @@ class HotKeyTracker:
         c = self._counter
         return key in self._last_hot or (c.n >= self.warmup_records and c.estimate(key) >= self.support * c.n)
 
+    def share(self, key: Hashable) -> float:
+        """The key's estimated share of the records: the larger of the last window's and the
+        running window's (0 before the warmup), never above the true share of either window."""
+        c = self._counter
+        running = c.estimate(key) / c.n if c.n >= self.warmup_records else 0.0
+        return max(self._last_hot.get(key, 0.0), running)
+
     def hot_keys(self) -> list[Hashable]:
         """The keys hot now (last window's and the running window's), in no particular order."""
         c = self._counter
         running = {k for k, n in c.frequent() if c.n >= self.warmup_records and n >= self.support * c.n}
-        return list(self._last_hot | running)
+        return list(self._last_hot.keys() | running)
 
     def tracked(self) -> int:
         """Keys held in memory (running counter + last window's hot set)."""

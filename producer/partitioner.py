@@ -26,6 +26,7 @@ or :meth:`SkewAwarePartitioner.on_ack`.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -94,7 +95,10 @@ class SkewAwarePartitioner(Partitioner):
         latency_scale_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``candidates`` is d; None takes the seed's rule, max(2, partitions // 5).
+        """``candidates`` is d; None sizes d per hot key: max(2, partitions // 5, ⌈share × partitions⌉)
+        — the seed's rule, raised for a key whose share alone is above one partition's average
+        (so that each of its candidates gets at most an average partition's load from it; candidate
+        lists are prefix-stable, so a key whose share changes keeps its first candidates).
         ``load_unit`` is ``"records"`` (the seed's message counts) or ``"bytes"`` (value + key bytes).
         ``broker_latency_s`` (optional) multiplies a candidate's load by
         ``1 + latency / latency_scale_s`` for the broker leading it; it is called under no lock and
@@ -185,12 +189,14 @@ class SkewAwarePartitioner(Partitioner):
         key_bytes = bytes(key_bytes)
         n = len(all_partitions)
         with self._lock:
-            hot = self._topic(topic).tracker.observe(key_bytes)
+            tracker = self._topic(topic).tracker
+            hot = tracker.observe(key_bytes)
+            share = tracker.share(key_bytes) if hot else 0.0
         if not hot:
             p = all_partitions[murmur2_partition(key_bytes, n)]
             self._record(topic, p, amount, moved=False)
             return p
-        d = self.candidates if self.candidates is not None else max(2, n // 5)
+        d = self.candidates if self.candidates is not None else max(2, n // 5, math.ceil(share * n))
         cands = [all_partitions[i] for i in candidate_partitions(key_bytes, n, d)]
         up = set(available)
         usable = [c for c in cands if c in up] if up else cands

@@ -119,6 +119,7 @@ def test_candidates_are_distinct_home_first_and_deterministic(key: bytes, n: int
     assert len(c) == len(set(c)) == min(d, n)
     assert c[0] == murmur2_partition(key, n)
     assert all(0 <= p < n for p in c)
+    assert candidate_partitions(key, n, d + 1)[:d] == c  # prefix-stable: growing d keeps the first ones
 
 
 def test_a_hot_key_is_spread_evenly_over_its_candidates() -> None:
@@ -133,6 +134,26 @@ def test_a_hot_key_is_spread_evenly_over_its_candidates() -> None:
     assert set(hot_parts) == set(candidate_partitions(b"hot", 12, 3))
     assert max(hot_parts.values()) / min(hot_parts.values()) < 1.3, hot_parts
     assert b"hot" in part.hot_keys(TOPIC)
+
+
+@pytest.mark.parametrize(
+    ("every", "n", "expected_d"),
+    [
+        (17, 12, 2),  # share 0.059: the seed's floor, max(2, 12 // 5)
+        (5, 12, 3),  # share 0.2: ⌈0.2 × 12⌉, so no candidate gets more than an average partition from it
+        (2, 11, 6),  # share 0.5: ⌈5.5⌉
+        (3, 20, 7),  # share 0.33: ⌈6.7⌉ (floor 20 // 5 = 4)
+    ],
+)
+def test_without_a_fixed_d_a_hotter_key_gets_more_candidates(every: int, n: int, expected_d: int) -> None:
+    cluster, part = StaticCluster(n), SkewAwarePartitioner(window_records=2_000, clock=lambda: 0.0)
+    used: set[int] = set()
+    for i in range(6_000):
+        if i % every == 0:
+            used.add(place(part, cluster, b"hot"))
+        else:
+            place(part, cluster, b"c%d" % i)
+    assert used == set(candidate_partitions(b"hot", n, expected_d))
 
 
 def test_an_idle_cluster_keeps_a_hot_key_home_on_ties() -> None:
