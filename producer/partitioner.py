@@ -192,21 +192,33 @@ class SkewAwarePartitioner(Partitioner):
             tracker = self._topic(topic).tracker
             hot = tracker.observe(key_bytes)
             share = tracker.share(key_bytes) if hot else 0.0
-        if not hot:
-            p = all_partitions[murmur2_partition(key_bytes, n)]
-            self._record(topic, p, amount, moved=False)
-            return p
+        home = all_partitions[murmur2_partition(key_bytes, n)]
+        p = self._least_loaded(topic, key_bytes, all_partitions, available, share, leader_of) if hot else home
+        self._record(topic, p, amount, moved=p != home)
+        return p
+
+    def _least_loaded(
+        self,
+        topic: str,
+        key_bytes: bytes,
+        all_partitions: Sequence[int],
+        available: Sequence[int],
+        share: float,
+        leader_of: Callable[[int], int | None] | None,
+    ) -> int:
+        """KG2: the candidate with the least load (ties: the earlier one); home if none is available."""
+        n = len(all_partitions)
         d = self.candidates if self.candidates is not None else max(2, n // 5, math.ceil(share * n))
         cands = [all_partitions[i] for i in candidate_partitions(key_bytes, n, d)]
         up = set(available)
         usable = [c for c in cands if c in up] if up else cands
+        if not usable:
+            return cands[0]
         factors = self._latency_factors(usable, leader_of)
         with self._lock:
             now, load = self._clock(), self._topic(topic).load
             scores = [load.score(c, now) * f for c, f in zip(usable, factors, strict=True)]
-        p = usable[scores.index(min(scores))] if usable else cands[0]
-        self._record(topic, p, amount, moved=p != cands[0])
-        return p
+        return usable[scores.index(min(scores))]
 
     def _latency_factors(
         self, parts: list[int], leader_of: Callable[[int], int | None] | None
