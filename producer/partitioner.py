@@ -1,0 +1,294 @@
+"""``SkewAwarePartitioner``: Kafka's placement for cold keys, least-loaded of d candidates for hot ones.
+
+Contract, per record with a key:
+
+* a key that is not hot goes **exactly** where Kafka's default partitioner puts it
+  (:func:`murmur2_partition`: murmur2 of the key bytes, made positive, modulo the partition
+  count; the same as the Java client and kafka-python's ``DefaultPartitioner``), so consumers keep
+  per-key order for it;
+* a key that lossy counting finds hot (:mod:`producer.hot_keys`) goes to the least-loaded of its
+  ``d`` candidate partitions (:func:`candidate_partitions`, home first, derived from the key
+  alone), load as this producer sees it (:mod:`producer.load`) times an optional per-broker
+  latency factor; ties go to the earlier candidate, so an idle cluster keeps a hot key home;
+* a key that cools returns to its home partition (within two counting windows).
+
+Records without a key are placed like ``DefaultPartitioner`` does (random among partitions with a
+leader) and counted in the load. Memory is bounded (tracked keys capped per topic, one load entry
+per partition, topics capped); every method is thread-safe (one lock, held only for counting and
+choosing, never while calling ``broker_latency_s`` or doing I/O).
+
+kafka-python 3.x takes an instance (``KafkaProducer(partitioner=SkewAwarePartitioner())``) and calls
+:meth:`SkewAwarePartitioner.partition`; kafka-python 2.x took a callable
+``(key_bytes, all_partitions, available)``, which :meth:`SkewAwarePartitioner.__call__` serves.
+Acks come back through :meth:`SkewAwarePartitioner.watch` (``partitioner.watch(producer.send(...))``)
+or :meth:`SkewAwarePartitioner.on_ack`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.partitioner import Partitioner, murmur2
+from kafka.structs import TopicPartition
+
+from producer.hot_keys import HotKeyTracker
+from producer.load import PartitionLoad
+
+# Broker id -> recent request latency in seconds (e.g. the p99 linkwatch publishes), None if unknown.
+BrokerLatency = Callable[[int], float | None]
+
+
+def murmur2_partition(key_bytes: bytes, num_partitions: int) -> int:
+    """Kafka's default placement of a keyed record: ``toPositive(murmur2(key)) % numPartitions``."""
+    return (murmur2(key_bytes) & 0x7FFFFFFF) % num_partitions
+
+
+def candidate_partitions(key_bytes: bytes, num_partitions: int, d: int) -> list[int]:
+    """``min(d, num_partitions)`` distinct partitions for a key, home partition first.
+
+    Deterministic in the key alone (every producer computes the same list, so a hot key's records
+    are spread over the same few partitions whichever producer sends them): candidate i is
+    murmur2 of the key salted with i, with collisions resolved by probing the next partition.
+    """
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    want = min(d, num_partitions)
+    out = [murmur2_partition(key_bytes, num_partitions)]
+    seen = set(out)
+    salt = 1
+    while len(out) < want:
+        p = murmur2_partition(key_bytes + b"\x00" + salt.to_bytes(2, "big"), num_partitions)
+        while p in seen:  # probe: terminates because fewer than num_partitions are taken
+            p = (p + 1) % num_partitions
+        out.append(p)
+        seen.add(p)
+        salt += 1
+    return out
+
+
+@dataclass
+class _Topic:
+    tracker: HotKeyTracker
+    load: PartitionLoad
+
+
+class SkewAwarePartitioner(Partitioner):
+    def __init__(
+        self,
+        support: float = 0.05,
+        epsilon: float = 0.005,
+        candidates: int | None = None,
+        window_records: int = 10_000,
+        warmup_records: int | None = None,
+        max_tracked_keys: int = 2_000,
+        max_topics: int = 1_000,
+        half_life_s: float = 5.0,
+        in_flight_weight: float = 1.0,
+        load_unit: str = "records",
+        broker_latency_s: BrokerLatency | None = None,
+        latency_scale_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``candidates`` is d; None sizes d per hot key: max(2, partitions // 5, ⌈share × partitions⌉)
+        — the seed's rule, raised for a key whose share alone is above one partition's average
+        (so that each of its candidates gets at most an average partition's load from it; candidate
+        lists are prefix-stable, so a key whose share changes keeps its first candidates).
+        ``load_unit`` is ``"records"`` (the seed's message counts) or ``"bytes"`` (value + key bytes).
+        ``broker_latency_s`` (optional) multiplies a candidate's load by
+        ``1 + latency / latency_scale_s`` for the broker leading it; it is called under no lock and
+        must be cheap (e.g. read a cached value); it raising or returning None counts as no signal."""
+        if candidates is not None and candidates < 1:
+            raise ValueError(f"candidates must be >= 1 or None, got {candidates}")
+        if load_unit not in ("records", "bytes"):
+            raise ValueError(f"load_unit must be 'records' or 'bytes', got {load_unit!r}")
+        if latency_scale_s <= 0:
+            raise ValueError(f"latency_scale_s must be > 0, got {latency_scale_s}")
+        if max_topics < 1:
+            raise ValueError(f"max_topics must be >= 1, got {max_topics}")
+        self._new_tracker = lambda: HotKeyTracker(
+            support, epsilon, window_records, warmup_records, max_tracked_keys
+        )
+        self._new_tracker()  # validates the counting parameters now, not at the first record
+        PartitionLoad(half_life_s, in_flight_weight)  # validates the load parameters
+        self._half_life_s = half_life_s
+        self._in_flight_weight = in_flight_weight
+        self.candidates = candidates
+        self.max_topics = max_topics
+        self.load_unit = load_unit
+        self.broker_latency_s = broker_latency_s
+        self.latency_scale_s = latency_scale_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._topics: dict[str, _Topic] = {}
+        self.counts: dict[str, int] = {
+            "home": 0,
+            "moved": 0,
+            "unkeyed": 0,
+            "acks_ignored": 0,
+            "ack_errors": 0,
+        }
+        self.dropped_topics = 0
+
+    # kafka-python 3.x entry point
+    def partition(
+        self,
+        topic: str,
+        key: Any,
+        serialized_key: bytes | None,
+        value: Any,
+        serialized_value: bytes | None,
+        cluster: Any,
+    ) -> int:
+        parts = cluster.partitions_for_topic(topic)
+        if not parts:
+            raise ValueError(f"Topic {topic} not found in ClusterMetadata")
+        all_partitions = sorted(parts)
+        available = cluster.available_partitions_for_topic(topic) or ()
+        size = _size(serialized_key) + _size(serialized_value)
+
+        def leader_of(p: int) -> int | None:
+            leader = cluster.leader_for_partition(TopicPartition(topic, p))
+            return leader if isinstance(leader, int) and leader >= 0 else None
+
+        return self.choose(topic, serialized_key, all_partitions, available, size, leader_of)
+
+    # kafka-python 2.x entry point: partitioner(key_bytes, all_partitions, available)
+    def __call__(
+        self, key_bytes: bytes | None, all_partitions: Sequence[int], available: Sequence[int]
+    ) -> int:
+        return self.choose("", key_bytes, sorted(all_partitions), available, _size(key_bytes), None)
+
+    def choose(
+        self,
+        topic: str,
+        key_bytes: bytes | None,
+        all_partitions: Sequence[int],
+        available: Sequence[int] = (),
+        size: int = 0,
+        leader_of: Callable[[int], int | None] | None = None,
+    ) -> int:
+        """The partition for one record (every client adapter ends here).
+
+        ``all_partitions`` sorted ascending (Kafka indexes into the sorted list); ``available`` are
+        those with a leader now (empty: unknown, all are taken as available)."""
+        if not all_partitions:
+            raise ValueError(f"no partitions for topic {topic!r}")
+        amount = 1 if self.load_unit == "records" else max(size, 1)
+        if key_bytes is None:
+            p = random.choice(list(available) or list(all_partitions))
+            with self._lock:
+                self._topic(topic).load.sent(p, amount, self._clock())
+                self.counts["unkeyed"] += 1
+            return p
+        key_bytes = bytes(key_bytes)
+        n = len(all_partitions)
+        with self._lock:
+            tracker = self._topic(topic).tracker
+            hot = tracker.observe(key_bytes)
+            share = tracker.share(key_bytes) if hot else 0.0
+        home = all_partitions[murmur2_partition(key_bytes, n)]
+        p = self._least_loaded(topic, key_bytes, all_partitions, available, share, leader_of) if hot else home
+        self._record(topic, p, amount, moved=p != home)
+        return p
+
+    def _least_loaded(
+        self,
+        topic: str,
+        key_bytes: bytes,
+        all_partitions: Sequence[int],
+        available: Sequence[int],
+        share: float,
+        leader_of: Callable[[int], int | None] | None,
+    ) -> int:
+        """KG2: the candidate with the least load (ties: the earlier one); home if none is available."""
+        n = len(all_partitions)
+        d = self.candidates if self.candidates is not None else max(2, n // 5, math.ceil(share * n))
+        cands = [all_partitions[i] for i in candidate_partitions(key_bytes, n, d)]
+        up = set(available)
+        usable = [c for c in cands if c in up] if up else cands
+        if not usable:
+            return cands[0]
+        factors = self._latency_factors(usable, leader_of)
+        with self._lock:
+            now, load = self._clock(), self._topic(topic).load
+            scores = [load.score(c, now) * f for c, f in zip(usable, factors, strict=True)]
+        return usable[scores.index(min(scores))]
+
+    def _latency_factors(
+        self, parts: list[int], leader_of: Callable[[int], int | None] | None
+    ) -> list[float]:
+        if self.broker_latency_s is None or leader_of is None:
+            return [1.0] * len(parts)
+        out = []
+        for p in parts:
+            try:
+                broker = leader_of(p)
+                lat = self.broker_latency_s(broker) if broker is not None else None
+            except Exception:  # an outside signal: a failure means "no signal", never a lost record
+                lat = None
+            out.append(1.0 + max(0.0, lat) / self.latency_scale_s if lat is not None else 1.0)
+        return out
+
+    def _record(self, topic: str, p: int, amount: float, moved: bool) -> None:
+        with self._lock:
+            self._topic(topic).load.sent(p, amount, self._clock())
+            self.counts["moved" if moved else "home"] += 1
+
+    def _topic(self, topic: str) -> _Topic:
+        """Per-topic state, created on first use; past ``max_topics`` the oldest is dropped (counted)."""
+        t = self._topics.get(topic)
+        if t is None:
+            if len(self._topics) >= self.max_topics:
+                del self._topics[next(iter(self._topics))]
+                self.dropped_topics += 1
+            t = self._topics[topic] = _Topic(
+                self._new_tracker(), PartitionLoad(self._half_life_s, self._in_flight_weight)
+            )
+        return t
+
+    def on_ack(self, topic: str, partition: int, size: int = 0) -> None:
+        """One record acked by the broker. Acks for a partition this producer never sent to are
+        ignored and counted (``counts["acks_ignored"]``), so bad input cannot grow memory."""
+        amount = 1 if self.load_unit == "records" else max(size, 1)
+        with self._lock:
+            t = self._topics.get(topic)
+            if t is None or not t.load.knows(partition):
+                self.counts["acks_ignored"] += 1
+                return
+            t.load.acked(partition, amount, self._clock())
+
+    def watch(self, future: Any) -> Any:
+        """Feed the ack of a kafka-python ``send()`` future into the load; returns the future."""
+
+        def ok(md: Any) -> None:
+            size = max(md.serialized_key_size, 0) + max(md.serialized_value_size, 0)
+            self.on_ack(md.topic, md.partition, size)
+
+        future.add_callback(ok)
+        future.add_errback(lambda _exc: self.on_ack_error())
+        return future
+
+    def on_ack_error(self) -> None:
+        """One record failed; counted only: its share of "in flight" decays away (producer.load)."""
+        with self._lock:
+            self.counts["ack_errors"] += 1
+
+    def hot_keys(self, topic: str) -> list[bytes]:
+        with self._lock:
+            t = self._topics.get(topic)
+            return [k for k in t.tracker.hot_keys() if isinstance(k, bytes)] if t else []
+
+    def tracked_keys(self) -> int:
+        """Keys held in memory over all topics (bounded by max_topics × (cap + 1/(s − ε)))."""
+        with self._lock:
+            return sum(t.tracker.tracked() for t in self._topics.values())
+
+
+def _size(b: bytes | None) -> int:
+    return len(b) if b is not None else 0
