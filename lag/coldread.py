@@ -277,6 +277,7 @@ class ColdReadWatch:
             (g.group, p.topic, p.partition, p.committed, p.lag_seconds, p.leader)
             for g in result.groups.values()
             for p in g.partitions
+            if p.committed >= 0  # no committed offset: nobody reads there (yet)
         )
         risks = cold_read_risks(rows, windows)
         self.last_risks = risks

@@ -8,11 +8,20 @@ A pass makes, in this order:
    per coordinator per batch). If a batch fails, its groups are retried one by one so one bad
    group only fails itself.
 3. ``describe_topics`` — leaders, replicas and ISR of every topic (also used for rack spread).
-4. ``list_partition_offsets`` — fresh end offsets of every committed partition, one call
-   (one ListOffsets per leader inside the client), *after* the committed offsets, so lag is
-   never older than the commit it is compared with. Negative lag is clamped to 0 and counted.
-5. Timestamps of the records at the committed offsets (:mod:`.timestamps`), then the status
+4. ``list_partition_offsets`` — fresh end offsets of every committed partition and of the
+   partitions without a commit of the topics a group consumes, one call (one ListOffsets per
+   leader inside the client), *after* the committed offsets, so lag is never older than the
+   commit it is compared with. Negative lag is clamped to 0 and counted.
+5. ``list_partition_offsets`` (earliest) — log start offsets, only of partitions that are
+   behind (or have no commit and hold messages): a commit below the log start means messages
+   were deleted unread (ERR), and lag counts only messages that still exist. A caught-up
+   cluster makes no such call.
+6. Timestamps of the records at the committed offsets (:mod:`.timestamps`), which also tell
+   when the offsets up to the end hold no message (transaction markers), then the status
    rules (:mod:`.rules`).
+
+A group with members that has not committed yet is OK with a reason saying so (nothing to
+measure); a partition of a consumed topic without a commit is evaluated with ``committed=-1``.
 
 Per-item problems (group vanished, topic deleted, partition without leader, offset fetch
 failure) become ERR items with the reason; the pass goes on. State kept between passes (the
@@ -172,23 +181,43 @@ class LagCollector:
             for g in self._known_groups.keys() - states.keys():
                 states[g] = "Unknown"
         self._known_groups = dict(states)
-        committed, group_errors = self._committed_offsets(sorted(states))
+        committed, group_errors, never = self._committed_offsets(sorted(states))
         meta = self._metadata(result)
+        uncommitted = self._uncommitted(committed, meta)
         tps = {tp for offsets in committed.values() for tp in offsets}
+        tps |= {tp for missing in uncommitted.values() for tp in missing}
         ends, end_errors = self._end_offsets(tps, meta)
         now_s = self.clock()
         result.ts_s = now_s
-        found = self._read_timestamps(committed, ends)
+        starts = self._start_offsets(result, committed, uncommitted, ends)
+        # Where each group reads next: its commit, or the log start if that is higher (and for
+        # a partition without a commit, the log start).
+        read_from = {
+            g: {tp: max(off, starts.get(tp, -1)) for tp, off in offsets.items()}
+            | {tp: starts[tp] for tp in uncommitted.get(g, ()) if tp in starts}
+            for g, offsets in committed.items()
+        }
+        found = self._read_timestamps(read_from, ends)
         seen: set[tuple[str, str, int]] = set()
         budget = self.config.max_partitions
         for group, state in states.items():
             active = state not in INACTIVE_STATES
+            if group in never and active:
+                verdict = GroupVerdict(
+                    Status.OK,
+                    f"group has members (state {state}) but has not committed an offset yet: just "
+                    "started, or its consumers keep their offsets elsewhere; no lag to measure",
+                    {"partitions": 0, "committed": False},
+                )
+                result.groups[group] = GroupLag(group, state, active, [], verdict)
+                continue
             if group in group_errors:
                 verdict = GroupVerdict(Status.ERR, group_errors[group], {"partitions": 0})
                 result.groups[group] = GroupLag(group, state, active, [], verdict)
                 continue
             parts: list[PartitionLag] = []
-            for tp, off in sorted(committed.get(group, {}).items()):
+            todo = committed.get(group, {}) | dict.fromkeys(uncommitted.get(group, ()), -1)
+            for tp, off in sorted(todo.items()):
                 if budget <= 0:
                     result.errors.append(
                         f"group {group}: partition budget {self.config.max_partitions} spent"
@@ -197,7 +226,10 @@ class LagCollector:
                 budget -= 1
                 key = (group, tp.topic, tp.partition)
                 seen.add(key)
-                parts.append(self._partition(result, key, off, ends, end_errors, meta, found, active, now_s))
+                at = (starts.get(tp, -1), read_from[group].get(tp, off))
+                parts.append(
+                    self._partition(result, key, off, at, ends, end_errors, meta, found, active, now_s)
+                )
             result.groups[group] = self._group(group, state, active, parts)
         self._group_topics = {
             g: frozenset(tp.topic for tp in offs) for g, offs in committed.items() if offs
@@ -231,9 +263,12 @@ class LagCollector:
 
     def _committed_offsets(
         self, groups: list[str]
-    ) -> tuple[dict[str, dict[TopicPartition, int]], dict[str, str]]:
+    ) -> tuple[dict[str, dict[TopicPartition, int]], dict[str, str], set[str]]:
+        """Committed offsets per group; errors per group; groups that never committed (as far
+        as this collector knows: no commit now and none at the last pass)."""
         out: dict[str, dict[TopicPartition, int]] = {}
         errors: dict[str, str] = {}
+        never: set[str] = set()
         n = self.config.groups_per_request
         for i in range(0, len(groups), n):
             batch = groups[i : i + n]
@@ -252,13 +287,15 @@ class LagCollector:
         for g in groups:
             if g not in errors and not out.get(g):
                 before = sorted(self._group_topics.get(g, ()))
+                if not before:
+                    never.add(g)
                 errors[g] = (
                     f"committed offsets for {', '.join(before)} disappeared (topic deleted, offsets expired "
                     "or group deleted during the pass)"
                     if before
                     else "no committed offsets (group deleted during the pass, or never committed)"
                 )
-        return out, errors
+        return out, errors, never
 
     def _fetch_offsets(self, groups: list[str]) -> dict[str, Any]:
         try:
@@ -294,6 +331,53 @@ class LagCollector:
                 meta[(t["name"], p["partition_index"])] = p
         return meta
 
+    @staticmethod
+    def _uncommitted(
+        committed: dict[str, dict[TopicPartition, int]], meta: dict[tuple[str, int], dict[str, Any]]
+    ) -> dict[str, set[TopicPartition]]:
+        """Per group, the partitions of the topics it commits on that have no commit of their own
+        (their messages are read by nobody, or by a consumer that does not commit)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in meta:
+            by_topic.setdefault(topic, []).append(partition)
+        out: dict[str, set[TopicPartition]] = {}
+        for g, offsets in committed.items():
+            for topic in {tp.topic for tp in offsets}:
+                missing = {TopicPartition(topic, p) for p in by_topic.get(topic, ())} - offsets.keys()
+                if missing:
+                    out.setdefault(g, set()).update(missing)
+        return out
+
+    def _start_offsets(
+        self,
+        result: PassResult,
+        committed: dict[str, dict[TopicPartition, int]],
+        uncommitted: dict[str, set[TopicPartition]],
+        ends: dict[TopicPartition, int],
+    ) -> dict[TopicPartition, int]:
+        """Log start offsets of the partitions where they can matter: behind, or without a
+        commit and not empty. One call; if it fails, lag is counted from the commit as before
+        and the pass says why."""
+        ask = {
+            tp: OffsetSpec.EARLIEST
+            for offsets in committed.values()
+            for tp, off in offsets.items()
+            if ends.get(tp, -1) > off
+        }
+        ask |= {
+            tp: OffsetSpec.EARLIEST
+            for missing in uncommitted.values()
+            for tp in missing
+            if ends.get(tp, 0) > 0
+        }
+        if not ask:
+            return {}
+        try:
+            return {tp: o.offset for tp, o in self._call(self.admin.list_partition_offsets, ask).items()}
+        except Exception as e:
+            result.errors.append(f"log start offsets unavailable: {type(e).__name__}: {e}")
+            return {}
+
     def _end_offsets(
         self, tps: set[TopicPartition], meta: dict[tuple[str, int], dict[str, Any]]
     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, str]]:
@@ -328,6 +412,8 @@ class LagCollector:
     def _read_timestamps(
         self, committed: dict[str, dict[TopicPartition, int]], ends: dict[TopicPartition, int]
     ) -> dict[tuple[TopicPartition, int], FoundRecord]:
+        """The first record at or after each offset in ``committed`` (group -> tp -> offset)
+        that is below its end offset; most-behind first within ``max_timestamp_reads``."""
         if self.reader is None or self.config.max_timestamp_reads == 0:
             return {}
         behind: dict[tuple[TopicPartition, int], int] = {}
@@ -347,7 +433,7 @@ class LagCollector:
             round_ = {tp: offs.pop() for tp, offs in by_tp.items()}
             by_tp = {tp: offs for tp, offs in by_tp.items() if offs}
             try:
-                got = self.reader.read(round_)
+                got = self.reader.read(round_, {tp: ends[tp] for tp in round_})
             except Exception as e:
                 log.warning("timestamp read failed: %s", e)
                 break
@@ -362,6 +448,7 @@ class LagCollector:
         result: PassResult,
         key: tuple[str, str, int],
         committed: int,
+        at: tuple[int, int],
         ends: dict[TopicPartition, int],
         end_errors: dict[TopicPartition, str],
         meta: dict[tuple[str, int], dict[str, Any]],
@@ -369,7 +456,10 @@ class LagCollector:
         active: bool,
         now_s: float,
     ) -> PartitionLag:
+        """One (group, partition); ``committed`` is -1 without a commit. ``at``: the log start
+        (-1 if not read) and the offset the group reads next (the timestamp read's key)."""
         group, topic, partition = key
+        start, pos = at
         tp = TopicPartition(topic, partition)
         leader = meta.get((topic, partition), {}).get("leader_id")
         end = ends.get(tp)
@@ -382,19 +472,25 @@ class LagCollector:
         if end < committed:
             self.clamped_total += 1
             result.clamped += 1
-        lag = max(0, end - committed)
+        rec = found.get((tp, pos))
+        # Offsets before the first record at or after ``pos`` are no message (markers, aborted
+        # or removed records); an ``is_end`` answer means none up to the end.
+        first = rec.offset if rec is not None and rec.offset > pos else -1
+        obs = Observation(now_s, committed, end, start=start, first=first)
+        lag = obs.lag
         now_ms = int(now_s * 1000)
         self.history.add(topic, partition, end, now_ms)
-        rec = found.get((tp, committed))
         if rec is not None and rec.ts_ms >= 0:
             self.history.add(topic, partition, rec.offset, rec.ts_ms)
+        # Lag seconds of a commit below the log start stay those of the commit (interpolated).
+        seconds_of = committed if committed >= 0 else pos
         seconds, method = lag_seconds(
-            now_ms, committed, lag, rec, self.history.estimate(topic, partition, committed)
+            now_ms, seconds_of, lag, rec, self.history.estimate(topic, partition, seconds_of)
         )
         prev = next((o for o in reversed(window) if o.error is None), None)
         if prev is None or prev.committed != committed or lag <= self.config.allowed_lag:
             self._progress[key] = now_s
-        window.append(Observation(now_s, committed, end))
+        window.append(obs)
         th = self.config.thresholds()
         verdict = rules.evaluate_partition(window, now_s, active, th, self._progress.get(key, now_s))
         return PartitionLag(group, topic, partition, committed, end, lag, seconds, method, leader, verdict)

@@ -15,10 +15,15 @@ so a reader can collapse the rare duplicate at a handover.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import Any, Protocol
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
+
+METADATA_MAX_AGE_MS = 5_000
+TOPIC_WAIT_S = 10.0
 
 
 class Lease(Protocol):
@@ -60,8 +65,24 @@ class GroupLease:
             # Also the rebalance timeout: how long a handover may wait for members to rejoin.
             # ``held`` polls once per pass, so it must exceed the pass interval comfortably.
             max_poll_interval_ms=max(session_timeout_ms * 3, int(interval_s * 3000)),
+            # The group leader assigns the partition from its own metadata. A member whose
+            # metadata lacks the lease topic (it asked before the topic reached that broker) would
+            # assign nobody the lease until its next refresh: 5 minutes by default. A metadata
+            # request every few seconds per instance is cheap and bounds that gap.
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
+        self._wait_for_topic(topic, TOPIC_WAIT_S)
         self._consumer.subscribe([topic])
+
+    def _wait_for_topic(self, topic: str, timeout_s: float) -> None:
+        """Learn the lease topic's partition before joining, so a first assignment is not empty
+        (bounded: past ``timeout_s`` the metadata refresh above finds it later)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if self._consumer.partitions_for_topic(topic):
+                    return
+            time.sleep(0.2)
 
     def held(self) -> bool:
         try:

@@ -59,7 +59,7 @@ class LagMetrics(Collector):
         c = self.cluster
         lag = GaugeMetricFamily(
             "linkwatch_consumer_lag_messages",
-            "End offset minus committed offset (fresh, clamped at 0).",
+            "End offset minus the offset the group reads next (fresh, clamped at 0).",
             labels=["cluster", "group", "topic", "partition"],
         )
         secs = GaugeMetricFamily(

@@ -8,7 +8,9 @@ Rules, in order (the first that matches decides; every verdict carries a reason 
 the numbers behind it):
 
 0. **ERR** — the latest observation could not be made (offset fetch failed, topic deleted,
-   committed offset below the log start, ...). The error text is the reason.
+   ...; the error text is the reason), or the committed offset is below the log start
+   (retention or ``delete_records`` removed messages the group never read; the reason says
+   how many).
 1. **REWIND** — the committed offset moved back inside the window and has not yet recovered
    to where it was before.
 2. **OK** — caught up: lag is at most ``allowed_lag`` now.
@@ -23,6 +25,15 @@ the numbers behind it):
    consumes, but slower than producers write.
 6. **OK** — otherwise (consumer progressing; one slow evaluation or a lag burst it is working
    off is not a warning).
+
+A partition of a consumed topic without a committed offset is judged by
+:func:`rule_uncommitted` (OK while it holds no message or for less than the window, then STOP
+or STALL). A rewind the committed offset has since passed is not a status, but every verdict
+of the window that saw it says how many messages were reprocessed (:func:`rewind_passed`).
+
+Lag counts messages that still exist and that the group will read: from the highest of the
+committed offset, the log start and the first message at or after the committed offset (what
+lies before it is transaction markers, aborted or compacted records: not messages).
 
 A group's status is its worst partition status (:data:`SEVERITY`); its reason names how many
 partitions carry it and the worst one.
@@ -60,16 +71,28 @@ SEVERITY: dict[Status, int] = {
 
 @dataclass(frozen=True)
 class Observation:
-    """One evaluation of one (group, partition): committed and fresh end offset at ``ts_s``."""
+    """One evaluation of one (group, partition): committed and fresh end offset at ``ts_s``.
+
+    ``committed`` is -1 when the group has no committed offset on this partition. ``start`` is
+    the log start offset and ``first`` the first message at or after the committed offset
+    (-1: not read); offsets below them hold nothing the group will read.
+    """
 
     ts_s: float
     committed: int
     end: int
     error: str | None = None
+    start: int = -1
+    first: int = -1
 
     @property
     def lag(self) -> int:
-        return max(0, self.end - self.committed)
+        return max(0, self.end - max(self.committed, self.start, self.first, 0))
+
+    @property
+    def deleted_unread(self) -> int:
+        """Messages removed from the log (retention, ``delete_records``) before the group read them."""
+        return max(0, self.start - self.committed) if self.committed >= 0 else 0
 
 
 @dataclass(frozen=True)
@@ -107,13 +130,111 @@ def evaluate_partition(
     last = window[-1]
     if last.error is not None:
         return Verdict(Status.ERR, last.error, {"committed": last.committed, "end": last.end})
-    ok = [o for o in window if o.error is None]
-    return (
-        rule_rewind(ok)
+    if last.committed < 0:
+        run = list(itertools.takewhile(lambda o: o.error is None and o.committed < 0, reversed(window)))[::-1]
+        return rule_uncommitted(run, now_s, members_active, th, progress_since)
+    ok = [o for o in window if o.error is None and o.committed >= 0]
+    verdict = (
+        rule_deleted_unread(last)
+        or rule_rewind(ok)
         or rule_caught_up(last, th)
         or rule_no_progress(ok, now_s, members_active, th, progress_since)
         or rule_growing([o for o in ok if o.ts_s >= now_s - th.window_s], th)
         or rule_progressing(ok, now_s, th, progress_since)
+    )
+    return with_rewind_trace(verdict, ok)
+
+
+def rule_deleted_unread(last: Observation) -> Verdict | None:
+    """Rule 0: the committed offset is below the log start: messages were deleted unread."""
+    deleted = last.deleted_unread
+    if deleted <= 0:
+        return None
+    return Verdict(
+        Status.ERR,
+        f"committed offset {last.committed} is below the log start {last.start}: {deleted} messages "
+        f"were deleted unread (retention or delete_records); {last.lag} messages remain to read",
+        {
+            "committed": last.committed,
+            "start": last.start,
+            "end": last.end,
+            "lag": last.lag,
+            "deleted_unread": deleted,
+        },
+    )
+
+
+def rule_uncommitted(
+    run: Sequence[Observation],
+    now_s: float,
+    members_active: bool,
+    th: Thresholds,
+    progress_since: float | None = None,
+) -> Verdict:
+    """A partition of a topic the group consumes, without a committed offset of its own.
+
+    ``run``: the latest observations without a commit (oldest first). Its messages (log start
+    to end) are read by nobody. Waiting is measured since it was last seen empty, or since the
+    run began (``progress_since`` when the caller keeps more history than ``run``): STOP/STALL
+    only after a full window, as for committed partitions.
+    """
+    last = run[-1]
+    n = last.lag
+    numbers = {"committed": -1, "start": last.start, "end": last.end, "lag": n, "uncommitted": True}
+    if n <= th.allowed_lag:
+        what = "holds no message" if n == 0 else f"holds {n} messages (allowed lag {th.allowed_lag})"
+        return Verdict(
+            Status.OK, f"no committed offset; the partition {what} (end offset {last.end})", numbers
+        )
+    since = progress_since if progress_since is not None else progress_ts(run, th.allowed_lag)
+    idle_s = now_s - (since if since is not None else run[0].ts_s)
+    numbers["no_progress_s"] = round(idle_s, 1)
+    words = f"no committed offset on this partition while {n} messages wait (end offset {last.end})"
+    if idle_s <= th.window_s:
+        return Verdict(
+            Status.OK,
+            f"{words}, for {idle_s:.0f}s so far (STOP/STALL after the {th.window_s:.0f}s window)",
+            numbers,
+        )
+    if members_active:
+        return Verdict(
+            Status.STALL,
+            f"{words} for {idle_s:.0f}s (window {th.window_s:.0f}s): the group has members but none "
+            "commits here (partition not assigned, or its consumer does not commit)",
+            numbers,
+        )
+    return Verdict(
+        Status.STOP,
+        f"{words} for {idle_s:.0f}s (window {th.window_s:.0f}s) and the group has no member: nobody reads them",
+        numbers,
+    )
+
+
+def rewind_passed(window: Sequence[Observation]) -> tuple[int, int] | None:
+    """(from, to) of the rewinds in the window when the committed offset has since passed
+    ``from`` again; ``None`` if there was none or it has not recovered (that is REWIND)."""
+    backs = [
+        (prev.committed, cur.committed)
+        for prev, cur in itertools.pairwise(window)
+        if cur.committed < prev.committed
+    ]
+    if not backs:
+        return None
+    high, low = max(b[0] for b in backs), min(b[1] for b in backs)
+    return (high, low) if window[-1].committed >= high else None
+
+
+def with_rewind_trace(verdict: Verdict, window: Sequence[Observation]) -> Verdict:
+    """The verdict, with "messages were reprocessed" when a rewind in the window was passed."""
+    passed = rewind_passed(window) if verdict.status is not Status.REWIND else None
+    if passed is None:
+        return verdict
+    high, low = passed
+    return Verdict(
+        verdict.status,
+        f"{verdict.reason}; the committed offset moved back from {high} to {low} and has since "
+        f"passed {high}: {high - low} messages were reprocessed",
+        {**verdict.numbers, "reprocessed": high - low, "rewound_from": high, "rewound_to": low},
     )
 
 
@@ -137,9 +258,13 @@ def rule_caught_up(last: Observation, th: Thresholds) -> Verdict | None:
     """Rule 2: lag within ``allowed_lag`` against the fresh end offset."""
     if last.lag > th.allowed_lag:
         return None
+    # Offsets between the commit and the end that hold no message: transaction markers (an
+    # exactly-once application commits the offset of its transaction's marker) or removed records.
+    gap = last.end - last.committed - last.lag
+    tail = f" (the {gap} offsets between hold no message)" if gap > 0 and last.lag == 0 else ""
     return Verdict(
         Status.OK,
-        f"caught up: committed {last.committed}, end {last.end}",
+        f"caught up: committed {last.committed}, end {last.end}{tail}",
         {"committed": last.committed, "end": last.end, "lag": last.lag},
     )
 
@@ -262,15 +387,33 @@ def evaluate_group(partitions: dict[str, Verdict], members_active: bool) -> Grou
         partitions.items(), key=lambda kv: (SEVERITY[kv[1].status], kv[1].numbers.get("lag", 0))
     )
     numbers = {"partitions": len(partitions), "by_status": counts, "worst_partition": worst_name}
+    notes = _group_notes(partitions, numbers)
     if worst.status is Status.OK:
         behind = sum(1 for v in partitions.values() if v.numbers.get("lag", 0) > 0)
         tail = f" ({behind} behind; worst {worst_name}: {worst.reason})" if behind else ""
-        return GroupVerdict(Status.OK, f"all {len(partitions)} partitions OK{tail}", numbers)
+        return GroupVerdict(Status.OK, f"all {len(partitions)} partitions OK{tail}{notes}", numbers)
     n = counts[worst.status.value]
     members = "has members" if members_active else "has no active member"
     return GroupVerdict(
         worst.status,
         f"{worst.status.value} on {n} of {len(partitions)} partitions; group {members}; "
-        f"worst {worst_name}: {worst.reason}",
+        f"worst {worst_name}: {worst.reason}{notes}",
         numbers,
     )
+
+
+def _group_notes(partitions: dict[str, Verdict], numbers: dict[str, Any]) -> str:
+    """Facts a worst-partition summary would hide: partitions without a commit, reprocessing."""
+    notes = []
+    uncommitted = sum(1 for v in partitions.values() if v.numbers.get("uncommitted"))
+    if uncommitted:
+        numbers["uncommitted"] = uncommitted
+        notes.append(f"{uncommitted} without a committed offset")
+    reprocessed = {
+        name: v.numbers["reprocessed"] for name, v in partitions.items() if "reprocessed" in v.numbers
+    }
+    if reprocessed:
+        numbers["reprocessed"] = sum(reprocessed.values())
+        names = ", ".join(sorted(reprocessed)[:5]) + (", ..." if len(reprocessed) > 5 else "")
+        notes.append(f"{numbers['reprocessed']} messages reprocessed after a rewind ({names})")
+    return "".join(f"; {n}" for n in notes)

@@ -39,10 +39,15 @@ UNKNOWN = "unknown"
 
 @dataclass(frozen=True)
 class FoundRecord:
-    """The first record at or after the requested offset: its offset and timestamp (ms)."""
+    """The first record at or after the requested offset: its offset and timestamp (ms).
+
+    ``is_end``: there was no record from the requested offset up to ``offset`` (the end offset
+    the caller gave, or beyond): only transaction markers or removed records; ``ts_ms`` is -1.
+    """
 
     offset: int
     ts_ms: int
+    is_end: bool = False
 
 
 class TimestampReader:
@@ -50,6 +55,13 @@ class TimestampReader:
 
     ``read`` never raises for a single partition: partitions it could not read in time are
     simply absent from the answer (the caller falls back to the history).
+
+    With ``stops`` (end offsets), a partition whose position reaches its stop without a record
+    is answered at once with an ``is_end`` :class:`FoundRecord` instead of waiting out the
+    timeout: the consumer skips control batches (transaction markers), so this is how the
+    collector learns that what lies between a commit and the end is no message. That answer is
+    cached too and re-read (from where it stopped) only when the end has moved past it, so a
+    caught-up exactly-once group costs one read, not one per pass.
     """
 
     def __init__(
@@ -80,22 +92,33 @@ class TimestampReader:
             max_poll_records=10_000,
         )
 
-    def read(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, FoundRecord]:
+    def read(
+        self, wanted: dict[TopicPartition, int], stops: dict[TopicPartition, int] | None = None
+    ) -> dict[TopicPartition, FoundRecord]:
+        stops = stops or {}
         found: dict[TopicPartition, FoundRecord] = {}
-        todo: list[tuple[TopicPartition, int]] = []
+        todo: list[tuple[TopicPartition, int, int]] = []  # (tp, offset asked, offset to read from)
         for tp, offset in wanted.items():
-            hit = self._cache.get((tp.topic, tp.partition, offset))
-            if hit is not None:
-                self._cache.move_to_end((tp.topic, tp.partition, offset))
+            key = (tp.topic, tp.partition, offset)
+            hit = self._cache.get(key)
+            if hit is not None and not (hit.is_end and hit.offset < stops.get(tp, hit.offset)):
+                self._cache.move_to_end(key)
                 found[tp] = hit
                 self.cache_hits += 1
             else:
-                todo.append((tp, offset))
+                todo.append((tp, offset, hit.offset if hit is not None else offset))
         for i in range(0, len(todo), self.batch_partitions):
-            found.update(self._read_batch(dict(todo[i : i + self.batch_partitions])))
+            chunk = todo[i : i + self.batch_partitions]
+            got = self._read_batch({tp: start for tp, _, start in chunk}, stops)
+            for tp, asked, _ in chunk:
+                if tp in got:
+                    found[tp] = got[tp]
+                    self._remember((tp.topic, tp.partition, asked), got[tp])
         return found
 
-    def _read_batch(self, batch: dict[TopicPartition, int]) -> dict[TopicPartition, FoundRecord]:
+    def _read_batch(
+        self, batch: dict[TopicPartition, int], stops: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, FoundRecord]:
         c = self._consumer
         c.assign(list(batch))
         for tp, offset in batch.items():
@@ -111,12 +134,28 @@ class TimestampReader:
                     rec = records[0]
                     got[tp] = FoundRecord(rec.offset, rec.timestamp)
                     c.pause(tp)
+                self._stopped(batch, stops, got)
         finally:
             c.assign([])
         self.reads += len(batch)
-        for tp, rec in got.items():
-            self._remember((tp.topic, tp.partition, batch[tp]), rec)
         return got
+
+    def _stopped(
+        self,
+        batch: dict[TopicPartition, int],
+        stops: dict[TopicPartition, int],
+        got: dict[TopicPartition, FoundRecord],
+    ) -> None:
+        """Partitions whose position passed their stop with no record returned: ``is_end``."""
+        for tp in batch:
+            stop = stops.get(tp)
+            if tp in got or stop is None:
+                continue
+            # timeout_ms=0: only the position known now, never a blocking offset reset.
+            pos = self._consumer.position(tp, timeout_ms=0)
+            if pos is not None and pos >= stop:
+                got[tp] = FoundRecord(pos, -1, is_end=True)
+                self._consumer.pause(tp)
 
     def _remember(self, key: tuple[str, int, int], rec: FoundRecord) -> None:
         self._cache[key] = rec
@@ -209,7 +248,7 @@ def lag_seconds(
     ts, method = history_estimate
     if ts is not None and method != LOWER_BOUND:
         return max(0.0, (now_ms - ts) / 1000.0), INTERPOLATED
-    if found is not None and found.ts_ms >= 0:
+    if found is not None and found.ts_ms >= 0 and not found.is_end:
         return max(0.0, (now_ms - found.ts_ms) / 1000.0), NEXT_RECORD
     if ts is not None:
         return max(0.0, (now_ms - ts) / 1000.0), LOWER_BOUND

@@ -31,7 +31,7 @@ from linkwatch.testbed.faults import evict_page_cache
 from tests.agent.conftest import free_port
 from tests.lag.lagkit import month_old_topic, write_load
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 
 def samples(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:

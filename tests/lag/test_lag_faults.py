@@ -16,7 +16,7 @@ from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
 from tests.lag.lagkit import commit, end_offsets
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 
 def coordinator_partition(group: str, partitions: int = 50) -> int:

@@ -145,6 +145,7 @@ def read_all(bootstrap: str, topic: str) -> list:
 
 
 @pytest.mark.cluster
+@pytest.mark.timing
 def test_two_instances_publish_each_finding_once(cluster3, admin, topic_name, producer, group_name) -> None:
     make_topic(admin, topic_name)
     lease_topic = make_topic(admin, topic_name + "-lease")

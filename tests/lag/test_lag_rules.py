@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lag.rules import (
     Observation,
@@ -174,3 +176,195 @@ def test_group_status_is_the_worst_partition(partitions: dict[str, Verdict], exp
     assert g.status is expected
     if partitions and expected is not Status.OK:
         assert expected.value in g.reason and "of 2 partitions" in g.reason
+
+
+def obs(i: int, committed: int, end: int, start: int = -1, first: int = -1) -> Observation:
+    return Observation(ts_s=i * 10.0, committed=committed, end=end, start=start, first=first)
+
+
+# Inputs once misread (issue 18): transaction markers, deleted records, partitions without a
+# commit, a rewind since passed. id, window, members_active, status, words, numbers expected.
+INPUT_CASES = [
+    (
+        "exactly-once commit at the last transaction marker",
+        [obs(i, 16, 17, first=17) for i in range(10)],
+        False,
+        Status.OK,
+        "caught up: committed 16, end 17 (the 1 offsets between hold no message)",
+        {"lag": 0},
+    ),
+    (
+        "markers ahead, then real messages: still behind (no false OK)",
+        [obs(i, 8, 17, first=11) for i in range(10)],
+        False,
+        Status.STOP,
+        "6 messages wait",
+        {"lag": 6},
+    ),
+    (
+        "commit with a readable record at it: lag counted from the commit",
+        [obs(i, 8, 17) for i in range(10)],
+        False,
+        Status.STOP,
+        "9 messages wait",
+        {"lag": 9},
+    ),
+    (
+        "retention deleted past the commit",
+        [obs(i, 20, 100, start=60) for i in range(3)],
+        False,
+        Status.ERR,
+        "committed offset 20 is below the log start 60: 40 messages were deleted unread",
+        {"lag": 40, "deleted_unread": 40, "start": 60},
+    ),
+    (
+        "deleted past the commit of a caught-up-looking group",
+        [obs(i, 5, 5 + 10 * i, start=5 + 10 * i) for i in range(3)],
+        True,
+        Status.ERR,
+        "20 messages were deleted unread (retention or delete_records); 0 messages remain",
+        {"lag": 0, "deleted_unread": 20},
+    ),
+    (
+        "log start below the commit is not an error",
+        [obs(i, 70 + i, 100 + i, start=60) for i in range(3)],
+        True,
+        Status.OK,
+        "behind by 30",
+        {"lag": 30},
+    ),
+    (
+        "log start at the commit is not an error",
+        [obs(i, 60, 60, start=60) for i in range(10)],
+        False,
+        Status.OK,
+        "caught up",
+        {"lag": 0},
+    ),
+    (
+        "no commit on a partition holding messages, longer than the window",
+        [obs(i, -1, 10, start=0) for i in range(9)],
+        False,
+        Status.STOP,
+        "no committed offset on this partition while 10 messages wait",
+        {"lag": 10, "uncommitted": True},
+    ),
+    (
+        "no commit, messages, group has members",
+        [obs(i, -1, 10, start=0) for i in range(9)],
+        True,
+        Status.STALL,
+        "none commits here",
+        {"lag": 10},
+    ),
+    (
+        "no commit, messages arrived within the window",
+        [obs(i, -1, 0, start=0) for i in range(6)] + [obs(i, -1, 4, start=0) for i in range(6, 9)],
+        False,
+        Status.OK,
+        "for 30s so far",
+        {"lag": 4},
+    ),
+    (
+        "no commit, empty partition, for a long time",
+        [obs(i, -1, 30, start=30) for i in range(20)],
+        False,
+        Status.OK,
+        "holds no message",
+        {"lag": 0},
+    ),
+    (
+        "a commit appears after none: evaluated as a committed partition",
+        [obs(i, -1, 10, start=0) for i in range(8)] + [obs(8, 10, 10, start=0)],
+        False,
+        Status.OK,
+        "caught up",
+        {"lag": 0},
+    ),
+    (
+        "rewind since passed",
+        [obs(0, 150, 200), obs(1, 20, 200), obs(2, 120, 200), obs(3, 200, 200)],
+        True,
+        Status.OK,
+        "moved back from 150 to 20 and has since passed 150: 130 messages were reprocessed",
+        {"reprocessed": 130, "rewound_from": 150, "rewound_to": 20},
+    ),
+    (
+        "rewind not passed yet is REWIND, without a reprocessing count",
+        [obs(0, 150, 200), obs(1, 20, 200), obs(2, 120, 200)],
+        True,
+        Status.REWIND,
+        "has not recovered",
+        {"from_offset": 150},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "window", "members", "expected", "words", "numbers"),
+    INPUT_CASES,
+    ids=[c[0] for c in INPUT_CASES],
+)
+def test_partition_status_on_inputs(name, window, members, expected, words, numbers) -> None:
+    v = evaluate_partition(window, window[-1].ts_s + 0.5, members, TH)
+    assert v.status is expected, v.reason
+    assert words in v.reason
+    assert numbers.items() <= v.numbers.items(), v.numbers
+
+
+@pytest.mark.parametrize(
+    "points",
+    [[(10 * i, 10 * i + 5) for i in range(8)], [(100, 100)] * 8, [(0, 10), (10, 20), (20, 80), (70, 90)]],
+    ids=["progressing", "idle", "burst"],
+)
+def test_no_rewind_no_reprocessing_claim(points) -> None:
+    window = series(points)
+    v = evaluate_partition(window, now_after(window), True, TH)
+    assert "reprocessed" not in v.reason and "reprocessed" not in v.numbers
+
+
+def test_group_reason_names_uncommitted_partitions_and_reprocessing() -> None:
+    g = evaluate_group(
+        {
+            "t-0": Verdict(Status.OK, "caught up", {"lag": 0, "reprocessed": 130}),
+            "t-1": Verdict(Status.OK, "no committed offset", {"lag": 10, "uncommitted": True}),
+            "t-2": Verdict(Status.OK, "no committed offset", {"lag": 0, "uncommitted": True}),
+        },
+        members_active=True,
+    )
+    assert g.status is Status.OK
+    assert "2 without a committed offset" in g.reason
+    assert "130 messages reprocessed after a rewind (t-0)" in g.reason
+    assert (g.numbers["uncommitted"], g.numbers["reprocessed"]) == (2, 130)
+
+
+_offsets = st.integers(min_value=-1, max_value=50)
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> list[Observation]:
+    n = draw(st.integers(min_value=1, max_value=8))
+    out = []
+    for i in range(n):
+        end = draw(st.integers(min_value=0, max_value=60))
+        start = draw(st.integers(min_value=-1, max_value=end))
+        first = draw(st.one_of(st.just(-1), st.integers(min_value=0, max_value=end + 2)))
+        out.append(obs(i, draw(_offsets), end, start=start, first=first))
+    return out
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(window=windows(), members=st.booleans())
+def test_any_window_gets_a_verdict_with_consistent_numbers(window: list[Observation], members: bool) -> None:
+    """Whatever the offsets: a verdict with a reason; lag never negative and never more than
+    end − committed; ERR for deleted records exactly when the commit is below the log start."""
+    last = window[-1]
+    v = evaluate_partition(window, last.ts_s + 0.5, members, TH)
+    assert v.reason
+    assert 0 <= last.lag <= max(0, last.end - max(last.committed, 0))
+    deleted = last.committed >= 0 and last.start > last.committed
+    assert ("deleted unread" in v.reason) == deleted, v.reason
+    if deleted:
+        assert v.status is Status.ERR and v.numbers["deleted_unread"] == last.start - last.committed
+    if last.committed < 0:
+        assert v.numbers.get("uncommitted") is True
