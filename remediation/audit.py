@@ -23,6 +23,20 @@ class AuditLog:
         self.remediator = remediator
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._end_torn_line()
+
+    def _end_torn_line(self) -> None:
+        """A crash mid-write leaves a last line without its newline: end it, so the next event
+        starts on a line of its own (the torn one is then dropped and counted by the reader)."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+        except (FileNotFoundError, OSError):
+            return
+        if torn:
+            with self.path.open("ab") as f:
+                f.write(b"\n")
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         entry = {"ts": round(time.time(), 3), "event": event, "remediator": self.remediator, **fields}

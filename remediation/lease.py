@@ -23,6 +23,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import TopicAlreadyExistsError
 
 from remediation.config import LeaseConfig
@@ -48,6 +49,8 @@ class KafkaLease:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=min(cfg.heartbeat_interval_ms, cfg.session_timeout_ms // 3),
             max_poll_interval_ms=max(cfg.session_timeout_ms * 5, 30_000),
+            # Sticky: a standby joining (or restarting) never takes the lease from a live holder.
+            partition_assignment_strategy=[StickyPartitionAssignor],
         )
         self._consumer.subscribe([cfg.topic])
         self._tp = TopicPartition(cfg.topic, 0)

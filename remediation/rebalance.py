@@ -48,6 +48,8 @@ class RebalanceConfig(RemediationConfig):
     recover_s: float = Field(30.0, ge=0)
     poll_s: float = Field(1.0, gt=0)
     allow_inter_broker: bool = True
+    # Log dirs sharing one device free nothing by moving between them: then set this false.
+    allow_intra_broker: bool = True
 
     @model_validator(mode="after")
     def _order(self) -> RebalanceConfig:
@@ -106,7 +108,11 @@ def _destination(
         ok = [k for k in keys if fits(k)]
         return min(ok, key=lambda k: (used[k] / cap[k], k)) if ok else None
 
-    same = emptiest([k for k in used if k[0] == r.broker and k[1] != r.log_dir])
+    same = (
+        emptiest([k for k in used if k[0] == r.broker and k[1] != r.log_dir])
+        if cfg.allow_intra_broker
+        else None
+    )
     if same is not None or not cfg.allow_inter_broker:
         return same
     others = [b for b in replicas if b != r.broker]
@@ -136,8 +142,10 @@ def plan_moves(view: ClusterView, cfg: RebalanceConfig) -> tuple[list[DiskMove],
     notes: list[str] = []
     done: set[tuple[int, str]] = set()
     moved: set[tuple[str, int]] = set()
+    draining: set[tuple[int, str]] = set()  # above high_ratio once: drained down to target_ratio
     while len(moves) < cfg.max_moves:
-        over = [k for k in used if k not in done and used[k] / cap[k] > cfg.high_ratio]
+        draining |= {k for k in used if used[k] / cap[k] > cfg.high_ratio}
+        over = [k for k in draining if k not in done and used[k] / cap[k] > cfg.target_ratio]
         if not over:
             break
         src = max(over, key=lambda k: (used[k] / cap[k], k))
@@ -284,7 +292,7 @@ class RebalanceDisksRemediation(Remediation):
             started = []
             while queue and len(inflight) < size:
                 i, step = queue.pop(0)
-                self._start(plan, i, step, ctx, view)
+                self._start(plan, i, step, ctx, view, list(inflight))
                 inflight[i] = ctx.clock() + step.deadline_s
                 started.append(i)
             if started:
@@ -295,12 +303,20 @@ class RebalanceDisksRemediation(Remediation):
                 ctx.sleep(self.config.poll_s)
         return outcome
 
-    def _start(self, plan: Plan, i: int, step: Step, ctx: Context, view: ClusterView) -> None:
+    def _start(
+        self, plan: Plan, i: int, step: Step, ctx: Context, view: ClusterView, running: list[int]
+    ) -> None:
+        """Persist intent, throttle the replicas of every move running (the view may predate the
+        ones started in this round, so all of them are listed, never only the new one), send."""
         p = step.params
         ctx.step_status(i, "intent")
         if p["src"][0] != p["dst"][0] and self.config.throttle_bytes_per_s:
-            move = (p["topic"], p["partition"], p["before"], p["after"])
-            apply_throttle(ctx.admin, view, self.config.throttle_bytes_per_s, [move], ctx.owned(), ctx.record)
+            moves = [
+                (q["topic"], q["partition"], q["before"], q["after"])
+                for q in (plan.steps[j].params for j in [*running, i])
+                if q["src"][0] != q["dst"][0]
+            ]
+            apply_throttle(ctx.admin, view, self.config.throttle_bytes_per_s, moves, ctx.owned(), ctx.record)
         self.execute(step, ctx)
         ctx.step_status(i, "sent")
 

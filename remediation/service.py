@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
+from linkwatch.errors import SetupError
 from linkwatch.records import Finding, RecordError, decode
 from remediation.config import RemediatorConfig
 from remediation.lease import KafkaLease, LocalLease
@@ -50,13 +52,18 @@ def serve(rem: Remediator, stop: threading.Event, poll_ms: int = 500) -> dict[st
         return counters
     rem.audit.write("lease_acquired", member=rem.member)
     rem.recover()
+    # No group: every remediator reads every finding from the end; the lease decides who acts.
     consumer = KafkaConsumer(
-        cfg.findings_topic,
         bootstrap_servers=cfg.bootstrap_servers,
         client_id=f"linkwatch-remediator-{rem.member}",
-        group_id=None,  # every remediator reads every finding; the lease decides who acts
-        auto_offset_reset="latest",
+        group_id=None,
         enable_auto_commit=False,
+    )
+    parts = _partitions(consumer, cfg.findings_topic)
+    consumer.assign(parts)
+    consumer.seek_to_end(*parts)
+    rem.audit.write(
+        "listening", topic=cfg.findings_topic, positions={tp.partition: consumer.position(tp) for tp in parts}
     )
     try:
         while not stop.is_set():
@@ -67,6 +74,17 @@ def serve(rem: Remediator, stop: threading.Event, poll_ms: int = 500) -> dict[st
     finally:
         consumer.close()
     return counters
+
+
+def _partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 30.0) -> list[TopicPartition]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = consumer.partitions_for_topic(topic)
+        if found:
+            return [TopicPartition(topic, p) for p in sorted(found)]
+        if time.monotonic() > deadline:
+            raise SetupError(f"findings topic {topic!r} does not exist (create it, or set findings_topic)")
+        time.sleep(0.5)
 
 
 def _one(rem: Remediator, raw: bytes, counters: dict[str, int]) -> None:

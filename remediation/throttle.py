@@ -43,7 +43,9 @@ def moving_brokers(moves: Iterable[Move]) -> set[int]:
 
 
 def _merge(current: str | None, add: set[str]) -> str:
-    have = {x for x in (current or "").split(",") if x and x != "*"}
+    if (current or "").strip() == "*":  # an operator throttles every replica: never narrow it
+        return "*"
+    have = {x for x in (current or "").split(",") if x}
     return ",".join(sorted(have | add, key=lambda s: tuple(int(x) for x in s.split(":"))))
 
 

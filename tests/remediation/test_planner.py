@@ -51,6 +51,14 @@ def test_one_full_dir_moves_to_its_sibling_first_fewest_bytes() -> None:
     assert notes == []
 
 
+def test_a_full_dir_is_drained_to_target_not_just_under_high() -> None:
+    # 90 % -> one 20-byte move gets it under 80 % but not to 60 %: three moves of 10 more do.
+    v = view({("t", p): [(1, "d1", s)] for p, s in enumerate((20, 10, 10, 10, 10, 10, 10, 10))})
+    moves, _ = plan_moves(v, CFG)
+    assert [m.size_bytes for m in moves] == [20, 10]
+    assert sum(m.size_bytes for m in moves) >= 90 - 60
+
+
 def test_fullest_dir_first() -> None:
     v = view(
         {("a", p): [(1, "d1", s)] for p, s in enumerate((30, 30, 25))}
