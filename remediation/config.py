@@ -51,6 +51,14 @@ class LeaseConfig(StrictModel):
     heartbeat_interval_ms: int = Field(1000, ge=100)
 
 
+class LatencyConfig(StrictModel):
+    """Where the rebalance pipeline reads the brokers' Produce p99 (None: no back-off signal)."""
+
+    prometheus_url: str | None = None  # e.g. http://127.0.0.1:9090
+    query: str | None = None  # default: remediation.latency.DEFAULT_QUERY
+    timeout_s: float = Field(2.0, gt=0, le=30)
+
+
 class RemediatorConfig(StrictModel):
     cluster: str = "default"
     bootstrap_servers: str = ""
@@ -68,6 +76,7 @@ class RemediatorConfig(StrictModel):
     caps: CapsConfig = Field(default_factory=CapsConfig)
     circuit_breaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
     # Moves of a remediator killed mid-run: on restart, "finish" waits for them, "cancel" reverts.
     on_restart: str = Field("finish", pattern="^(finish|cancel)$")
 

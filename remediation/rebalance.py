@@ -15,8 +15,9 @@ of ``window`` moves in flight; the moment one completes its slot is refilled (no
 wait for their slowest move, KIP-236). Inter-broker moves run under a replication throttle set
 only for their replicas and cleared at the end. A move past ``move_deadline_s`` is cancelled
 (KIP-455; intra-broker: moved back to its dir). The window halves when the injected latency
-signal (the brokers' Produce p99) is above ``backoff_p99_ms`` and grows by one after
-``recover_s`` below it (additive increase, multiplicative decrease), never above ``window``.
+signal (the brokers' Produce p99, :mod:`remediation.latency`) is above ``backoff_p99_ms`` and
+grows by one after ``recover_s`` below it (additive increase, multiplicative decrease), never
+above ``window``; an unknown signal holds it.
 """
 
 from __future__ import annotations
@@ -190,7 +191,9 @@ class Window:
         self._last_cut = float("-inf")
 
     def update(self, p99_ms: float | None, now: float) -> int:
-        if p99_ms is not None and p99_ms > self.backoff_ms:
+        if p99_ms is None:  # unknown: hold (neither grow nor cut on a signal we cannot read)
+            return self.size
+        if p99_ms > self.backoff_ms:
             self._calm_since = None
             if now - self._last_cut >= self.recover_s or self._last_cut == float("-inf"):
                 self.size = max(1, self.size // 2)

@@ -20,6 +20,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from linkwatch.errors import SetupError
 from linkwatch.records import Finding, RecordError, decode
 from remediation.config import RemediatorConfig
+from remediation.latency import DEFAULT_QUERY, PrometheusLatency
 from remediation.lease import KafkaLease, LocalLease
 from remediation.remediator import Remediator
 
@@ -33,6 +34,10 @@ def build(
     with_lease: bool = True,
 ) -> Remediator:
     admin = KafkaAdminClient(bootstrap_servers=cfg.bootstrap_servers, client_id="linkwatch-remediator")
+    if latency_ms is None and cfg.latency.prometheus_url:
+        latency_ms = PrometheusLatency(
+            cfg.latency.prometheus_url, cfg.latency.query or DEFAULT_QUERY, cfg.latency.timeout_s
+        )
     rem = Remediator(cfg, admin, member=member, latency_ms=latency_ms)
     if with_lease and cfg.lease.enabled:
         rem.lease = KafkaLease(cfg.bootstrap_servers, cfg.lease, rem.member, admin)

@@ -275,3 +275,31 @@ def test_long_tail_move_cancelled_keeps_replicas(
     )
     assert replicas(admin, topic_name) == before
     assert throttles(admin, topic_name) == {}
+
+
+def test_cli_plan_status_undo(cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, capsys) -> None:
+    from linkwatch.cli import main
+
+    create_topic(admin, topic_name, RF3)
+    cfg, path = config(
+        tmp_path,
+        cluster3.bootstrap,
+        rules={"slow_broker": "demote_leadership"},
+        remediations={"demote_leadership": {"topics": [topic_name]}},
+    )
+    before = replicas(admin, topic_name)
+    assert main(["remediate", "plan", "-c", str(path), "--rule", "slow_broker", "--subject", "broker:2"]) == 0
+    out = capsys.readouterr().out
+    for p in (1, 4):  # exactly what would change: broker 2's partitions, old and new order
+        assert f"'partition': {p}, 'from': [2, 3, 1], 'to': [3, 1, 2]" in out
+    assert "guardrails: would go ahead" in out
+    assert replicas(admin, topic_name) == before  # plan never changes anything, even with execute: true
+
+    action = Remediator(cfg, admin).handle(finding("slow_broker", "broker:2"))["plan"]
+    assert main(["remediate", "status", "-c", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert action in out and "demote_leadership" in out and "'2':" in out
+    assert main(["remediate", "undo", "-c", str(path), action]) == 0
+    assert "done" in capsys.readouterr().out
+    assert replicas(admin, topic_name) == before
+    assert main(["remediate", "undo", "-c", str(path), "nope"]) == 2  # unknown action: one-line error

@@ -153,8 +153,10 @@ def test_window_backs_off_and_recovers() -> None:
     assert w.update(900.0, 2.0) == 2  # at most once per recover_s
     assert w.update(900.0, 11.0) == 1
     assert w.update(900.0, 30.0) == 1  # floor
-    assert w.update(None, 31.0) == 1  # unknown latency is calm, but growth waits recover_s
-    assert w.update(100.0, 41.0) == 2
-    assert w.update(100.0, 51.0) == 3
-    assert w.update(100.0, 61.0) == 4
-    assert w.update(100.0, 71.0) == 4  # ceiling
+    assert w.update(None, 31.0) == 1  # unknown latency: hold
+    assert w.update(100.0, 41.0) == 1  # calm starts now; growth waits recover_s
+    assert w.update(None, 45.0) == 1
+    assert w.update(100.0, 51.0) == 2
+    assert w.update(100.0, 61.0) == 3
+    assert w.update(100.0, 71.0) == 4
+    assert w.update(100.0, 81.0) == 4  # ceiling

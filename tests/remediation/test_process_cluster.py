@@ -165,7 +165,8 @@ def test_two_remediators_one_lease(cluster3: ClusterState, admin, topic_name: st
         killed = time.monotonic()
         wait_until(lambda: _events(audit, "listening", "b"), 60, "b takes over", every_s=0.5)
         takeover_s = time.monotonic() - killed
-        _publish(cluster3.bootstrap, findings_topic, finding("slow_broker", "broker:3"))
+        # A new finding (new key) on the same broker: one bad broker, the circuit stays closed.
+        _publish(cluster3.bootstrap, findings_topic, finding("slow_broker", "broker:1"))
         wait_until(lambda: _events(audit, "result", "b"), 30, "b acts")
         assert len(_events(audit, "result", "a")) == 1
         print(f"standby took over {takeover_s:.1f} s after the holder's SIGKILL")
