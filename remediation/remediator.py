@@ -39,6 +39,8 @@ from remediation.view import ClusterView, read_view
 
 log = logging.getLogger(__name__)
 
+RESTORE_RETRY_S = 60.0
+
 
 class Remediator:
     def __init__(
@@ -63,6 +65,7 @@ class Remediator:
         self.latency_ms = latency_ms or (lambda: None)
         self.clock = clock
         self.errors_total = 0
+        self._restore_tried: dict[str, float] = {}
         t = self.state.data["tracker"]
         self.tracker = FindingTracker(active=t["active"], cleared=t["cleared"])
 
@@ -286,6 +289,9 @@ class Remediator:
             since = self.tracker.healthy_since(subject, now, self.cfg.circuit_breaker.finding_ttl_s)
             if since is None or now - since < self.cfg.restore_hold_s or not self.lease.held():
                 continue
+            if now - self._restore_tried.get(broker, float("-inf")) < RESTORE_RETRY_S:
+                continue  # a restore that failed (or is dry run) is retried, not hammered
+            self._restore_tried[broker] = now
             out.append(self.undo(aid, reason=f"{subject} healthy for {now - since:.0f} s"))
         return out
 

@@ -238,6 +238,57 @@ def test_full_log_dir_pipeline_window_and_throttles(
     assert throttles(admin, topic_name) == {}  # cleared at the end
     windows = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "window"]
     assert len(windows) >= 2  # a slot refilled as a move completed, not one batch
+    admin.delete_topics([topic_name])  # frees the other brokers' dirs for the next scenario
+
+
+def test_pipeline_backs_off_while_latency_is_high(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    sizes = [150_000, 160_000, 170_000, 180_000]
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes)
+    used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        rules={"hot_disk": "rebalance_disks"},
+        remediations={
+            "rebalance_disks": {
+                "capacity_bytes": int(used / 0.9),
+                "high_ratio": 0.8,
+                "target_ratio": 0.3,
+                "window": 3,
+                "throttle_bytes_per_s": 200_000,
+                "allow_intra_broker": False,
+                "poll_s": 0.2,
+                "backoff_p99_ms": 500,
+                "recover_s": 600,
+            }
+        },
+    )
+    readings: list[float] = []
+
+    def p99() -> float:  # the brokers' Produce p99, driven by the test: high throughout
+        readings.append(900.0)
+        return 900.0
+
+    rem = Remediator(cfg, admin, latency_ms=p99)
+    stop, seen, thr = threading.Event(), [], []
+    poller = threading.Thread(
+        target=_poll_reassignments, args=(admin, topic_name, stop, seen, thr), daemon=True
+    )
+    poller.start()
+    try:
+        result = rem.handle(finding("hot_disk", f"log_dir:1:{d1}"))
+    finally:
+        stop.set()
+        poller.join()
+    windows = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "window"]
+    assert result["status"] == "done", result
+    assert len(windows) >= 2 and readings
+    assert {w["size"] for w in windows} == {1}  # halved from 3 at once, never grown back
+    assert max(seen) <= 1, seen
+    assert throttles(admin, topic_name) == {}
+    admin.delete_topics([topic_name])
 
 
 def test_long_tail_move_cancelled_keeps_replicas(
@@ -275,6 +326,7 @@ def test_long_tail_move_cancelled_keeps_replicas(
     )
     assert replicas(admin, topic_name) == before
     assert throttles(admin, topic_name) == {}
+    admin.delete_topics([topic_name])
 
 
 def test_cli_plan_status_undo(cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, capsys) -> None:

@@ -127,7 +127,7 @@ def clusters(draw):
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(clusters())
 def test_properties(v: ClusterView) -> None:
-    moves, _ = plan_moves(v, CFG)
+    moves, notes = plan_moves(v, CFG)
     used = {(d.broker, d.path): d.used_bytes for d in v.log_dirs}
     over_before = {k for k, u in used.items() if u / 100 > CFG.high_ratio}
     if not over_before:
@@ -144,6 +144,9 @@ def test_properties(v: ClusterView) -> None:
         assert len(racks) == len(set(racks))  # rack spread kept
         assert len(m.replicas_after) == len(m.replicas_before)
     assert len({(m.topic, m.partition) for m in moves}) == len(moves)
+    for (b, d), u in used.items():  # a dir left too full is named in a note, never silently
+        if u / 100 > CFG.high_ratio:
+            assert any(f"log dir {d} of broker {b} " in n for n in notes), (b, d, u, notes)
 
 
 def test_window_backs_off_and_recovers() -> None:
