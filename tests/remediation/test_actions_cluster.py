@@ -294,7 +294,8 @@ def test_pipeline_backs_off_while_latency_is_high(
 def test_long_tail_move_cancelled_keeps_replicas(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
 ) -> None:
-    d1 = _fill_broker1_dir(admin, cluster3, topic_name, [600_000, 200_000])
+    # The mover is larger than one replica fetch (1 MB), which no throttle holds back.
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, [6_000_000, 2_000_000])
     used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
     cfg, _ = config(
         tmp_path,

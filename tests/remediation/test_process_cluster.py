@@ -69,7 +69,8 @@ def test_sigkill_mid_reassignment_then_restart(
     admin.create_topics([NewTopic(findings_topic, 1, 1)])
     d1 = cluster3.node(1).log_dirs[0]
     create_topic(admin, topic_name, {0: [1], 1: [1]})
-    produce(cluster3.bootstrap, topic_name, {0: 500_000, 1: 400_000})
+    # Larger than a replica fetch (1 MB): the first fetch is never throttled, the rest crawl.
+    produce(cluster3.bootstrap, topic_name, {0: 6_000_000, 1: 4_000_000})
     place(admin, topic_name, [0, 1], 1, d1)
     used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
     cfg, cfg_path = config(
