@@ -232,9 +232,8 @@ def test_full_log_dir_pipeline_window_and_throttles(
         and "*" not in str(t)
         for t in thr
     )
-    after = replicas(admin, topic_name)
-    for m in moves:
-        assert after[m["partition"]] == m["after"]
+    for m in moves:  # the dir may also hold an earlier test's replicas: index by topic
+        assert replicas(admin, m["topic"])[m["partition"]] == m["after"]
     assert throttles(admin, topic_name) == {}  # cleared at the end
     windows = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "window"]
     assert len(windows) >= 2  # a slot refilled as a move completed, not one batch
