@@ -49,6 +49,8 @@ class RebalanceConfig(RemediationConfig):
     recover_s: float = Field(30.0, ge=0)
     poll_s: float = Field(1.0, gt=0)
     allow_inter_broker: bool = True
+    # Only replicas of these topics are moved (None: any); usage still counts everything on disk.
+    topics: list[str] | None = None
     # Log dirs sharing one device free nothing by moving between them: then set this false.
     allow_intra_broker: bool = True
 
@@ -151,7 +153,13 @@ def plan_moves(view: ClusterView, cfg: RebalanceConfig) -> tuple[list[DiskMove],
             break
         src = max(over, key=lambda k: (used[k] / cap[k], k))
         excess = used[src] - int(cfg.target_ratio * cap[src])
-        candidates = [r for r in in_dir[src] if r.size_bytes > 0 and (r.topic, r.partition) not in moved]
+        candidates = [
+            r
+            for r in in_dir[src]
+            if r.size_bytes > 0
+            and (r.topic, r.partition) not in moved
+            and (cfg.topics is None or r.topic in cfg.topics)
+        ]
         move = None
         for r in _pick(candidates, excess):
             current = replicas.get((r.topic, r.partition))

@@ -104,6 +104,14 @@ def test_rack_spread_blocks_a_broker_with_room() -> None:
     assert any("broker 2" in n for n in notes)
 
 
+def test_topics_filter_moves_only_those_topics() -> None:
+    # The 35-byte replica of "keep" would be the fewest bytes; only "t" may move.
+    v = view({("keep", 0): [(1, "d1", 35)], ("t", 0): [(1, "d1", 30)], ("t", 1): [(1, "d1", 25)]})
+    moves, _ = plan_moves(v, RebalanceConfig(high_ratio=0.8, target_ratio=0.6, topics=["t"]))
+    assert {m.topic for m in moves} == {"t"}
+    assert [m.size_bytes for m in moves] == [30]
+
+
 def test_reassigning_partitions_are_left_alone() -> None:
     v = view({("t", 0): [(1, "d1", 90)]})
     v.reassigning = {("t", 0): {"replicas": [1, 2], "adding_replicas": [2], "removing_replicas": [1]}}
