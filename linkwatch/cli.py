@@ -27,6 +27,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("dashboards", "dashboards", "Generate the Grafana dashboards and push them to a Grafana."),
     ("analyze", "analyze", "Stream samples through Spark, run the detectors, publish findings."),
     ("report", "report", "Findings over a time range (batch), as a table, JSON or HTML."),
+    ("remediate", "remediate", "Act on findings with guardrails: plan, run, status, cancel, undo."),
 ]
 
 app = typer.Typer(

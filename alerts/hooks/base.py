@@ -2,10 +2,11 @@
 
 A hook is a class registered under an entry-point group and chosen by name in the receiver's
 config (``hooks: [{type: log}, {type: exec, options: {...}}]``). Notification hooks live in the
-group ``linkwatch.notifiers``; remediation hooks (demote a leader, reassign, throttle) will
-live in ``linkwatch.remediations`` and implement this same interface, wrapped by the
-dispatcher's guardrails (dry-run by default, cooldown per subject, a cap on concurrent actions,
-a lease so two actors never collide). The built-ins are registered the same way as plugins.
+group ``linkwatch.notifiers``. Actions on a cluster (demote a leader, reassign, throttle) are
+not hooks: they are remediations (entry-point group ``linkwatch.remediations``) with their own
+contract in :mod:`remediation.base`, behind that package's guardrails (dry-run by default,
+cooldown per subject, caps, a lease so two actors never collide). The built-ins are registered
+the same way as plugins.
 
 Contract, for every hook:
 
@@ -20,9 +21,6 @@ Contract, for every hook:
 * Alert text is untrusted input (labels and annotations come from metrics): a hook never
   builds a shell command, URL path or file path from it.
 * ``close()`` releases what ``handle`` opened; called once at shutdown; must not raise.
-
-A remediation hook additionally honours ``dry_run`` (default True: log what it would do and
-return SKIPPED) and reads its guardrail state from the dispatcher, not from globals.
 """
 
 from __future__ import annotations

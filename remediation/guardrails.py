@@ -1,0 +1,107 @@
+"""Guardrails: small named pure rules; time, state and thresholds come in as arguments.
+
+Each rule returns ``None`` (go on) or the reason it refuses, which the remediator audits. The
+order the remediator applies them in: duplicate → circuit breaker → cooldown → caps. Dry run
+is not a rule here: it is the remediator's default (nothing is executed unless ``execute``).
+
+:class:`FindingTracker` is the only state: which findings are active per (rule, subject), when
+each was last seen, when a subject cleared. It is a plain dict underneath, persisted with the
+execution state so a restart keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from remediation.config import CapsConfig, CircuitBreakerConfig
+
+
+def broker_of(subject: str) -> int | None:
+    """``broker:2`` -> 2; anything else -> None."""
+    kind, _, rest = subject.partition(":")
+    if kind == "broker" and rest.isdigit():
+        return int(rest)
+    return None
+
+
+@dataclass
+class FindingTracker:
+    """Active findings: ``"rule|subject"`` -> last seen (epoch s); cleared subjects -> when."""
+
+    active: dict[str, float] = field(default_factory=dict)
+    cleared: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, rule: str, subject: str, active: bool, now: float) -> None:
+        key = f"{rule}|{subject}"
+        if active:
+            self.active[key] = now
+            self.cleared.pop(subject, None)
+        elif self.active.pop(key, None) is not None or subject not in self.cleared:
+            self.cleared[subject] = now
+
+    def current(self, now: float, ttl_s: float) -> dict[str, float]:
+        """Active findings seen within ``ttl_s`` (a source that stopped repeating one let it lapse)."""
+        return {k: t for k, t in self.active.items() if now - t <= ttl_s}
+
+    def healthy_since(self, subject: str, now: float, ttl_s: float) -> float | None:
+        """When ``subject`` stopped having any active finding, or None while it still has one."""
+        if any(k.split("|", 1)[1] == subject for k in self.current(now, ttl_s)):
+            return None
+        lapsed = [t + ttl_s for k, t in self.active.items() if k.split("|", 1)[1] == subject]
+        times = [*lapsed, *([self.cleared[subject]] if subject in self.cleared else [])]
+        return max(times) if times else None
+
+
+# Rule 1 — the same finding (same dedup key) is acted on at most once.
+def duplicate(key: str, acted: Collection[str]) -> str | None:
+    return f"finding {key} was already acted on" if key in acted else None
+
+
+# Rule 2 — circuit breaker: stand down during a cluster-wide slowdown or when too many brokers look bad.
+def circuit_open(active: Mapping[str, float], brokers: int, cfg: CircuitBreakerConfig) -> str | None:
+    rules = {k.split("|", 1)[0] for k in active}
+    stand_down = sorted(rules & set(cfg.stand_down_rules))
+    if stand_down:
+        return f"circuit breaker: cluster-wide finding active ({', '.join(stand_down)})"
+    bad = sorted(
+        {
+            b
+            for k in active
+            if k.split("|", 1)[0] in cfg.bad_broker_rules and (b := broker_of(k.split("|", 1)[1])) is not None
+        }
+    )
+    share = len(bad) / brokers if brokers else 1.0
+    if len(bad) > cfg.max_bad_brokers or (bad and share > cfg.max_bad_share):
+        return (
+            f"circuit breaker: {len(bad)} of {brokers} brokers look bad ({bad}); "
+            f"limit {cfg.max_bad_brokers} brokers / {cfg.max_bad_share:.0%}"
+        )
+    return None
+
+
+# Rule 3 — cooldown per subject: no new action on a subject acted on less than cooldown_s ago.
+def cooling_down(subject: str, last_action: Mapping[str, float], cooldown_s: float, now: float) -> str | None:
+    last = last_action.get(subject)
+    if last is not None and now - last < cooldown_s:
+        return f"cooldown: {subject} was acted on {now - last:.0f} s ago (cooldown {cooldown_s:.0f} s)"
+    return None
+
+
+# Rule 4 — caps on concurrent actions and on brokers demoted at once (count and share).
+def over_caps(
+    running: int, demoted: Collection[int], demotes: Collection[int], brokers: int, caps: CapsConfig
+) -> str | None:
+    if caps.max_concurrent_actions is not None and running >= caps.max_concurrent_actions:
+        return f"cap: {running} actions running (max_concurrent_actions {caps.max_concurrent_actions})"
+    after = set(demoted) | set(demotes)
+    if not demotes or after == set(demoted):
+        return None
+    if caps.max_demoted_brokers is not None and len(after) > caps.max_demoted_brokers:
+        return f"cap: demoting {sorted(after)} exceeds max_demoted_brokers {caps.max_demoted_brokers}"
+    if caps.max_demoted_share is not None and brokers and len(after) / brokers > caps.max_demoted_share:
+        return (
+            f"cap: demoting {sorted(after)} is {len(after) / brokers:.0%} of {brokers} brokers "
+            f"(max_demoted_share {caps.max_demoted_share:.0%})"
+        )
+    return None

@@ -1,0 +1,133 @@
+"""Helpers for the remediation tests on the real 3-broker cluster: topics, data, findings, configs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kafka import KafkaProducer, TopicPartitionReplica
+from kafka.admin import NewTopic
+
+from linkwatch.records import Finding
+from remediation.config import RemediatorConfig, load_remediation_config
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)
+
+
+def create_topic(admin, name: str, assignment: dict[int, list[int]]) -> None:
+    admin.create_topics([NewTopic(name, -1, -1, replica_assignments=assignment)])
+
+    def ready() -> bool:
+        meta = admin.describe_topics([name])
+        parts = meta[0].get("partitions") or [] if meta else []
+        return len(parts) == len(assignment) and all(
+            p["leader_id"] == assignment[p["partition_index"]][0]
+            and len(p["isr_nodes"]) == len(assignment[p["partition_index"]])
+            for p in parts
+        )
+
+    wait_until(ready, 30, f"topic {name} led as assigned")
+
+
+def produce(
+    bootstrap: str, topic: str, bytes_per_partition: dict[int, int], record_bytes: int = 4096
+) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, compression_type=None)
+    payload = b"x" * record_bytes
+    for p, n in bytes_per_partition.items():
+        for _ in range(max(1, n // record_bytes)):
+            producer.send(topic, payload, partition=p)
+    producer.flush()
+    producer.close()
+
+
+def place(admin, topic: str, partitions: list[int], broker: int, log_dir: str) -> None:
+    """Move replicas of ``topic`` on ``broker`` into ``log_dir`` and wait for it (test setup)."""
+    admin.alter_replica_log_dirs({TopicPartitionReplica(topic, p, broker): log_dir for p in partitions})
+
+    def there() -> bool:
+        where = replica_dirs(admin, topic)
+        return all(where.get((p, broker)) == (log_dir, False) for p in partitions)
+
+    wait_until(there, 60, f"{topic} replicas in {log_dir}")
+
+
+def replica_dirs(admin, topic: str) -> dict[tuple[int, int], tuple[str, bool]]:
+    """(partition, broker) -> (log dir, is future); a future copy wins while it exists."""
+    out: dict[tuple[int, int], tuple[str, bool]] = {}
+    for entry in admin.describe_log_dirs():
+        for d in entry["log_dirs"]:
+            for t in d["topics"]:
+                if t["name"] == topic:
+                    for p in t["partitions"]:
+                        key = (p["partition_index"], entry["broker"])
+                        if p.get("is_future_key") or key not in out:
+                            out[key] = (d["log_dir"], bool(p.get("is_future_key")))
+    return out
+
+
+def finding(
+    rule: str, subject: str, *, active: bool = True, ts_ms: int | None = None, **evidence: Any
+) -> Finding:
+    return Finding(
+        cluster="test",
+        source="test",
+        ts_ms=ts_ms if ts_ms is not None else int(time.time() * 1000),
+        rule=rule,
+        subject=subject,
+        severity="critical",
+        summary=f"{rule} on {subject}",
+        evidence=evidence,
+        action="",
+        active=active,
+    )
+
+
+def config(tmp: Path, bootstrap: str, **overrides: Any) -> tuple[RemediatorConfig, Path]:
+    """Write a config file (as an operator would) and load it through the real loader."""
+    data: dict[str, Any] = {
+        "cluster": "test",
+        "bootstrap_servers": bootstrap,
+        "execute": True,
+        "state_dir": str(tmp / "state"),
+        "lease": {"enabled": False},
+        "cooldown_s": 60,
+    }
+    data.update(overrides)
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "remediation.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_remediation_config(path), path
+
+
+def leaders(admin, topic: str) -> dict[int, int]:
+    meta = admin.describe_topics([topic])
+    return {p["partition_index"]: p["leader_id"] for p in (meta[0].get("partitions") or [])}
+
+
+def replicas(admin, topic: str) -> dict[int, list[int]]:
+    meta = admin.describe_topics([topic])
+    return {p["partition_index"]: list(p["replica_nodes"]) for p in (meta[0].get("partitions") or [])}
+
+
+def throttles(admin, topic: str) -> dict[str, Any]:
+    """Every throttle config set on the brokers and on ``topic`` (empty: none left)."""
+    from remediation.view import read_view
+
+    v = read_view(admin, [topic], with_log_dirs=False)
+    return {
+        **{f"broker:{b}": c for b, c in v.broker_configs.items() if c},
+        **{f"topic:{t}": c for t, c in v.topic_configs.items() if c},
+    }

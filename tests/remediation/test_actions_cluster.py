@@ -1,0 +1,357 @@
+"""Remediations on the real 3-broker cluster: dry run, demotion and restore, circuit breaker,
+pause/resume and dedup, the pipelined disk rebalance with throttles, long-tail cancel."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from linkwatch.testbed import faults
+from linkwatch.testbed.cluster import ClusterState
+from remediation.audit import read_audit
+from remediation.remediator import Remediator
+from remediation.view import read_view
+from tests.remediation.kit import (
+    config,
+    create_topic,
+    finding,
+    leaders,
+    place,
+    produce,
+    replica_dirs,
+    replicas,
+    throttles,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timing]
+
+RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}  # broker 2 prefers 1 and 4
+
+
+def _snapshot(admin, topic: str) -> dict:
+    v = read_view(admin, [topic])
+    return {"summary": v.summary(), "dirs": replica_dirs(admin, topic)}
+
+
+def test_dry_run_changes_nothing(cluster3: ClusterState, admin, topic_name: str, tmp_path: Path) -> None:
+    create_topic(admin, topic_name, RF3)
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        execute=False,
+        rules={"slow_broker": "demote_leadership", "hot_disk": "rebalance_disks"},
+        remediations={
+            "demote_leadership": {"topics": [topic_name]},
+            "rebalance_disks": {"capacity_bytes": 1024, "high_ratio": 0.5, "target_ratio": 0.4},
+        },
+    )
+    rem = Remediator(cfg, admin)
+    before = _snapshot(admin, topic_name)
+    a = rem.handle(finding("slow_broker", "broker:2"))
+    b = rem.handle(finding("hot_disk", "broker:1"))
+    time.sleep(2)
+    assert (a["event"], b["event"]) == ("dry_run", "dry_run")
+    assert _snapshot(admin, topic_name) == before  # metadata, log dirs, configs, throttles
+    events, dropped = read_audit(cfg.audit_path)
+    plans = [e for e in events if e["event"] == "plan"]
+    assert dropped == 0 and len(plans) == 2
+    assert plans[0]["plan"]["steps"] and plans[0]["before"]["leaders"]  # the plan is audited with the state
+    assert not rem.state.data["demoted"] and not rem.state.running()
+
+
+def test_demote_then_restore_after_hold(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    create_topic(admin, topic_name, RF3)
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        restore_hold_s=4,
+        cooldown_s=60,
+        rules={"slow_broker": "demote_leadership"},
+        remediations={"demote_leadership": {"topics": [topic_name]}},
+    )
+    rem = Remediator(cfg, admin)
+    t0 = time.monotonic()
+    result = rem.handle(finding("slow_broker", "broker:2"))
+    assert result["status"] == "done", result
+    wait_until(lambda: 2 not in leaders(admin, topic_name).values(), 30, "broker 2 leads nothing")
+    demote_s = time.monotonic() - t0
+    assert demote_s < 30
+    assert all(r[-1] == 2 for p, r in replicas(admin, topic_name).items() if RF3[p][0] == 2)
+    assert rem.demoted() == {2: result["plan"]}
+
+    # Still active: no restore. Cleared: restore only after the hold time.
+    assert rem.tick() == []
+    rem.handle(finding("slow_broker", "broker:2", active=False))
+    assert rem.tick() == []
+    time.sleep(4.5)
+    restored = rem.tick()
+    assert [r["status"] for r in restored] == ["done"]
+    assert replicas(admin, topic_name) == RF3
+    wait_until(
+        lambda: leaders(admin, topic_name) == {p: r[0] for p, r in RF3.items()}, 30, "preferred leaders back"
+    )
+    assert rem.demoted() == {}
+
+    # No demote/promote loop: the broker just restored is in its cooldown.
+    again = rem.handle(finding("slow_broker", "broker:2"))
+    assert again["event"] == "refused" and "cooldown" in again["reason"]
+    print(f"demotion took {demote_s:.1f} s")
+
+
+def test_circuit_breaker_all_brokers_paused(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    create_topic(admin, topic_name, RF3)
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        rules={"slow_broker": "demote_leadership"},
+        remediations={"demote_leadership": {"topics": [topic_name]}},
+    )
+    rem = Remediator(cfg, admin)
+    before = replicas(admin, topic_name)
+    pauses = [faults.PauseDutyCycle(n.pid, pause_ms=200, period_ms=1000).start() for n in cluster3.nodes]
+    try:
+        events = [rem.handle(finding("cluster_slow", "cluster:test"))]
+        events += [rem.handle(finding("slow_broker", f"broker:{b}")) for b in (1, 2, 3)]
+    finally:
+        for p in pauses:
+            p.stop()
+    assert events[0]["event"] == "ignored"
+    assert [e["event"] for e in events[1:]] == ["refused"] * 3
+    assert all("circuit breaker" in e["reason"] and "cluster_slow" in e["reason"] for e in events[1:])
+    assert replicas(admin, topic_name) == before and rem.demoted() == {}
+
+    # Without the cluster-wide finding, two bad brokers are already too many (max_bad_brokers 1).
+    rem2 = Remediator(
+        config(
+            tmp_path / "b",
+            cluster3.bootstrap,
+            rules={"slow_broker": "demote_leadership"},
+            remediations={"demote_leadership": {"topics": [topic_name]}},
+        )[0],
+        admin,
+    )
+    rem2.pause()  # observe both findings first, then decide
+    rem2.handle(finding("slow_broker", "broker:1"))
+    rem2.handle(finding("slow_broker", "broker:3"))
+    decided = rem2.resume()
+    assert [e["event"] for e in decided] == ["refused", "refused"]
+    assert "2 of 3 brokers look bad" in decided[0]["reason"]
+    audited = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "refused"]
+    assert len(audited) == 3 and all(e["reason"] for e in audited)
+
+
+def test_paused_findings_kept_and_never_acted_twice(cluster3: ClusterState, admin, tmp_path: Path) -> None:
+    cfg, _ = config(
+        tmp_path, cluster3.bootstrap, rules={"slow_broker": "noop"}, remediations={"noop": None}, cooldown_s=0
+    )
+    rem = Remediator(cfg, admin)
+    f = finding("slow_broker", "broker:3")
+    rem.pause()
+    assert rem.handle(f)["event"] == "queued"
+    # A restart while paused keeps the finding (it is in the persisted state).
+    rem = Remediator(cfg, admin)
+    assert rem.state.data["paused"] and len(rem.state.data["pending"]) == 1
+    [done] = rem.resume()
+    assert done["event"] == "result" and done["status"] == "done"
+    again = rem.handle(f)  # the same finding delivered again (a re-read, a duplicate send)
+    assert again["event"] == "refused" and "already acted on" in again["reason"]
+
+
+def _fill_broker1_dir(admin, cluster3: ClusterState, topic: str, sizes: list[int]) -> str:
+    d1 = cluster3.node(1).log_dirs[0]
+    create_topic(admin, topic, {p: [1] for p in range(len(sizes))})
+    produce(cluster3.bootstrap, topic, dict(enumerate(sizes)))
+    place(admin, topic, list(range(len(sizes))), 1, d1)
+    return d1
+
+
+def _poll_reassignments(admin, topic: str, stop: threading.Event, seen: list[int], thr: list[dict]) -> None:
+    while not stop.is_set():
+        moving = [tp for tp in admin.list_partition_reassignments() if tp.topic == topic]
+        seen.append(len(moving))
+        if moving:
+            thr.append(throttles(admin, topic))
+        time.sleep(0.2)
+
+
+def test_full_log_dir_pipeline_window_and_throttles(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    sizes = [96_000, 160_000, 224_000, 288_000, 352_000, 416_000]
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes)
+    view = read_view(admin)
+    used = next(d.used_bytes for d in view.log_dirs if (d.broker, d.path) == (1, d1))
+    others = max(d.used_bytes for d in view.log_dirs if d.broker != 1)
+    capacity = int(used / 0.9)
+    assert others < 0.1 * capacity, "the other dirs must be nearly empty for this scenario"
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        rules={"hot_disk": "rebalance_disks"},
+        remediations={
+            "rebalance_disks": {
+                "capacity_bytes": capacity,
+                "high_ratio": 0.8,
+                "target_ratio": 0.4,
+                "window": 2,
+                "throttle_bytes_per_s": 100_000,
+                "allow_intra_broker": False,
+                "poll_s": 0.2,
+            }
+        },
+    )
+    rem = Remediator(cfg, admin)
+    stop, seen, thr = threading.Event(), [], []
+    poller = threading.Thread(
+        target=_poll_reassignments, args=(admin, topic_name, stop, seen, thr), daemon=True
+    )
+    poller.start()
+    result = rem.handle(finding("hot_disk", f"log_dir:1:{d1}"))
+    stop.set()
+    poller.join()
+    plan = next(e for e in read_audit(cfg.audit_path)[0] if e["event"] == "plan")["plan"]
+    moves = [s["params"] for s in plan["steps"]]
+    assert result["status"] == "done", result
+    assert len(moves) >= 3
+    assert all(m["src"] == [1, d1] and m["dst"][0] in (2, 3) for m in moves)
+    # Fewest bytes: the largest replicas go first, never a small one before a larger one that fits.
+    assert moves[0]["size_bytes"] == max(m["size_bytes"] for m in moves)
+    assert max(seen) <= 2, seen  # the window is never exceeded
+    assert 2 in seen, seen  # and it is used: two moves ran at once
+    assert thr and all(
+        set(t.get(f"topic:{topic_name}", {}))
+        == {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+        and "*" not in str(t)
+        for t in thr
+    )
+    for m in moves:  # the dir may also hold an earlier test's replicas: index by topic
+        assert replicas(admin, m["topic"])[m["partition"]] == m["after"]
+    assert throttles(admin, topic_name) == {}  # cleared at the end
+    windows = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "window"]
+    assert len(windows) >= 2  # a slot refilled as a move completed, not one batch
+    admin.delete_topics([topic_name])  # frees the other brokers' dirs for the next scenario
+
+
+def test_pipeline_backs_off_while_latency_is_high(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    sizes = [150_000, 160_000, 170_000, 180_000]
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes)
+    used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        rules={"hot_disk": "rebalance_disks"},
+        remediations={
+            "rebalance_disks": {
+                "capacity_bytes": int(used / 0.9),
+                "high_ratio": 0.8,
+                "target_ratio": 0.3,
+                "window": 3,
+                "throttle_bytes_per_s": 200_000,
+                "allow_intra_broker": False,
+                "poll_s": 0.2,
+                "backoff_p99_ms": 500,
+                "recover_s": 600,
+            }
+        },
+    )
+    readings: list[float] = []
+
+    def p99() -> float:  # the brokers' Produce p99, driven by the test: high throughout
+        readings.append(900.0)
+        return 900.0
+
+    rem = Remediator(cfg, admin, latency_ms=p99)
+    stop, seen, thr = threading.Event(), [], []
+    poller = threading.Thread(
+        target=_poll_reassignments, args=(admin, topic_name, stop, seen, thr), daemon=True
+    )
+    poller.start()
+    try:
+        result = rem.handle(finding("hot_disk", f"log_dir:1:{d1}"))
+    finally:
+        stop.set()
+        poller.join()
+    windows = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "window"]
+    assert result["status"] == "done", result
+    assert len(windows) >= 2 and readings
+    assert {w["size"] for w in windows} == {1}  # halved from 3 at once, never grown back
+    assert max(seen) <= 1, seen
+    assert throttles(admin, topic_name) == {}
+    admin.delete_topics([topic_name])
+
+
+def test_long_tail_move_cancelled_keeps_replicas(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    # The mover is larger than one replica fetch (1 MB), which no throttle holds back.
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, [6_000_000, 2_000_000])
+    used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        rules={"hot_disk": "rebalance_disks"},
+        remediations={
+            "rebalance_disks": {
+                "capacity_bytes": int(used / 0.9),
+                "high_ratio": 0.8,
+                "target_ratio": 0.7,
+                "window": 1,
+                "throttle_bytes_per_s": 1024,
+                "allow_intra_broker": False,
+                "poll_s": 0.3,
+                "move_deadline_s": 6,
+            }
+        },
+    )
+    rem = Remediator(cfg, admin)
+    before = replicas(admin, topic_name)
+    result = rem.handle(finding("hot_disk", f"log_dir:1:{d1}"))
+    assert result["status"] == "partial", result
+    events = read_audit(cfg.audit_path)[0]
+    assert [e["reason"] for e in events if e["event"] == "move_cancelled"] == ["past move_deadline_s"]
+    wait_until(
+        lambda: not [tp for tp in admin.list_partition_reassignments() if tp.topic == topic_name],
+        30,
+        "no reassignment",
+    )
+    assert replicas(admin, topic_name) == before
+    assert throttles(admin, topic_name) == {}
+    admin.delete_topics([topic_name])
+
+
+def test_cli_plan_status_undo(cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, capsys) -> None:
+    from linkwatch.cli import main
+
+    create_topic(admin, topic_name, RF3)
+    cfg, path = config(
+        tmp_path,
+        cluster3.bootstrap,
+        rules={"slow_broker": "demote_leadership"},
+        remediations={"demote_leadership": {"topics": [topic_name]}},
+    )
+    before = replicas(admin, topic_name)
+    assert main(["remediate", "plan", "-c", str(path), "--rule", "slow_broker", "--subject", "broker:2"]) == 0
+    out = capsys.readouterr().out
+    for p in (1, 4):  # exactly what would change: broker 2's partitions, old and new order
+        assert f"'partition': {p}, 'from': [2, 3, 1], 'to': [3, 1, 2]" in out
+    assert "guardrails: would go ahead" in out
+    assert replicas(admin, topic_name) == before  # plan never changes anything, even with execute: true
+
+    action = Remediator(cfg, admin).handle(finding("slow_broker", "broker:2"))["plan"]
+    assert main(["remediate", "status", "-c", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert action in out and "demote_leadership" in out and "'2':" in out
+    assert main(["remediate", "undo", "-c", str(path), action]) == 0
+    assert "done" in capsys.readouterr().out
+    assert replicas(admin, topic_name) == before
+    assert main(["remediate", "undo", "-c", str(path), "nope"]) == 2  # unknown action: one-line error
