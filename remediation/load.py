@@ -12,12 +12,13 @@ fewer than ``min_windows`` of the finding's windows (one noisy window); the topi
 under ``min_total`` (low traffic).
 
 **H1** (:func:`plan_h1`, pure): while the broker factor is above ``max_factor``, take the step
-that lowers it with the fewest bytes moved (ties between brokers sharing the max are broken by
-the sum of squared broker loads, so a step never raises the factor and always makes progress): a preferred-leader change to an in-sync replica
+that lowers it with the fewest bytes moved: a preferred-leader change to an in-sync replica
 first (a replica reorder plus an election: no bytes), else a replica move off the most loaded
 broker to a broker not holding the partition whose rack holds no other replica of it (rack
 spread is never broken), the smallest replica that brings the factor under ``max_factor``, else
-the one that lowers it most per byte. No step raises the factor; at most ``max_steps``.
+the one that lowers it most per byte. Ties between brokers sharing the max are broken by the sum
+of squared broker loads, so no step raises the factor and every step makes progress; at most
+``max_steps``.
 
 **H2** (:func:`plan_h2`): when one partition alone carries more than ``(1 + max_factor)`` × the
 average broker load, no placement can fix it; the plan then carries a **proposal** (a ``propose``
