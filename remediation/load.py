@@ -4,7 +4,7 @@ Input: a ``skewed_partitions`` finding; its evidence carries, per measure, the p
 loads of the last window (``values[measure].loads``) and the topic's imbalance per window
 (``values[measure].ratio``). Broker load is what the brokers serve for that topic: a leader
 carries its partition's load, a follower ``follower_weight`` of it (replication fetches). The
-factor is the analyzer's ``I = max/avg − 1`` (:func:`analyzer.imbalance.imbalance`), over every
+factor is the analyzer's ``I = max/avg − 1`` (:func:`linkwatch.imbalance.imbalance`), over every
 broker of the view (a broker serving nothing counts as 0) and over the topic's partitions.
 
 No plan (empty) when: the broker factor is at or under ``max_factor``; the topic was skewed in
@@ -38,7 +38,7 @@ from typing import Any
 
 from pydantic import Field
 
-from analyzer.imbalance import imbalance
+from linkwatch.imbalance import imbalance
 from linkwatch.records import Finding
 from remediation.base import Context, Plan, PlanError, Remediation, RemediationConfig, Step
 from remediation.view import ClusterView, elect_preferred, submit_reassignments
