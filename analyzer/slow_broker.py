@@ -142,6 +142,10 @@ class _Table:
             if r.broker is not None:
                 self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
 
+    def known(self, request: str) -> set[int]:
+        """Brokers with a total row for ``request`` in any window of the table."""
+        return {b for by_broker in self.rows.get((request, "total"), {}).values() for b in by_broker}
+
     def windows(self, request: str, stage: str, now_ms: int, window_s: int, limit: int) -> list[int]:
         done = [w for w in self.rows[(request, stage)] if w + window_s * 1000 <= now_ms]
         return sorted(done)[-limit:]
@@ -199,9 +203,16 @@ def cluster_score(
         fraction = len(above) / len(usable) if len(usable) >= 2 else 0.0
         # Leaders waiting on one stalled follower (Rule 5) are not a cluster-wide slowdown, even
         # in the windows before Rule 5's own score has fired.
-        stalled = _window_suspect(table, request, w, cfg)[0] is not None
-        flags.append(fraction > cfg.cluster_wide_fraction and not stalled)
-        evidence.append({"window_start_ms": w, "brokers_above": above, "brokers_reporting": len(usable)})
+        suspect, waiting, _ = _window_suspect(table, request, w, cfg)
+        flags.append(fraction > cfg.cluster_wide_fraction and suspect is None)
+        evidence.append(
+            {
+                "window_start_ms": w,
+                "brokers_above": above,
+                "brokers_reporting": len(usable),
+                "brokers_waiting_remote": waiting,
+            }
+        )
     score, active = walk_score(flags, cfg)
     return Score(score, active, ()), evidence
 
@@ -246,7 +257,10 @@ def _window_suspect(
     if cached is not None:
         return cached
     usable = table.usable(request, "total", w, cfg.min_requests)
-    reporting = table.usable(request, "total", w, 1)
+    # A broker seen in the history but silent in this window counts as reporting: a stalled JVM
+    # may log nothing for a window (or its agent's row arrives late), and it is then the best
+    # suspect, not a reason to read the waiting leaders as a cluster-wide slowdown.
+    reporting = set(table.usable(request, "total", w, 1)) | table.known(request)
     remote = table.usable(request, "remote", w, 1)
     waiting = sorted(
         b

@@ -273,7 +273,8 @@ def test_paused_broker_2_is_found_with_its_stage_then_clears(live: Live) -> None
     assert found is not None, f"no slow-broker finding for broker 2 within {DETECT_WITHIN_S}s"
     assert found.evidence["stage"] in ("requestQueue", "local", "remote", "responseQueue", "send")
     print(f"finding: {found.summary}")
-    assert set(live.slow_emitted()) == {"broker:2"}
+    wide = [f.evidence for f in live.sink.emitted if f.rule == "cluster_slow"]
+    assert set(live.slow_emitted()) == {"broker:2"}, f"cluster-wide evidence: {wide}"
     # The quiet phase evaluated at least as many windows as the fault needed, and found nothing.
     assert quiet_windows >= fault_windows
 

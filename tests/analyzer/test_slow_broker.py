@@ -45,6 +45,8 @@ def scenario(n_windows: int, brokers: int, special: dict[int, dict[int, dict]]) 
     for i in range(n_windows):
         for b in range(brokers):
             kw = special.get(b, {}).get(i, {})
+            if kw.get("absent"):  # the broker logged nothing in this window
+                continue
             rows.extend(broker_rows(b, i, **({"p99": 20.0} | kw)))
     return Aggregates(cluster="c1", window_s=WINDOW_S, broker_stages=rows)
 
@@ -125,6 +127,17 @@ CASES = [
             0: slow_in(range(3, 8), stage="remote"),
             1: slow_in(range(3, 8), stage="remote"),
             2: {i: {"count": 4, "p99": 450.0} for i in range(3, 8)},
+        },
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        "stalled follower silent in its windows (a paused JVM logs nothing): still the suspect",
+        8,
+        3,
+        {
+            0: slow_in(range(3, 8), stage="remote"),
+            1: slow_in(range(3, 8), stage="remote"),
+            2: {i: {"absent": True} for i in range(3, 8)},
         },
         {("slow_broker", "broker:2"): "remote"},
     ),
