@@ -45,6 +45,9 @@ from remediation.policy import Action, FindingPolicyConfig, Verdict, decide
 
 log = logging.getLogger(__name__)
 
+# Remediator answers worth trying again when the same finding repeats (the guardrail that
+# refused, e.g. the circuit breaker or a cap, may have lifted since).
+RETRY_EVENTS = frozenset({"refused", "failed", "queued"})
 MAX_TRACKED = 10_000  # beyond it new subjects are dropped and counted, not grown without bound
 
 
@@ -177,6 +180,9 @@ class FindingPipeline:
         self.clock = clock
         self.paused = False
         self.pending: dict[tuple[str, str], Finding] = {}
+        # Per (rule, subject): the last (action, remediator event) sent. A repeat (ongoing) with
+        # the same answer is not sent again: notifiers hear changes, not every evaluation.
+        self.last: dict[tuple[str, str], tuple[str, str]] = {}
         self.counts: Counter[str] = Counter()
         self._lock = threading.RLock()
 
@@ -214,15 +220,26 @@ class FindingPipeline:
             "action": verdict.action.value,
             "reason": verdict.reason,
         }
+        ident = (finding.rule, finding.subject)
+        prev = self.last.pop(ident, None) if change is Change.CLEARED else self.last.get(ident)
         if verdict.action is Action.IGNORE:
             return None
         if verdict.action is Action.CHECK_LATER:
             self.tracker.hold(finding, self.clock() + verdict.delay_s)
-            outcome["delay_s"] = verdict.delay_s
+            return None
+        repeat = change is Change.ONGOING and prev is not None and prev[0] == verdict.action.value
+        if repeat and not (verdict.action is Action.REMEDIATE and prev[1] in RETRY_EVENTS):
+            self.counts["repeat_not_sent"] += 1
             return None
         if verdict.action is Action.REMEDIATE or (change is Change.CLEARED and self.dispatcher.remediator):
             # A clearing goes to the remediator too: it starts the healthy hold before a restore.
             outcome["remediation"] = self.dispatcher.remediate(finding)
+        event = str(outcome.get("remediation", {}).get("event", ""))
+        if change is not Change.CLEARED:
+            self.last[ident] = (verdict.action.value, event)
+        if repeat and prev == (verdict.action.value, event):
+            self.counts["repeat_not_sent"] += 1  # retried, same answer: not sent again
+            return None
         self.dispatcher.notify(finding, outcome)
         return outcome
 
@@ -249,6 +266,7 @@ class FindingPipeline:
             # Still only worth a later look after its delay: it has lasted, so notify now.
             verdict = Verdict(Action.NOTIFY, 0.0, f"still active after {verdict.delay_s:g} s")
             self.counts["action_notify"] += 1
+            self.last[(f.rule, f.subject)] = (verdict.action.value, "")
             outcome = {
                 "change": Change.ONGOING.value,
                 "action": verdict.action.value,

@@ -3,6 +3,7 @@ in-memory notifiers/remediators; the real-cluster run is in test_pipeline_cluste
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -369,3 +370,43 @@ def test_event_from_finding_labels() -> None:
         "stage": "local",
     }
     assert e.status == "firing" and e.fingerprint == "slow_broker/broker:2"
+
+
+class Refuser(Recorder):
+    """An in-memory remediator whose guardrail refuses the first ``n`` times."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def handle(self, f: Finding) -> dict[str, Any]:
+        self.handled.append(f)
+        self.n -= 1
+        return {"event": "refused" if self.n >= 0 else "dry_run", "reason": "circuit breaker"}
+
+
+def test_repeats_are_not_sent_again() -> None:
+    rem = Recorder()
+    p, mem, _ = pipeline(rem)
+    p.handle(finding())
+    for ts in (2000, 3000, 4000):
+        assert p.handle(finding(ts_ms=ts)) is None
+    p.handle(finding(rule="x", subject="topic:a"))
+    p.handle(finding(rule="x", subject="topic:a", ts_ms=2000))
+    assert len(rem.handled) == 1 and len(mem.events) == 2
+    assert p.counts["repeat_not_sent"] == 4 and p.counts["ongoing"] == 4
+    p.handle(finding(active=False))
+    p.handle(finding(ts_ms=9000))  # appears again: acted on and sent again
+    assert len(rem.handled) == 3 and [e.status for e in mem.events][-2:] == ["resolved", "firing"]
+
+
+def test_refused_remediation_is_retried_while_the_finding_repeats() -> None:
+    rem = Refuser(2)
+    p, mem, _ = pipeline(rem)
+    p.handle(finding())
+    p.handle(finding(ts_ms=2000))  # refused again: retried, same answer, not sent again
+    p.handle(finding(ts_ms=3000))  # the guardrail lifted: dry_run, sent
+    p.handle(finding(ts_ms=4000))  # done: neither retried nor sent
+    assert len(rem.handled) == 3
+    outcomes = [json.loads(e.annotations["outcome"])["remediation"]["event"] for e in mem.events]
+    assert outcomes == ["refused", "dry_run"]
