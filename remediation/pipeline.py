@@ -11,9 +11,9 @@ when it clears). The pipeline:
 3. **acts** through the :class:`Dispatcher`, the only caller of notifiers and of the
    remediator. Every action (the remediator's answer included) is also sent to the notifiers.
 
-While :attr:`FindingPipeline.paused`, findings are tracked and queued (bounded only by the
-number of distinct subjects: a newer event of the same finding replaces the older) and decided
-on :meth:`FindingPipeline.resume` — never dropped.
+While :attr:`FindingPipeline.paused`, findings are tracked and queued (per finding its first
+and its latest event: bounded by the number of distinct subjects) and decided on
+:meth:`FindingPipeline.resume` — never dropped.
 
 Notifiers and the remediator are duck-typed so this module imports no other subsystem:
 
@@ -179,7 +179,9 @@ class FindingPipeline:
         self.tracker = Tracker()
         self.clock = clock
         self.paused = False
-        self.pending: dict[tuple[str, str], Finding] = {}
+        # While paused, per (rule, subject): its first event and its latest (two at most), so a
+        # finding that appeared and cleared during the pause is still told, in order.
+        self.pending: dict[tuple[str, str], list[Finding]] = {}
         # Per (rule, subject): the last (action, remediator event) sent. A repeat (ongoing) with
         # the same answer is not sent again: notifiers hear changes, not every evaluation.
         self.last: dict[tuple[str, str], tuple[str, str]] = {}
@@ -200,7 +202,8 @@ class FindingPipeline:
                 return None
             self.counts[change.value] += 1
             if self.paused:
-                self.pending[(finding.rule, finding.subject)] = finding
+                events = self.pending.setdefault((finding.rule, finding.subject), [])
+                events[1:] = [finding]
                 return None
             return self._act(finding, change)
 
@@ -223,6 +226,9 @@ class FindingPipeline:
         ident = (finding.rule, finding.subject)
         prev = self.last.pop(ident, None) if change is Change.CLEARED else self.last.get(ident)
         if verdict.action is Action.IGNORE:
+            return None
+        if change is Change.CLEARED and prev is None:
+            self.counts["clear_not_sent"] += 1  # never sent (ignored, or held and gone): nothing to clear
             return None
         if verdict.action is Action.CHECK_LATER:
             self.tracker.hold(finding, self.clock() + verdict.delay_s)
@@ -281,16 +287,18 @@ class FindingPipeline:
             self.paused = True
 
     def resume(self) -> list[dict[str, Any]]:
-        """Decide every finding that arrived while paused (its latest event), in arrival order."""
+        """Decide every finding that arrived while paused (its first and latest event), in
+        arrival order."""
         with self._lock:
             self.paused = False
             queued, self.pending = self.pending, {}
             out = []
-            for f in queued.values():
-                change = Change.CLEARED if not f.active else Change.APPEARED
-                outcome = self._act(f, change)
-                if outcome is not None:
-                    out.append(outcome)
+            for events in queued.values():
+                for i, f in enumerate(events):
+                    change = Change.CLEARED if not f.active else Change.ONGOING if i else Change.APPEARED
+                    outcome = self._act(f, change)
+                    if outcome is not None:
+                        out.append(outcome)
             return out
 
 
