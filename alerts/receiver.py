@@ -43,6 +43,7 @@ from alerts.hooks import Hook, HookResult, load_hook
 from alerts.hooks.base import AlertEvent
 from alerts.hooks.findings import HookNotifier, finding_from_alert
 from alerts.payload import PayloadError, parse_message
+from linkwatch.records import Finding
 
 log = logging.getLogger("linkwatch.alerts")
 
@@ -303,7 +304,7 @@ class AlertReceiver:
             for hook in self.hooks:
                 self._run_hook(hook, event)
 
-    def _through_pipeline(self, finding: Any) -> None:
+    def _through_pipeline(self, finding: Finding) -> None:
         """An alert naming a broker/stage: the pipeline decides and its dispatcher calls the hooks."""
         assert self.pipeline is not None
         failed = sum(self.pipeline.errors.values())
