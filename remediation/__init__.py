@@ -12,6 +12,7 @@
 * :mod:`remediation.view` — a fresh, read-only view of the cluster; throttle and move helpers.
 * built-ins: :mod:`remediation.demote`, :mod:`remediation.rebalance` (planner + pipeline
   executor), :mod:`remediation.cancel`, :mod:`remediation.throttle`.
+* :mod:`remediation.load` — ``rebalance_load``, the load-balance planner (H1 move, H2 propose, H3 revert).
 * :mod:`remediation.remediator` — :class:`Remediator`: takes a finding, applies the guardrails,
   plans, and (only with ``execute: true``) acts; the one entry point for finding sources.
 """

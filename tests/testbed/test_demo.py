@@ -42,6 +42,9 @@ def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
     assert summary["acked"] > 0.9 * 24 * 400 * 0.8 and summary["errors"] == 0
     assert summary["consumed"] > 0
     p50 = summary["median_p50_ms_by_phase"]
-    assert p50["during"][2] > p50["during"][1] and p50["during"][2] > p50["during"][3], p50
+    # Broker 2 slowed the most against its own baseline: on a loaded machine the brokers' absolute
+    # latencies differ by more than the pause adds, but each broker's own before/during ratio holds.
+    slowdown = {b: p50["during"][b] / max(p50["before"][b], 1e-3) for b in (1, 2, 3)}
+    assert slowdown[2] > slowdown[1] and slowdown[2] > slowdown[3], p50
     assert len(pids) == 3 and not any(pid_alive(p) for p in pids)
     assert not root.exists()
