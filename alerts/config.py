@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from linkwatch.config import FileLocation, StrictModel
 from linkwatch.errors import ConfigError
+from remediation.pipeline import PipelineConfig
 
 ENV_PREFIX = "LINKWATCH_ALERTS_"
 
@@ -39,6 +40,9 @@ class ReceiverConfig(StrictModel):
     audit_log: FileLocation = Path("linkwatch-alerts-audit.jsonl")
     audit_max_bytes: int = Field(64 * 1024 * 1024, ge=4096)
     hooks: list[HookConfig] = Field(default_factory=lambda: [HookConfig(type="log")])
+    # Alerts naming a broker or stage go through the findings pipeline (its notifiers are the
+    # hooks above; its own ``notifiers`` key is not used here). Absent: every alert to the hooks.
+    remediation: PipelineConfig | None = None
 
     @field_validator("path")
     @classmethod

@@ -41,11 +41,16 @@ from alerts.config import ReceiverConfig
 from alerts.dedup import DedupCache, event_key
 from alerts.hooks import Hook, HookResult, load_hook
 from alerts.hooks.base import AlertEvent
+from alerts.hooks.findings import HookNotifier, finding_from_alert
 from alerts.payload import PayloadError, parse_message
+from linkwatch.records import Finding
 
 log = logging.getLogger("linkwatch.alerts")
 
 LINGER_S = 1.0
+
+
+PIPELINE_TICK_S = 1.0  # how often held CHECK_LATER findings are looked at when no alert arrives
 
 
 class AlertReceiver:
@@ -73,6 +78,11 @@ class AlertReceiver:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._threads: list[threading.Thread] = []
+        self.pipeline = None
+        if config.remediation is not None:
+            from remediation.pipeline import build_pipeline
+
+            self.pipeline = build_pipeline(config.remediation, [HookNotifier(h) for h in self.hooks])
 
     @property
     def url(self) -> str:
@@ -280,11 +290,43 @@ class AlertReceiver:
     # --- dispatcher ---------------------------------------------------------------------
     def _dispatch(self) -> None:
         while True:
-            event = self.queue.get()
+            try:
+                event = self.queue.get(timeout=PIPELINE_TICK_S if self.pipeline else None)
+            except queue.Empty:
+                self._tick()
+                continue
             if event is None:
                 return
+            finding = finding_from_alert(event) if self.pipeline is not None else None
+            if finding is not None:
+                self._through_pipeline(finding)
+                continue
             for hook in self.hooks:
                 self._run_hook(hook, event)
+
+    def _through_pipeline(self, finding: Finding) -> None:
+        """An alert naming a broker/stage: the pipeline decides and its dispatcher calls the hooks."""
+        assert self.pipeline is not None
+        failed = sum(self.pipeline.errors.values())
+        try:
+            outcome = self.pipeline.handle(finding)
+            self.pipeline.tick()
+        except Exception as e:  # a pipeline bug must not stop the dispatcher
+            self.stats["pipeline_failed"] += 1
+            log.exception("findings pipeline failed on %s %s", finding.rule, finding.subject)
+            outcome = {"error": f"{type(e).__name__}: {e}"}
+        self.stats["pipeline_plugin_failed"] += sum(self.pipeline.errors.values()) - failed
+        self.audit.write(
+            {"event": "pipeline", "rule": finding.rule, "subject": finding.subject, "outcome": outcome}
+        )
+
+    def _tick(self) -> None:
+        assert self.pipeline is not None
+        try:
+            self.pipeline.tick()
+        except Exception:
+            self.stats["pipeline_failed"] += 1
+            log.exception("findings pipeline tick failed")
 
     def _run_hook(self, hook: Hook, event: AlertEvent) -> None:
         error = ""

@@ -24,7 +24,8 @@ from analyzer.registry import load_detectors
 from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
 from linkwatch.aggregates import Aggregates
 from linkwatch.config import DirLocation, StrictModel
-from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC
+from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
+from remediation.pipeline import FindingPipeline, PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,23 @@ class AnalyzerConfig(StrictModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     hot_keys: HotKeySampling = Field(default_factory=HotKeySampling)
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
+    # The findings pipeline (policy, notifiers, remediator). Absent: notify only, as before.
+    remediation: PipelineConfig | None = None
 
     @field_validator("state_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return Path(v).expanduser()
+
+
+class PipelineSink(FindingSink):
+    """Hands every finding event (appeared, ongoing, cleared) to the findings pipeline."""
+
+    def __init__(self, pipeline: FindingPipeline) -> None:
+        self.pipeline = pipeline
+
+    def emit(self, finding: Finding) -> None:
+        self.pipeline.handle(finding)
 
 
 class AnalysisService:
@@ -76,13 +89,25 @@ class AnalysisService:
         cfg: AnalyzerConfig,
         sinks: list[FindingSink] | None = None,
         clock: Callable[[], float] = time.time,
+        pipeline: FindingPipeline | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
         self.detectors = load_detectors(cfg.detectors)  # fails fast on unknown names / bad thresholds
         self.metrics = PrometheusSink(gauges=[g for d in self.detectors for g in d.gauges])
         extra = list(sinks) if sinks is not None else [TerminalSink()]
-        self.engine = Engine(self.detectors, sinks=[self.metrics, *extra], policy=SeverityPolicy(cfg.policy))
+        self.pipeline = pipeline
+        if self.pipeline is None and cfg.remediation is not None:
+            from alerts.hooks.findings import load_notifiers
+            from remediation.pipeline import build_pipeline
+
+            self.pipeline = build_pipeline(cfg.remediation, load_notifiers(cfg.remediation.notifiers))
+        policy = SeverityPolicy(cfg.policy)
+        if self.pipeline is not None:
+            # The pipeline's policy decides; the engine passes every finding and its clearing on.
+            policy = SeverityPolicy(PolicyConfig(by_severity={}, recheck_after_s=cfg.policy.recheck_after_s))
+            extra.append(PipelineSink(self.pipeline))
+        self.engine = Engine(self.detectors, sinks=[self.metrics, *extra], policy=policy)
         self.spark = None
         self.query = None
         self.sampler = None
@@ -164,6 +189,8 @@ class AnalysisService:
                 raw.unpersist()
         self.last = data
         changes = self.engine.evaluate(data, now_ms)
+        if self.pipeline is not None:
+            self.pipeline.tick()
         self.metrics.observe(data, self.engine.measure(data, now_ms))
         return changes
 

@@ -27,6 +27,7 @@ from lag.rack import RackConfig, RackWatch
 from lag.timestamps import TimestampReader
 from linkwatch.config import StrictModel
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
+from remediation.pipeline import FindingPipeline, PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +69,24 @@ class LagConfig(StrictModel):
     ha: HaConfig = Field(default_factory=HaConfig)
     cold_read: ColdReadConfig = Field(default_factory=ColdReadConfig)
     rack: RackConfig = Field(default_factory=RackConfig)
+    # The findings pipeline (policy, notifiers, remediator). Absent: findings are only published.
+    remediation: PipelineConfig | None = None
 
 
 class LagService:
-    def __init__(self, config: LagConfig, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        config: LagConfig,
+        registry: CollectorRegistry | None = None,
+        pipeline: FindingPipeline | None = None,
+    ) -> None:
         self.config = config
+        self.pipeline = pipeline
+        if pipeline is None and config.remediation is not None:
+            from alerts.hooks.findings import load_notifiers
+            from remediation.pipeline import build_pipeline
+
+            self.pipeline = build_pipeline(config.remediation, load_notifiers(config.remediation.notifiers))
         self.admin = KafkaAdminClient(bootstrap_servers=config.bootstrap_servers, client_id="linkwatch-lag")
         c = config.collector
         reader = TimestampReader(
@@ -137,7 +151,19 @@ class LagService:
             self.findings_sent += len(findings)
         if self.producer is not None:
             self.producer.flush(timeout=5)
+        self._decide(findings)
         return result, sent
+
+    def _decide(self, findings: list[Finding]) -> None:
+        """Through the findings pipeline, on the lease holder only (one instance acts)."""
+        if self.pipeline is None or not self.lease.held():
+            return
+        for f in findings:
+            try:
+                self.pipeline.handle(f)
+            except Exception:
+                log.exception("findings pipeline failed on %s %s; the others go on", f.rule, f.subject)
+        self.pipeline.tick()
 
     def _send(self, topic: str, key: str, value: bytes) -> None:
         assert self.producer is not None

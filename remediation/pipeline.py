@@ -1,0 +1,319 @@
+"""The findings pipeline: track → decide → act, one path for every finding source.
+
+The analyzer, the lag collector and the alerts receiver each hand findings to
+:meth:`FindingPipeline.handle` (an event: a finding appearing, repeating, or ``active=False``
+when it clears). The pipeline:
+
+1. **tracks** it (:class:`Tracker`): APPEARED / ONGOING / CLEARED per (rule, subject);
+2. **decides** (:func:`remediation.policy.decide`): IGNORE / NOTIFY / REMEDIATE / CHECK_LATER;
+   a CHECK_LATER finding is held and decided again by :meth:`FindingPipeline.tick` once its
+   delay passed (if it has not cleared meanwhile);
+3. **acts** through the :class:`Dispatcher`, the only caller of notifiers and of the
+   remediator. Every action (the remediator's answer included) is also sent to the notifiers.
+
+While :attr:`FindingPipeline.paused`, findings are tracked and queued (per finding its first
+and its latest event: bounded by the number of distinct subjects) and decided on
+:meth:`FindingPipeline.resume` — never dropped.
+
+Notifiers and the remediator are duck-typed so this module imports no other subsystem:
+
+* a notifier has ``notify(finding, outcome) -> object`` (``outcome``: a dict with ``change``,
+  ``action``, ``reason`` and, after a remediation, ``remediation``); the alerts package adapts
+  its hooks (:class:`alerts.hooks.findings.HookNotifier`);
+* the remediator has ``handle(finding) -> dict`` (:class:`remediation.remediator.Remediator`).
+
+A notifier or remediator that raises, or a notifier that answers ``failed``, is logged and
+counted in :attr:`Dispatcher.errors`; the others still run.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import Field
+
+from linkwatch.config import StrictModel
+from linkwatch.records import Finding
+from remediation.policy import Action, FindingPolicyConfig, Verdict, decide
+
+log = logging.getLogger(__name__)
+
+# Remediator answers worth trying again when the same finding repeats (the guardrail that
+# refused, e.g. the circuit breaker or a cap, may have lifted since).
+RETRY_EVENTS = frozenset({"refused", "failed", "queued"})
+MAX_TRACKED = 10_000  # beyond it new subjects are dropped and counted, not grown without bound
+
+
+class Change(enum.Enum):
+    APPEARED = "appeared"
+    ONGOING = "ongoing"
+    CLEARED = "cleared"
+
+
+class FindingNotifier(Protocol):
+    name: str
+
+    def notify(self, finding: Finding, outcome: dict[str, Any]) -> object: ...
+
+
+class FindingRemediator(Protocol):
+    def handle(self, finding: Finding) -> dict[str, Any]: ...
+
+
+class NotifierSpec(StrictModel):
+    """A notifier by its entry-point name in ``linkwatch.notifiers`` (log, webhook, exec, memory)."""
+
+    type: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class PipelineConfig(StrictModel):
+    """The ``remediation:`` section of a finding source's config (analyzer, lag collector, receiver).
+
+    ``config`` is the remediator's own config file (``config/remediation.sample.yaml``); without
+    it nothing can act and every REMEDIATE verdict becomes NOTIFY.
+    """
+
+    config: Path | None = None
+    policy: FindingPolicyConfig = Field(default_factory=FindingPolicyConfig)
+    notifiers: list[NotifierSpec] = Field(default_factory=lambda: [NotifierSpec(type="log")])
+
+
+class Tracker:
+    """Active findings per (rule, subject), and findings held for a later check."""
+
+    def __init__(self, max_tracked: int = MAX_TRACKED) -> None:
+        self.active: dict[tuple[str, str], Finding] = {}
+        self.later: dict[tuple[str, str], tuple[float, Finding]] = {}  # due (epoch s), finding
+        self.max_tracked = max_tracked
+        self.dropped = 0
+
+    def observe(self, f: Finding) -> Change | None:
+        """The change ``f`` makes; None for a clearing of something never seen, or a new
+        subject beyond ``max_tracked`` (counted in :attr:`dropped`)."""
+        ident = (f.rule, f.subject)
+        if not f.active:
+            self.later.pop(ident, None)
+            return Change.CLEARED if self.active.pop(ident, None) is not None else None
+        if ident in self.active:
+            self.active[ident] = f
+            return Change.ONGOING
+        if len(self.active) >= self.max_tracked:
+            self.dropped += 1
+            return None
+        self.active[ident] = f
+        return Change.APPEARED
+
+    def active_rules(self) -> set[str]:
+        return {rule for rule, _ in self.active}
+
+    def hold(self, f: Finding, due: float) -> None:
+        """Keep ``f`` for a check at ``due``; a finding already held keeps its first due time."""
+        ident = (f.rule, f.subject)
+        first = self.later.get(ident, (due, f))[0]
+        self.later[ident] = (first, f)
+
+    def due(self, now: float) -> list[Finding]:
+        """Held findings whose time has come (removed from the hold), each as its latest event.
+        A finding that cleared meanwhile is no longer held (:meth:`observe` dropped it)."""
+        ready = [ident for ident, (at, _) in self.later.items() if at <= now]
+        return [self.active.get(ident, self.later.pop(ident)[1]) for ident in ready]
+
+
+class Dispatcher:
+    """The only caller of notifiers and of the remediator; isolates each plugin's failures."""
+
+    def __init__(
+        self, notifiers: Sequence[FindingNotifier], remediator: FindingRemediator | None = None
+    ) -> None:
+        self.notifiers = list(notifiers)
+        self.remediator = remediator
+        self.errors: Counter[str] = Counter()
+
+    def notify(self, finding: Finding, outcome: dict[str, Any]) -> None:
+        for n in self.notifiers:
+            name = getattr(n, "name", type(n).__name__)
+            try:
+                result = n.notify(finding, outcome)
+            except Exception:
+                self.errors[f"notifier:{name}"] += 1
+                log.exception(
+                    "notifier %s failed on %s %s; the others go on", name, finding.rule, finding.subject
+                )
+                continue
+            if getattr(result, "value", result) == "failed":
+                self.errors[f"notifier:{name}"] += 1
+                log.warning("notifier %s reported failure on %s %s", name, finding.rule, finding.subject)
+
+    def remediate(self, finding: Finding) -> dict[str, Any]:
+        """The remediator's answer (its audit event); a raise is counted and answered ``failed``."""
+        if self.remediator is None:
+            return {"event": "skipped", "reason": "no remediator"}
+        try:
+            return dict(self.remediator.handle(finding))
+        except Exception as e:
+            self.errors["remediator"] += 1
+            log.exception("remediator failed on %s %s; findings go on", finding.rule, finding.subject)
+            return {"event": "failed", "error": repr(e)}
+
+
+class FindingPipeline:
+    """track → decide → act for one source; thread-safe (sources may call from any thread)."""
+
+    def __init__(
+        self,
+        policy: FindingPolicyConfig,
+        dispatcher: Dispatcher,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.policy = policy
+        self.dispatcher = dispatcher
+        self.tracker = Tracker()
+        self.clock = clock
+        self.paused = False
+        # While paused, per (rule, subject): its first event and its latest (two at most), so a
+        # finding that appeared and cleared during the pause is still told, in order.
+        self.pending: dict[tuple[str, str], list[Finding]] = {}
+        # Per (rule, subject): the last (action, remediator event) sent. A repeat (ongoing) with
+        # the same answer is not sent again: notifiers hear changes, not every evaluation.
+        self.last: dict[tuple[str, str], tuple[str, str]] = {}
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.RLock()
+
+    @property
+    def errors(self) -> Counter[str]:
+        return self.dispatcher.errors
+
+    def handle(self, finding: Finding) -> dict[str, Any] | None:
+        """Track one finding event and, unless paused, decide and act. Returns the outcome
+        sent to the notifiers (None when nothing was sent)."""
+        with self._lock:
+            change = self.tracker.observe(finding)
+            if change is None:
+                self.counts["untracked"] += 1
+                return None
+            self.counts[change.value] += 1
+            if self.paused:
+                events = self.pending.setdefault((finding.rule, finding.subject), [])
+                events[1:] = [finding]
+                return None
+            return self._act(finding, change)
+
+    def _act(self, finding: Finding, change: Change) -> dict[str, Any] | None:
+        if change is Change.CLEARED:
+            verdict = Verdict(Action.NOTIFY, 0.0, "cleared")
+        else:
+            verdict = decide(
+                finding,
+                self.policy,
+                can_remediate=self.dispatcher.remediator is not None,
+                active_rules=self.tracker.active_rules(),
+            )
+        self.counts[f"action_{verdict.action.value}"] += 1
+        outcome: dict[str, Any] = {
+            "change": change.value,
+            "action": verdict.action.value,
+            "reason": verdict.reason,
+        }
+        ident = (finding.rule, finding.subject)
+        prev = self.last.pop(ident, None) if change is Change.CLEARED else self.last.get(ident)
+        if verdict.action is Action.IGNORE:
+            return None
+        if change is Change.CLEARED and prev is None:
+            self.counts["clear_not_sent"] += 1  # never sent (ignored, or held and gone): nothing to clear
+            return None
+        if verdict.action is Action.CHECK_LATER:
+            self.tracker.hold(finding, self.clock() + verdict.delay_s)
+            return None
+        repeat = change is Change.ONGOING and prev is not None and prev[0] == verdict.action.value
+        if repeat and not (verdict.action is Action.REMEDIATE and prev[1] in RETRY_EVENTS):
+            self.counts["repeat_not_sent"] += 1
+            return None
+        if verdict.action is Action.REMEDIATE or (change is Change.CLEARED and self.dispatcher.remediator):
+            # A clearing goes to the remediator too: it starts the healthy hold before a restore.
+            outcome["remediation"] = self.dispatcher.remediate(finding)
+        event = str(outcome.get("remediation", {}).get("event", ""))
+        if change is not Change.CLEARED:
+            self.last[ident] = (verdict.action.value, event)
+        if repeat and prev == (verdict.action.value, event):
+            self.counts["repeat_not_sent"] += 1  # retried, same answer: not sent again
+            return None
+        self.dispatcher.notify(finding, outcome)
+        return outcome
+
+    def tick(self) -> list[dict[str, Any]]:
+        """Decide again every held CHECK_LATER finding whose delay passed and that is still active."""
+        with self._lock:
+            if self.paused:
+                return []
+            out = []
+            for f in self.tracker.due(self.clock()):
+                outcome = self._recheck(f)
+                if outcome is not None:
+                    out.append(outcome)
+            return out
+
+    def _recheck(self, f: Finding) -> dict[str, Any] | None:
+        verdict = decide(
+            f,
+            self.policy,
+            can_remediate=self.dispatcher.remediator is not None,
+            active_rules=self.tracker.active_rules(),
+        )
+        if verdict.action is Action.CHECK_LATER:
+            # Still only worth a later look after its delay: it has lasted, so notify now.
+            verdict = Verdict(Action.NOTIFY, 0.0, f"still active after {verdict.delay_s:g} s")
+            self.counts["action_notify"] += 1
+            self.last[(f.rule, f.subject)] = (verdict.action.value, "")
+            outcome = {
+                "change": Change.ONGOING.value,
+                "action": verdict.action.value,
+                "reason": verdict.reason,
+            }
+            self.dispatcher.notify(f, outcome)
+            return outcome
+        return self._act(f, Change.ONGOING)
+
+    def pause(self) -> None:
+        with self._lock:
+            self.paused = True
+
+    def resume(self) -> list[dict[str, Any]]:
+        """Decide every finding that arrived while paused (its first and latest event), in
+        arrival order."""
+        with self._lock:
+            self.paused = False
+            queued, self.pending = self.pending, {}
+            out = []
+            for events in queued.values():
+                for i, f in enumerate(events):
+                    change = Change.CLEARED if not f.active else Change.ONGOING if i else Change.APPEARED
+                    outcome = self._act(f, change)
+                    if outcome is not None:
+                        out.append(outcome)
+            return out
+
+
+def build_pipeline(
+    cfg: PipelineConfig,
+    notifiers: Sequence[FindingNotifier],
+    remediator: FindingRemediator | None = None,
+) -> FindingPipeline:
+    """The pipeline for ``cfg``; with ``cfg.config`` and no ``remediator`` given, the remediator
+    is built from that file (it connects: admin client, lease) and recovers its own actions."""
+    if remediator is None and cfg.config is not None:
+        from remediation.config import load_remediation_config
+        from remediation.service import build
+
+        rem = build(load_remediation_config(cfg.config))
+        rem.recover()
+        remediator = rem
+    return FindingPipeline(cfg.policy, Dispatcher(notifiers, remediator))
