@@ -10,7 +10,8 @@ only ever lower REMEDIATE to NOTIFY (each a small named function, the reason kep
   says ``allow_during_cluster_slow``;
 * a severity below ``remediate_min_severity`` (a degraded finding) → NOTIFY, unless allowed;
 * a slow broker whose excess is not in its own stages (``send``/``throttle``: a slow client;
-  ``remote``: a follower) → NOTIFY, unless allowed.
+  ``remote``: a follower) → NOTIFY, unless allowed; a finding about the stalled follower itself
+  (``remote`` with ``slow_follower`` = the subject) is the broker's own and may be remediated.
 
 A rule with no match and no ``default`` override notifies, which keeps today's behaviour (every
 finding reaches the notifiers) for unknown rules.
@@ -121,11 +122,21 @@ def low_severity(f: Finding, cfg: FindingPolicyConfig, row: PolicyRule | None) -
     return None
 
 
-# Rule 4 — a slow broker whose excess is a client's (send/throttle) or a follower's (remote).
+def _is_stalled_follower(f: Finding) -> bool:
+    """The analyzer's Rule 5 finding: leaders wait in ``remote`` on the subject broker itself
+    (``slow_follower`` is the subject). Its own fault, unlike a leader waiting on another."""
+    follower = f.evidence.get("slow_follower")
+    return follower is not None and f.subject == f"broker:{follower}"
+
+
+# Rule 4 — a slow broker whose excess is a client's (send/throttle) or another broker's (remote,
+# a leader waiting on a follower; but a finding about the stalled follower itself is its own).
 def foreign_stage(f: Finding, row: PolicyRule | None) -> str | None:
     if f.rule != "slow_broker" or (row and row.allow_foreign_stage):
         return None
     stage = f.evidence.get("stage")
+    if stage == "remote" and _is_stalled_follower(f):
+        return None
     if stage not in OWN_STAGES:
         return f"excess in stage {stage!r}, not the broker's own ({', '.join(OWN_STAGES)}): notify only"
     return None

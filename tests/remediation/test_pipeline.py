@@ -26,6 +26,7 @@ def finding(
     stage: str | None = "local",
     active: bool = True,
     ts_ms: int = 1000,
+    follower: int | None = None,
 ) -> Finding:
     return Finding(
         cluster="c",
@@ -35,7 +36,7 @@ def finding(
         subject=subject,
         severity=severity,
         summary=f"{rule} {subject}",
-        evidence={"stage": stage},
+        evidence={"stage": stage} | ({"slow_follower": follower} if follower is not None else {}),
         action="look",
         active=active,
     )
@@ -67,6 +68,24 @@ POLICY_ROWS = [
         "not the broker's own",
     ),
     ("follower's fault (remote)", finding(stage="remote"), True, (), DEFAULT, Action.NOTIFY, "'remote'"),
+    (
+        "leader waiting on another follower (remote)",
+        finding(stage="remote", follower=3),
+        True,
+        (),
+        DEFAULT,
+        Action.NOTIFY,
+        "'remote'",
+    ),
+    (
+        "the stalled follower itself (remote, slow_follower = subject)",
+        finding(stage="remote", follower=2),
+        True,
+        (),
+        DEFAULT,
+        Action.REMEDIATE,
+        "row 0",
+    ),
     ("degraded: info severity", finding(severity="info"), True, (), DEFAULT, Action.NOTIFY, "below"),
     (
         "cluster-wide slowdown",
