@@ -64,6 +64,11 @@ class FindingNotifier(Protocol):
 
 
 class FindingRemediator(Protocol):
+    """What the dispatcher calls: ``handle`` for every REMEDIATE verdict. A remediator may also
+    have ``tick() -> list[dict]`` for its periodic work (restoring a demoted broker after its
+    hold time); the pipeline's :meth:`FindingPipeline.tick` calls it and notifies each outcome
+    (each with a ``subject``)."""
+
     def handle(self, finding: Finding) -> dict[str, Any]: ...
 
 
@@ -163,6 +168,35 @@ class Dispatcher:
             log.exception("remediator failed on %s %s; findings go on", finding.rule, finding.subject)
             return {"event": "failed", "error": repr(e)}
 
+    def periodic(self) -> list[dict[str, Any]]:
+        """The remediator's periodic work (``tick``, when it has one); a raise is counted."""
+        tick = getattr(self.remediator, "tick", None)
+        if tick is None:
+            return []
+        try:
+            return [dict(o) for o in tick()]
+        except Exception:
+            self.errors["remediator"] += 1
+            log.exception("remediator periodic work failed; findings go on")
+            return []
+
+
+def periodic_finding(outcome: dict[str, Any], cluster: str, now_ms: int) -> Finding:
+    """A notification for the remediator's own periodic action (no finding caused it)."""
+    event = str(outcome.get("status") or outcome.get("event") or "done")
+    return Finding(
+        cluster=cluster,
+        source="remediator",
+        ts_ms=now_ms,
+        rule="remediation",
+        subject=str(outcome.get("subject") or "cluster"),
+        severity="info",
+        summary=f"remediator: {event} ({outcome.get('reason', 'periodic work')})",
+        evidence={},
+        action="none: told for the record",
+        active=False,
+    )
+
 
 class FindingPipeline:
     """track → decide → act for one source; thread-safe (sources may call from any thread)."""
@@ -250,7 +284,9 @@ class FindingPipeline:
         return outcome
 
     def tick(self) -> list[dict[str, Any]]:
-        """Decide again every held CHECK_LATER finding whose delay passed and that is still active."""
+        """Decide again every held CHECK_LATER finding whose delay passed and that is still
+        active; then the remediator's periodic work (restores after the hold time), each
+        outcome told to the notifiers."""
         with self._lock:
             if self.paused:
                 return []
@@ -259,6 +295,12 @@ class FindingPipeline:
                 outcome = self._recheck(f)
                 if outcome is not None:
                     out.append(outcome)
+            for done in self.dispatcher.periodic():
+                outcome = {"change": "periodic", "action": Action.REMEDIATE.value, "outcome": done}
+                cluster = str(getattr(getattr(self.dispatcher.remediator, "cfg", None), "cluster", ""))
+                self.dispatcher.notify(periodic_finding(done, cluster, int(self.clock() * 1000)), outcome)
+                self.counts["periodic"] += 1
+                out.append(outcome)
             return out
 
     def _recheck(self, f: Finding) -> dict[str, Any] | None:

@@ -292,7 +292,9 @@ class Remediator:
             if now - self._restore_tried.get(broker, float("-inf")) < RESTORE_RETRY_S:
                 continue  # a restore that failed (or is dry run) is retried, not hammered
             self._restore_tried[broker] = now
-            out.append(self.undo(aid, reason=f"{subject} healthy for {now - since:.0f} s"))
+            out.append(
+                {**self.undo(aid, reason=f"{subject} healthy for {now - since:.0f} s"), "subject": subject}
+            )
         return out
 
     def undo(self, action_id: str, reason: str = "operator") -> dict[str, Any]:

@@ -431,3 +431,44 @@ def test_refused_remediation_is_retried_while_the_finding_repeats() -> None:
     assert len(rem.handled) == 3
     outcomes = [json.loads(e.annotations["outcome"])["remediation"]["event"] for e in mem.events]
     assert outcomes == ["refused", "dry_run"]
+
+
+class Restorer(Recorder):
+    """An in-memory remediator with periodic work: a restore due once, or a tick that raises."""
+
+    def __init__(self, fail_tick: bool = False) -> None:
+        super().__init__()
+        self.due = [{"status": "done", "subject": "broker:2", "reason": "broker:2 healthy for 31 s"}]
+        self.fail_tick = fail_tick
+
+    def tick(self) -> list[dict[str, Any]]:
+        if self.fail_tick:
+            raise RuntimeError("admin client gone")
+        out, self.due = self.due, []
+        return out
+
+
+def test_tick_runs_the_remediators_periodic_work_and_tells_the_notifiers() -> None:
+    p, mem, _ = pipeline(Restorer())
+    out = p.tick()
+    assert [o["outcome"]["subject"] for o in out] == ["broker:2"]
+    (event,) = mem.events
+    assert (event.labels["alertname"], event.labels["broker"], event.status) == (
+        "remediation",
+        "2",
+        "resolved",
+    )
+    assert "healthy for 31 s" in event.annotations["summary"]
+    assert p.tick() == [] and len(mem.events) == 1  # told once
+    paused, mem2, _ = pipeline(Restorer())
+    paused.pause()
+    assert paused.tick() == [] and not mem2.events  # paused: no action, not even a restore
+
+
+def test_a_failing_periodic_tick_is_counted_and_findings_go_on() -> None:
+    rem = Restorer(fail_tick=True)
+    p, mem, _ = pipeline(rem)
+    assert p.tick() == []
+    assert p.errors["remediator"] == 1
+    p.handle(finding())
+    assert len(rem.handled) == 1 and len(mem.events) == 1
