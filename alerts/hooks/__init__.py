@@ -5,28 +5,21 @@ point (:func:`load_hook`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib.metadata import entry_points
 from typing import Any
 
 from alerts.hooks.base import NOTIFIERS_GROUP, AlertEvent, Hook, HookResult, Notifier
-from linkwatch.errors import ConfigError
+from linkwatch import plugins
 
 __all__ = ["NOTIFIERS_GROUP", "AlertEvent", "Hook", "HookResult", "Notifier", "available_hooks", "load_hook"]
 
 
 def available_hooks(group: str = NOTIFIERS_GROUP) -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=group)}
+    return plugins.available(group)
 
 
 def load_hook(name: str, options: Mapping[str, Any] | None = None, group: str = NOTIFIERS_GROUP) -> Hook:
-    """Build the hook registered as ``name``; an unknown name fails naming the group."""
-    found = available_hooks(group)
-    if name not in found:
-        known = ", ".join(sorted(found)) or "none"
-        raise ConfigError(
-            f"hooks[{name}]", [f"no hook {name!r} in entry-point group {group} (known: {known})"]
-        )
-    cls = found[name].load()
-    if not (isinstance(cls, type) and issubclass(cls, Hook)):
-        raise ConfigError(f"hooks[{name}]", [f"{found[name].value} is not a Hook subclass"])
-    return cls(options)
+    """Build the hook registered as ``name`` through the shared plugin loader
+    (:mod:`linkwatch.plugins`): an unknown name, a hook that fails to import or a class that is
+    not a :class:`Hook` stops start-up with a ConfigError naming ``hooks.<name>`` and the group.
+    A hook validates its own ``options`` (its constructor raises ConfigError)."""
+    return plugins.load_class(group, name, Hook, "hooks")(options)

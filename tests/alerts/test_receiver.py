@@ -665,3 +665,16 @@ def test_the_example_config_loads_with_every_limit() -> None:
     limits = (cfg.request_timeout_s, cfg.max_concurrent_requests, cfg.max_connections, cfg.backlog)
     assert limits == (10, 16, 128, 128)
     assert cfg == ReceiverConfig(token_file=cfg.token_file, audit_log=cfg.audit_log)  # the defaults
+
+
+def test_a_hook_that_fails_to_import_stops_start_up_with_its_name(monkeypatch) -> None:
+    """A broken third-party hook is a ConfigError naming it, not a traceback."""
+    from importlib.metadata import EntryPoint
+
+    from linkwatch import plugins
+
+    broken = EntryPoint(name="broken", value="no_such_module_anywhere:Hook", group=NOTIFIERS_GROUP)
+    monkeypatch.setattr(plugins, "available", lambda group: {"broken": broken})
+    with pytest.raises(ConfigError, match=r"hooks\.broken") as e:
+        load_hook("broken")
+    assert "failed to load" in str(e.value)
