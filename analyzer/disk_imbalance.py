@@ -17,8 +17,8 @@ from collections import defaultdict
 from pydantic import Field
 
 from analyzer.base import Detector, DetectorConfig
-from analyzer.imbalance import imbalance, recent_windows
 from linkwatch.aggregates import Aggregates, LogDirWindow
+from linkwatch.imbalance import imbalance, recent_windows
 from linkwatch.records import Finding
 
 

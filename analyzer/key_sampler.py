@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from analyzer.lossy_counting import LossyCounter
 from linkwatch.aggregates import HotKey
+from linkwatch.lossy_counting import LossyCounter
 
 MAX_PARTITIONS_PER_KEY = 16
 

@@ -16,8 +16,8 @@ from collections import defaultdict
 from pydantic import Field
 
 from analyzer.base import Detector, DetectorConfig
-from analyzer.imbalance import imbalance, recent_windows
 from linkwatch.aggregates import Aggregates, HotKey, PartitionWindow
+from linkwatch.imbalance import imbalance, recent_windows
 from linkwatch.records import Finding
 
 MEASURES = {"bytes_in": "bytes_in_per_s", "messages_in": "messages_in_per_s", "size": "size_bytes"}

@@ -6,9 +6,9 @@ import pytest
 
 from analyzer.disk_imbalance import DiskImbalanceDetector
 from analyzer.hot_keys import HotKeysDetector
-from analyzer.imbalance import imbalance
 from analyzer.skewed_partitions import SkewedPartitionsDetector
 from linkwatch.aggregates import Aggregates, HotKey, LogDirWindow, PartitionWindow
+from linkwatch.imbalance import imbalance
 
 W = 10
 T0 = 1_700_000_000_000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.imbalance import imbalance
+from linkwatch.imbalance import imbalance
 from linkwatch.testbed.cluster import ClusterState
 from remediation.audit import read_audit
 from remediation.remediator import Remediator

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from analyzer.lossy_counting import LossyCounter
+from linkwatch.lossy_counting import LossyCounter
 
 
 def zipf_stream(n: int, keys: int, s: float, seed: int) -> list[str]:
