@@ -27,6 +27,12 @@ def app(
         help="Run the Spark analyzer (local[2]) on the agents' samples and show its findings "
         "appear when the fault starts and clear after it ends (--no-analyzer: a 90 s run without Spark).",
     ),
+    remediate: bool = typer.Option(
+        True,
+        help="With the analyzer: act on its slow-broker finding on the demo's own cluster (demote the "
+        "broker's leadership, restore it after the fault; audited under --dir) and show an acks=1 "
+        "producer's p99 recover. --no-remediate: findings are only shown.",
+    ),
 ) -> None:
     """Start 3 brokers, run skewed load, inject a slow broker midway, clean up by itself."""
     console = Console()
@@ -36,7 +42,12 @@ def app(
         keys=keys,
         slow_broker=slow_broker,
         root=dir,
-        components=demo.default_components(dir.parent / f"{dir.name}-stack", analyzer=analyzer),
+        components=demo.default_components(
+            dir.parent / f"{dir.name}-stack",
+            analyzer=analyzer,
+            remediate_topics=["demo.orders", "demo.serve"] if analyzer and remediate else None,
+        ),
+        serve_topic="demo.serve" if analyzer and remediate else None,
         # The analyzer finds the paused broker from the leaders waiting on it as follower,
         # which needs acks=all (docs/analyzer.md, Rule 5).
         acks="all" if analyzer else 1,
@@ -48,6 +59,10 @@ def app(
     )
     for line in summary["notes"]:  # type: ignore[union-attr]
         console.print(line)
+    for phase, p99 in summary.get("serve_p99_ms_by_phase", {}).items():  # type: ignore[union-attr]
+        console.print(
+            f"  acks=1 producer ack p99 {phase:>6} the fault (median of the refreshes): {p99:.0f} ms"
+        )
     for phase, by_broker in summary["median_p50_ms_by_phase"].items():  # type: ignore[union-attr]
         cells = "  ".join(f"broker {b}: {v:.0f} ms" for b, v in sorted(by_broker.items()))
         console.print(f"  typical ack p50 {phase:>6} the fault: {cells}")

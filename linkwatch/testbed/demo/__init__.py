@@ -62,14 +62,22 @@ class DemoOptions:
     topic: str = "demo.orders"
     acks: int | str = 1  # "all" lets a stalled follower show in the leaders' request times
     components: list[Callable[[], DemoComponent]] = field(default_factory=list)
+    # A second, acks=1 producer on its own topic: its clients wait on the leader only, so its
+    # p99 shows what demoting the slow broker's leadership gives back (None: not run).
+    serve_topic: str | None = None
+    serve_rate_per_s: float = 300.0
 
 
-def default_components(workdir: Path, analyzer: bool = False) -> list[Callable[[], DemoComponent]]:
+def default_components(
+    workdir: Path, analyzer: bool = False, remediate_topics: list[str] | None = None
+) -> list[Callable[[], DemoComponent]]:
     """Everything the demo shows besides the cluster and the load, in start order.
 
     The agents start first so the alerting stack (Prometheus, Alertmanager, the receiver) knows
     the ports to scrape; ``workdir`` holds the stack's files. ``analyzer`` adds the Spark
-    analyzer reading the agents' samples (its findings appear and clear in the display).
+    analyzer reading the agents' samples (its findings appear and clear in the display);
+    ``remediate_topics`` lets it demote the slow broker's leadership of those topics and
+    restore it after the fault (:mod:`.analyzer`).
     """
     from linkwatch.testbed.demo.agents import AgentsComponent, scrape_targets
     from linkwatch.testbed.demo.alerting import AlertingDemoComponent
@@ -81,7 +89,9 @@ def default_components(workdir: Path, analyzer: bool = False) -> list[Callable[[
     if analyzer:
         from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
 
-        comps.append(lambda: AnalyzerComponent(demo_config(agents.window_s)))
+        comps.append(
+            lambda: AnalyzerComponent(demo_config(agents.window_s), remediate_topics=remediate_topics)
+        )
     return comps
 
 
@@ -96,7 +106,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
     if cluster.state() is not None:
         cluster.down()  # a demo directory left by a killed earlier demo is ours to clear
     started: list[DemoComponent] = []
-    producer = consumer = pause = quitter = None
+    producer = consumer = pause = quitter = serve = None
     summary: dict[str, object] = {}
     try:
         t0 = time.monotonic()
@@ -106,6 +116,8 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
 
         admin = KafkaAdminClient(bootstrap_servers=state.bootstrap, client_id="linkwatch-demo")
         ensure_topic(admin, opts.topic, opts.partitions, 3)
+        if opts.serve_topic:
+            ensure_topic(admin, opts.serve_topic, 6, 3)
         for make in opts.components:
             comp = make()
             started.append(comp)
@@ -115,6 +127,15 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         if not consumer.assigned.wait(60):
             console.print("[yellow]the demo consumer has not joined its group after 60 s; going on[/]")
         producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=opts.acks).start()
+        if opts.serve_topic:
+            serve = ProducerLoad(
+                state.bootstrap,
+                opts.serve_topic,
+                opts.serve_rate_per_s,
+                KeyDistribution("uniform", 1000),
+                seed=3,
+            ).start()
+        serve_p99: dict[str, list[float]] = {"before": [], "during": [], "after": []}
         # A second group that stops a quarter of the way in: the lag collector must call it STOP.
         quitter = ConsumerLoad(state.bootstrap, opts.topic, "demo-stops-early").start()
         victim = state.node(opts.slow_broker)
@@ -160,6 +181,11 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                     )
                 )
                 extra = [Text(line) for comp in started for line in _safe_lines(comp)]
+                if serve is not None and opts.serve_topic:
+                    line, p99 = _serve_line(serve, partition_leaders(admin, opts.serve_topic), victim.node_id)
+                    if p99 is not None and elapsed > opts.refresh_s * 2:
+                        serve_p99[phase].append(p99)
+                    extra.insert(0, Text(line))
                 frame = Group(status, table, *extra)
                 if live is not None:
                     live.update(frame)
@@ -178,13 +204,14 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                 for phase, by_b in p50_samples.items()
             },
             "slow_broker": opts.slow_broker,
+            "serve_p99_ms_by_phase": {ph: statistics.median(v) for ph, v in serve_p99.items() if v},
         }
         admin.close()
     finally:
         if pause is not None:
             pause.stop()
         faults.revert_all()
-        for obj in (producer, consumer, quitter):
+        for obj in (producer, consumer, quitter, serve):
             if obj is not None:
                 obj.stop()
         for comp in reversed(started):
@@ -207,6 +234,23 @@ def _safe_lines(comp: DemoComponent) -> list[str]:
         return comp.lines()
     except Exception as e:  # a component's display must never end the demo
         return [f"{comp.name}: {type(e).__name__}: {e}"]
+
+
+def _serve_line(
+    serve: ProducerLoad, leaders: dict[int, int], victim: int, window_s: float = 4.0
+) -> tuple[str, float | None]:
+    """The acks=1 producer's ack p99 over the last ``window_s`` and what the victim leads."""
+    now = time.monotonic()
+    lat = sorted(latency for at, latency, _ in list(serve.stats.recent_latencies) if now - at <= window_s)
+    p99 = lat[int(0.99 * (len(lat) - 1))] * 1000 if lat else None
+    led = sorted(p for p, b in leaders.items() if b == victim)
+    where = (
+        f"broker {victim} leads partitions {','.join(map(str, led))}"
+        if led
+        else f"broker {victim} leads none"
+    )
+    shown = f"{p99:.0f} ms" if p99 is not None else "n/a"
+    return f"acks=1 producer on {serve.topic}: ack p99 {shown} (last {window_s:g} s); {where}", p99
 
 
 def _broker_table(

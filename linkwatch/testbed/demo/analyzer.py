@@ -1,7 +1,12 @@
 """The analyzer in ``linkwatch demo``: its settings for the demo's agents, and the component.
 
 :class:`AnalyzerComponent` follows :class:`linkwatch.testbed.demo.DemoComponent` and runs
-:class:`analyzer.service.AnalysisService` in a background thread on the demo cluster.
+:class:`analyzer.service.AnalysisService` in a background thread on the demo cluster. With
+``remediate_topics`` it also acts on its findings through the findings pipeline: a remediator
+config written for the demo's own cluster (``execute: true`` — the demo created this cluster
+and removes it at the end; nowhere else is anything executed without the operator's config)
+demotes the slow broker's leadership of those topics and restores it after the fault, every
+step audited under the demo directory.
 """
 
 from __future__ import annotations
@@ -10,9 +15,56 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
 from analyzer.sinks import TerminalSink
+from linkwatch.records import Finding
+
+RESTORE_HOLD_S = 20.0  # the demo's hold before leadership returns (production default: 300 s)
+
+
+def demo_remediation(
+    root: Path,
+    bootstrap: str,
+    topics: list[str],
+    cooldown_s: float = 60.0,
+    restore_hold_s: float = RESTORE_HOLD_S,
+) -> Path:
+    """Write the demo's remediator config (demote on slow_broker, executed, tight caps) and
+    return its path."""
+    cfg: dict[str, Any] = {
+        "cluster": "demo",
+        "bootstrap_servers": bootstrap,
+        "execute": True,
+        "state_dir": str(root / "remediation"),
+        "rules": {"slow_broker": "demote_leadership"},
+        "remediations": {"demote_leadership": {"topics": topics, "step_deadline_s": 30}},
+        "cooldown_s": cooldown_s,
+        "restore_hold_s": restore_hold_s,
+        "caps": {"max_concurrent_actions": 1, "max_demoted_brokers": 1},
+        "lease": {"enabled": False},  # one remediator in the demo
+    }
+    path = root / "remediation.yaml"
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+class _EventNotifier:
+    """The pipeline's notifier in the demo: one display line per decision."""
+
+    name = "demo"
+
+    def __init__(self, emit) -> None:
+        self.emit = emit
+
+    def notify(self, finding: Finding, outcome: dict[str, Any]) -> None:
+        done = outcome.get("outcome") if isinstance(outcome.get("outcome"), dict) else {}
+        event = done.get("status") or done.get("event") or outcome.get("reason", "")
+        self.emit(f"remediation: {outcome.get('action')} {finding.rule} {finding.subject}: {event}")
 
 
 def demo_config(window_s: int = 5) -> AnalyzerConfig:
@@ -41,8 +93,16 @@ class AnalyzerComponent:
 
     name = "analyzer"
 
-    def __init__(self, cfg: AnalyzerConfig | None = None, max_lines: int = 8) -> None:
+    def __init__(
+        self,
+        cfg: AnalyzerConfig | None = None,
+        max_lines: int = 8,
+        remediate_topics: list[str] | None = None,
+        cooldown_s: float = 60.0,
+    ) -> None:
         self.cfg = cfg
+        self.remediate_topics = remediate_topics
+        self.cooldown_s = cooldown_s
         self.events: deque[str] = deque(maxlen=max_lines)  # bounded: the latest appear/clear lines
         self.service: AnalysisService | None = None
         self._stop = threading.Event()
@@ -53,7 +113,15 @@ class AnalyzerComponent:
         cfg = cfg.model_copy(
             update={"bootstrap": cluster.bootstrap, "state_dir": Path(cluster.root) / "analyzer"}
         )
-        self.service = AnalysisService(cfg, sinks=[TerminalSink(self._event)]).start()
+        pipeline = None
+        if self.remediate_topics:
+            from remediation.pipeline import PipelineConfig, build_pipeline
+
+            path = demo_remediation(
+                Path(cluster.root) / "acting", cluster.bootstrap, self.remediate_topics, self.cooldown_s
+            )
+            pipeline = build_pipeline(PipelineConfig(config=path), [_EventNotifier(self._event)])
+        self.service = AnalysisService(cfg, sinks=[TerminalSink(self._event)], pipeline=pipeline).start()
         self._thread = threading.Thread(
             target=self.service.run, args=(self._stop,), name="analyzer", daemon=True
         )

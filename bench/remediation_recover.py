@@ -1,0 +1,187 @@
+"""Time to recover from a paused leader: with the findings pipeline demoting it, and without.
+
+On one local 3-broker cluster with the agents and the Spark analyzer (the demo's pieces,
+``linkwatch.testbed.demo``): a Zipf-keyed acks=all load (the analyzer sees a stalled broker
+through the leaders waiting on it) and an acks=1 producer on its own 6-partition topic (its
+clients wait on the leader only: the producer whose p99 recovery is measured). Each round
+pauses broker 2's JVM in a duty cycle (400 of every 1000 ms) and measures, from the onset:
+
+* ``finding``: the analyzer's slow_broker finding for broker 2 is active;
+* ``demoted``: broker 2 leads no partition of the acks=1 topic;
+* ``recovered``: the acks=1 producer's ack p99 over the last 5 s is under 300 ms for 3 s in a row.
+
+Baseline rounds run first with the analyzer acting on nothing (notify only), each for
+``--fault-s`` seconds: the fault is never outlived, so their time to recover is the fault's
+length (reported as "> fault-s"). Then the analyzer restarts with the demo's remediation
+(demote, restore after a 20 s hold) and runs the remediation rounds; after each, the fault is
+removed and the round waits for leadership to be restored before the next.
+
+    python bench/remediation_recover.py --rounds 3 --fault-s 90
+
+Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recover.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from linkwatch.testbed import faults
+from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
+from linkwatch.testbed.demo.agents import AgentsComponent
+from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
+from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic, partition_leaders
+
+VICTIM = 2
+P99_LINE_MS = 300.0
+
+
+def p99_ms(load: ProducerLoad, window_s: float = 5.0) -> float | None:
+    now = time.monotonic()
+    lat = sorted(latency for at, latency, _ in list(load.stats.recent_latencies) if now - at <= window_s)
+    return lat[int(0.99 * (len(lat) - 1))] * 1000 if len(lat) >= 20 else None
+
+
+def one_round(admin, serve: ProducerLoad, analyzer: AnalyzerComponent, pid: int, fault_s: float) -> dict:
+    """One fault of at most ``fault_s``; times from the onset (None: not reached)."""
+    key = ("slow_broker", f"broker:{VICTIM}")
+    t: dict[str, float | None] = {"finding": None, "demoted": None, "recovered": None}
+    calm_since = None
+    peak = 0.0
+    onset = time.monotonic()
+    with faults.PauseDutyCycle(pid, 400, 1000):
+        while (elapsed := time.monotonic() - onset) < fault_s:
+            svc = analyzer.service
+            if t["finding"] is None and svc is not None and key in svc.engine.tracker.active:
+                t["finding"] = elapsed
+            if t["demoted"] is None and VICTIM not in partition_leaders(admin, serve.topic).values():
+                t["demoted"] = elapsed
+            p99 = p99_ms(serve)
+            if p99 is not None:
+                peak = max(peak, p99)
+            slow = p99 is None or p99 >= P99_LINE_MS
+            if elapsed > 10 and not slow:  # the first seconds still hold pre-fault acks
+                calm_since = calm_since if calm_since is not None else elapsed
+                if elapsed - calm_since >= 3.0:
+                    t["recovered"] = calm_since
+                    break
+            else:
+                calm_since = None
+            time.sleep(0.5)
+    return {**t, "peak_p99_ms": peak}
+
+
+def wait_restored(admin, topic: str, timeout_s: float) -> float | None:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if VICTIM in partition_leaders(admin, topic).values():
+            return time.monotonic() - start
+        time.sleep(1.0)
+    return None
+
+
+def fmt(v: float | None, cap: float) -> str:
+    return f"{v:6.1f}" if v is not None else f"  >{cap:.0f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--fault-s", type=float, default=90.0)
+    ap.add_argument("--baseline-fault-s", type=float, default=45.0)
+    ap.add_argument("--restore-timeout-s", type=float, default=180.0)
+    args = ap.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-"))
+    cluster = LocalCluster(
+        ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19400))
+    )
+    loads: list[ProducerLoad] = []
+    agents = AgentsComponent()
+    analyzer: AnalyzerComponent | None = None
+    rows: list[tuple[str, dict]] = []
+    try:
+        state = cluster.up()
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=state.bootstrap, client_id="bench-recover")
+        ensure_topic(admin, "orders", 12, 3)
+        ensure_topic(admin, "serve", 6, 3)
+        agents.start(state)
+        loads = [
+            ProducerLoad(
+                state.bootstrap, "orders", 800, KeyDistribution("zipf", 1000, 1.2), acks="all"
+            ).start(),
+            ProducerLoad(state.bootstrap, "serve", 300, KeyDistribution("uniform", 1000), seed=3).start(),
+        ]
+        serve = loads[1]
+        pid = state.node(VICTIM).pid
+        cfg = demo_config(agents.window_s)
+        for mode in ("without", "with"):
+            analyzer = AnalyzerComponent(
+                cfg, remediate_topics=["orders", "serve"] if mode == "with" else None, cooldown_s=5.0
+            )
+            analyzer.start(state)
+            warm = time.monotonic()
+            while (
+                analyzer.service is None
+                or analyzer.service.last is None
+                or not analyzer.service.last.broker_stages
+            ):
+                if time.monotonic() - warm > 420:
+                    raise SystemExit("the analyzer saw no stage rows within 420 s")
+                time.sleep(2)
+            time.sleep(20)  # some quiet history windows before the first fault
+            for i in range(args.rounds):
+                fault_s = args.fault_s if mode == "with" else args.baseline_fault_s
+                r = one_round(admin, serve, analyzer, pid, fault_s)
+                r["fault_s"] = fault_s
+                if mode == "with":
+                    r["restored_after_s"] = wait_restored(admin, "serve", args.restore_timeout_s)
+                else:
+                    time.sleep(30)  # the finding clears before the next round
+                rows.append((mode, r))
+                print(
+                    f"{mode:>7} remediation round {i + 1}: finding {fmt(r['finding'], fault_s)} s, "
+                    f"demoted {fmt(r['demoted'], fault_s)} s, recovered {fmt(r['recovered'], fault_s)} s, "
+                    f"peak acks=1 p99 {r['peak_p99_ms']:.0f} ms"
+                    + (
+                        f", leadership restored {fmt(r['restored_after_s'], 0)} s after the fault"
+                        if mode == "with"
+                        else ""
+                    ),
+                    flush=True,
+                )
+            analyzer.stop()
+            analyzer = None
+        admin.close()
+    finally:
+        faults.revert_all()
+        if analyzer is not None:
+            analyzer.stop()
+        for load in loads:
+            load.stop()
+        agents.stop()
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+    print("\ntime from fault onset to acks=1 producer p99 < 300 ms (median of rounds)")
+    for mode in ("without", "with"):
+        got = [r for m, r in rows if m == mode]
+        cap = got[0]["fault_s"] if got else 0
+        rec = [r["recovered"] for r in got]
+        done = [v for v in rec if v is not None]
+        med = statistics.median(done) if len(done) == len(rec) and done else None
+        finding = [r["finding"] for r in got if r["finding"] is not None]
+        print(
+            f"  {mode:>7} remediation: {fmt(med, cap)} s  (rounds: {', '.join(fmt(v, cap).strip() for v in rec)}; "
+            f"finding median {statistics.median(finding) if finding else float('nan'):.1f} s)"
+        )
+
+
+if __name__ == "__main__":
+    main()
