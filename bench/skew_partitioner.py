@@ -7,33 +7,39 @@ per broker):
 
 * ``default``     — kafka-python's ``DefaultPartitioner`` (murmur2 of the key, as the Java client);
 * ``round_robin`` — keys ignored, partitions in turn;
-* ``skew_aware``  — :class:`producer.SkewAwarePartitioner` (support ``--support``, ε = support / 10,
-  d sized per hot key; acks fed back with ``watch``).
+* ``skew_aware``  — :class:`producer.SkewAwarePartitioner` (its defaults, or ``--support`` with
+  ε = support / 5; d sized per hot key; acks fed back with ``watch``).
 
 Per run:
 
 * imbalance ``I = max/avg − 1`` of the per-partition messages and bytes (from the acks);
 * producer throughput (records/s from the first send to the end of ``flush``) and p99 ack latency
   (send call → ack callback);
-* a stateful per-key counting consumer group (``--consumers`` members holding the partitions a
-  range assignor gives them, assigned statically so that no rebalance falls in the measured time;
-  :func:`consumer.split_keys.counting` state): each record costs ``--work-us`` of
+* a stateful per-key counting consumer group, once per ``--consumers`` size (members holding the
+  partitions a range assignor gives them, assigned statically so that no rebalance falls in the
+  measured time; :func:`consumer.split_keys.counting` state): each record costs ``--work-us`` of
   simulated I/O-bound work (a sleep per batch, so members run in parallel and the member holding
-  the heaviest partitions is the bottleneck); group throughput = records / (first record → last
-  record of the whole group), and per-key state = (partition, key) entries summed over members.
+  the heaviest partitions is the bottleneck: with 12 members, one per partition, the member
+  reading the hottest partition); group throughput = records / (first record → last record of
+  the whole group), and per-key state = (partition, key) entries summed over members (each entry
+  one key → count; the memory is proportional to it).
 
-The machine must be quiet for figures worth recording. Usage::
+Every partitioner runs ``--repeats`` times per exponent (interleaved); the medians are printed
+after the runs. The machine must be quiet for figures worth recording. Usage::
 
-    linkwatch cluster up --dir /tmp/lw-skew --base-port 31000
-    python bench/skew_partitioner.py --cluster-dir /tmp/lw-skew [--records 200000] [--keys 10000]
-    linkwatch cluster down --dir /tmp/lw-skew
+    python bench/skew_partitioner.py [--records 100000] [--keys 10000] [--consumers 3 12]
+
+starts its own 3-broker cluster in a temporary directory and stops it at the end;
+``--cluster-dir DIR`` uses a running ``linkwatch cluster up --dir DIR`` cluster instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -48,7 +54,7 @@ from kafka.admin import NewTopic
 from kafka.partitioner import DefaultPartitioner, Partitioner
 
 from consumer.split_keys import counting
-from linkwatch.testbed.cluster import ClusterState
+from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from producer import SkewAwarePartitioner
 
 PARTITIONS = 12
@@ -70,12 +76,13 @@ class RoundRobinPartitioner(Partitioner):
             return parts[self._next % len(parts)]
 
 
-def partitioners(support: float) -> dict[str, Callable[[], Partitioner]]:
-    return {
-        "default": DefaultPartitioner,
-        "round_robin": RoundRobinPartitioner,
-        "skew_aware": lambda: SkewAwarePartitioner(support=support, epsilon=support / 10),
-    }
+def partitioners(support: float | None) -> dict[str, Callable[[], Partitioner]]:
+    def skew_aware() -> Partitioner:
+        if support is None:
+            return SkewAwarePartitioner()
+        return SkewAwarePartitioner(support=support, epsilon=support / 5)
+
+    return {"default": DefaultPartitioner, "round_robin": RoundRobinPartitioner, "skew_aware": skew_aware}
 
 
 @dataclass
@@ -84,8 +91,20 @@ class Result:
     bytes_imbalance: float
     produce_rate: float
     ack_p99_ms: float
-    group_rate: float
+    group_rates: dict[int, float]  # members -> records/s of the whole group
     state_entries: int
+
+
+def median_result(rs: list[Result]) -> Result:
+    med = statistics.median
+    return Result(
+        med(r.msgs_imbalance for r in rs),
+        med(r.bytes_imbalance for r in rs),
+        med(r.produce_rate for r in rs),
+        med(r.ack_p99_ms for r in rs),
+        {m: med(r.group_rates[m] for r in rs) for m in rs[0].group_rates},
+        int(med(r.state_entries for r in rs)),
+    )
 
 
 def zipf_records(n: int, keys: int, exponent: float, seed: int) -> list[tuple[bytes, bytes]]:
@@ -207,61 +226,101 @@ def run(
     create_topic(admin, topic)
     try:
         rate, lat, msgs, nbytes = produce(state.bootstrap, topic, records, partitioners(args.support)[name]())
-        group_rate, entries = consume_group(
-            state.bootstrap, topic, len(records), args.consumers, args.work_us
-        )
+        rates, entries = {}, 0
+        for members in args.consumers:
+            rates[members], entries = consume_group(
+                state.bootstrap, topic, len(records), members, args.work_us
+            )
     finally:
         retry(lambda: admin.delete_topics([topic]), attempts=3, delay_s=1.0)
-    return Result(imbalance(msgs), imbalance(nbytes), rate, p99(lat), group_rate, entries)
+    return Result(imbalance(msgs), imbalance(nbytes), rate, p99(lat), rates, entries)
+
+
+def row(s: float, name: str, r: Result) -> str:
+    groups = " ".join(f"{r.group_rates[m]:11.0f}" for m in sorted(r.group_rates))
+    return (
+        f"{s:5.1f} {name:12} {r.msgs_imbalance:7.2f} {r.bytes_imbalance:8.2f} {r.produce_rate:14.0f} "
+        f"{r.ack_p99_ms:11.1f} {groups} {r.state_entries:14d}"
+    )
+
+
+def compare(results: dict[str, Result]) -> str:
+    d, rr, sk = results["default"], results["round_robin"], results["skew_aware"]
+    groups = ", ".join(
+        f"{m} members {sk.group_rates[m] / d.group_rates[m]:.2f}x" for m in sorted(sk.group_rates)
+    )
+    return (
+        f"      skew_aware vs default: imbalance msgs {sk.msgs_imbalance / max(d.msgs_imbalance, 1e-9):.3f}x, "
+        f"bytes {sk.bytes_imbalance / max(d.bytes_imbalance, 1e-9):.3f}x; group throughput {groups}; "
+        f"state vs round_robin {sk.state_entries / max(rr.state_entries, 1):.2f}x"
+    )
+
+
+def bench(state: ClusterState, args: argparse.Namespace) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=state.bootstrap)
+    support = "defaults" if args.support is None else f"support {args.support:g}"
+    print(
+        f"{args.records} records, {args.keys} keys, {PARTITIONS} partitions over 3 brokers, skew_aware {support}, "
+        f"consumer groups of {args.consumers} members at {args.work_us:g} µs/record, {args.repeats} repeats",
+        flush=True,
+    )
+    groups = " ".join(f"{f'group{m} r/s':>11}" for m in sorted(args.consumers))
+    header = (
+        f"{'zipf':>5} {'partitioner':12} {'I msgs':>7} {'I bytes':>8} {'produce rec/s':>14} "
+        f"{'ack p99 ms':>11} {groups} {'state entries':>14}"
+    )
+    medians: dict[float, dict[str, Result]] = {}
+    try:
+        for s in args.exponents:
+            records = zipf_records(args.records, args.keys, s, args.seed)
+            runs: dict[str, list[Result]] = {name: [] for name in partitioners(args.support)}
+            for i in range(args.repeats):
+                print(f"run {i + 1}\n{header}", flush=True)
+                for name in runs:
+                    runs[name].append(run(state, admin, name, records, args))
+                    print(row(s, name, runs[name][-1]), flush=True)
+            medians[s] = {name: median_result(rs) for name, rs in runs.items()}
+    finally:
+        admin.close()
+    print(f"medians of {args.repeats} runs\n{header}")
+    for s, results in medians.items():
+        for name, r in results.items():
+            print(row(s, name, r))
+        print(compare(results))
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--cluster-dir", type=Path, required=True, help="A running 3-broker `linkwatch cluster up` directory."
+        "--cluster-dir",
+        type=Path,
+        help="A running 3-broker `linkwatch cluster up` directory (default: start one for this run).",
     )
-    p.add_argument("--records", type=int, default=200_000)
+    p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--exponents", type=float, nargs="+", default=[1.0, 1.2, 1.5])
-    p.add_argument("--consumers", type=int, default=3)
-    p.add_argument("--work-us", type=float, default=50.0, help="Simulated work per consumed record (µs).")
+    p.add_argument("--consumers", type=int, nargs="+", default=[3, 12], help="Group sizes to measure.")
+    p.add_argument("--work-us", type=float, default=100.0, help="Simulated work per consumed record (µs).")
     p.add_argument(
-        "--support", type=float, default=0.05, help="Hot-key support s of the skew-aware partitioner."
+        "--support", type=float, default=None, help="Hot-key support s (default: the partitioner's own)."
     )
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=16)
     args = p.parse_args()
-    state = ClusterState.load(args.cluster_dir)
-    if state is None:
-        print(f"no cluster in {args.cluster_dir}", file=sys.stderr)
-        return 2
-    admin = KafkaAdminClient(bootstrap_servers=state.bootstrap)
-    print(
-        f"{args.records} records, {args.keys} keys, {PARTITIONS} partitions over 3 brokers, support {args.support:g}, "
-        f"{args.consumers} consumers at {args.work_us:g} µs/record"
-    )
-    header = (
-        f"{'zipf':>5} {'partitioner':12} {'I msgs':>7} {'I bytes':>8} {'produce rec/s':>14} "
-        f"{'ack p99 ms':>11} {'group rec/s':>12} {'state entries':>14}"
-    )
-    try:
-        for s in args.exponents:
-            records = zipf_records(args.records, args.keys, s, args.seed)
-            print(header)
-            results = {name: run(state, admin, name, records, args) for name in partitioners(args.support)}
-            for name, r in results.items():
-                print(
-                    f"{s:5.1f} {name:12} {r.msgs_imbalance:7.2f} {r.bytes_imbalance:8.2f} {r.produce_rate:14.0f} "
-                    f"{r.ack_p99_ms:11.1f} {r.group_rate:12.0f} {r.state_entries:14d}",
-                    flush=True,
-                )
-            d, rr, sk = results["default"], results["round_robin"], results["skew_aware"]
-            print(
-                f"      skew_aware vs default: imbalance {sk.msgs_imbalance / max(d.msgs_imbalance, 1e-9):.2f}x, "
-                f"group throughput {sk.group_rate / d.group_rate:.2f}x; "
-                f"state vs round_robin {sk.state_entries / max(rr.state_entries, 1):.2f}x"
-            )
-    finally:
-        admin.close()
+    if args.cluster_dir is not None:
+        state = ClusterState.load(args.cluster_dir)
+        if state is None:
+            print(f"no cluster in {args.cluster_dir}", file=sys.stderr)
+            return 2
+        bench(state, args)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="lw-skew-bench-") as tmp:
+        spec = ClusterSpec(brokers=3, root=Path(tmp) / "kafka", base_port=find_free_base_port(3, start=31000))
+        cluster = LocalCluster(spec)
+        try:
+            bench(cluster.up(), args)
+        finally:
+            cluster.down()
     return 0
 
 

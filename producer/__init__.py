@@ -9,6 +9,11 @@
 ``docs/skew.md`` says what a split key costs the consumers (see ``consumer/split_keys.py``).
 """
 
-from producer.partitioner import SkewAwarePartitioner, candidate_partitions, murmur2_partition
+from producer.partitioner import (
+    SkewAwarePartitioner,
+    candidate_partitions,
+    hot_key_candidates,
+    murmur2_partition,
+)
 
-__all__ = ["SkewAwarePartitioner", "candidate_partitions", "murmur2_partition"]
+__all__ = ["SkewAwarePartitioner", "candidate_partitions", "hot_key_candidates", "murmur2_partition"]

@@ -22,8 +22,8 @@ from linkwatch.lossy_counting import LossyCounter
 class HotKeyTracker:
     def __init__(
         self,
-        support: float = 0.05,
-        epsilon: float = 0.005,
+        support: float = 0.01,
+        epsilon: float = 0.002,
         window_records: int = 10_000,
         warmup_records: int | None = None,
         max_tracked_keys: int = 2_000,

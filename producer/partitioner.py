@@ -26,7 +26,6 @@ or :meth:`SkewAwarePartitioner.on_ack`.
 
 from __future__ import annotations
 
-import math
 import random
 import threading
 import time
@@ -72,6 +71,17 @@ def candidate_partitions(key_bytes: bytes, num_partitions: int, d: int) -> list[
     return out
 
 
+def hot_key_candidates(share: float, num_partitions: int) -> int:
+    """d for a hot key with ``share`` of the records, when ``candidates`` is not fixed.
+
+    A key with at least 1/n of the records can never fit in one partition, and spread over a
+    few it still tops its candidates with their own cold keys on them: it gets every partition
+    (W-Choices, arXiv 1510.05714). A hot key under 1/n gets the seed's max(2, n // 5): the
+    least-loaded of two already evens out what is left (see docs/skew.md for the measurements).
+    """
+    return num_partitions if share * num_partitions >= 1 else max(2, num_partitions // 5)
+
+
 @dataclass
 class _Topic:
     tracker: HotKeyTracker
@@ -81,8 +91,8 @@ class _Topic:
 class SkewAwarePartitioner(Partitioner):
     def __init__(
         self,
-        support: float = 0.05,
-        epsilon: float = 0.005,
+        support: float = 0.01,
+        epsilon: float = 0.002,
         candidates: int | None = None,
         window_records: int = 10_000,
         warmup_records: int | None = None,
@@ -95,10 +105,14 @@ class SkewAwarePartitioner(Partitioner):
         latency_scale_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``candidates`` is d; None sizes d per hot key: max(2, partitions // 5, ⌈share × partitions⌉)
-        — the seed's rule, raised for a key whose share alone is above one partition's average
-        (so that each of its candidates gets at most an average partition's load from it; candidate
-        lists are prefix-stable, so a key whose share changes keeps its first candidates).
+        """``candidates`` is d; None sizes d per hot key (:func:`hot_key_candidates`: every
+        partition for a key with ≥ 1/partitions of the records, else max(2, partitions // 5);
+        candidate lists are prefix-stable, so a key whose share changes keeps its first candidates).
+        ``support`` s = 0.01 and ``epsilon`` ε = 0.002 by default: a key that stays home adds at
+        most s × partitions of an average partition's load to its home (0.12 at 12 partitions;
+        the seed's 0.05 left 0.6); ε = s / 5 keeps a window's lossy counter, (1/ε)·ln(ε·W) ≈ 1 500
+        entries at W = 10 000, under the ``max_tracked_keys`` cap, and the hot set is at most
+        1/(s − ε) = 125 keys.
         ``load_unit`` is ``"records"`` (the seed's message counts) or ``"bytes"`` (value + key bytes).
         ``broker_latency_s`` (optional) multiplies a candidate's load by
         ``1 + latency / latency_scale_s`` for the broker leading it; it is called under no lock and
@@ -208,7 +222,7 @@ class SkewAwarePartitioner(Partitioner):
     ) -> int:
         """KG2: the candidate with the least load (ties: the earlier one); home if none is available."""
         n = len(all_partitions)
-        d = self.candidates if self.candidates is not None else max(2, n // 5, math.ceil(share * n))
+        d = self.candidates if self.candidates is not None else hot_key_candidates(share, n)
         cands = [all_partitions[i] for i in candidate_partitions(key_bytes, n, d)]
         up = set(available)
         usable = [c for c in cands if c in up] if up else cands

@@ -19,6 +19,8 @@ A :class:`Remediation` turns one finding into changes to the cluster, in four se
   handed to :meth:`abandon` (e.g. cancel a reassignment, KIP-455).
 * :meth:`Remediation.undo` — a plan that puts back what the action's steps changed, built from
   the action's persisted record (not from memory), so it also works after a restart.
+* :meth:`Remediation.revert_due` — whether one of its finished actions should now be undone by
+  itself (e.g. once what it answered has been gone for a hold time); pure, asked on every tick.
 
 :meth:`Remediation.recover` is called at start-up for every action this remediator left
 ``running`` (killed mid-way): it finishes or abandons the remediation's own steps only.
@@ -184,6 +186,18 @@ class Remediation(ABC):
 
     def undo(self, action: dict[str, Any], view: ClusterView) -> Plan:
         return Plan(self.NAME, action.get("subject", ""), "nothing to undo")
+
+    def revert_due(
+        self, action: dict[str, Any], healthy_since: Callable[[str], float | None], now: float
+    ) -> bool:
+        """Should this finished action (its persisted record, status ``done`` or ``abandoned``, not
+        an undo itself and not undone yet) be undone now, without an operator asking?
+
+        ``healthy_since(subject)`` is when ``subject`` stopped having any active finding (None
+        while it still has one). Pure like :meth:`plan`: no cluster reads, no sleeping. When it
+        says yes, the remediator (:meth:`~remediation.remediator.Remediator.tick`) plans
+        :meth:`undo` and, dry run or not, treats it like an operator's undo. Default: never."""
+        return False
 
     def recover(self, action: dict[str, Any], ctx: Context) -> str:
         """Finish or abandon this remediation's own steps of a killed run; return what was done."""

@@ -25,14 +25,19 @@ average broker load, no placement can fix it; the plan then carries a **proposal
 step that only logs): more partitions for the topic and the skew-aware partitioner for its hot
 keys. Partitions are never created automatically.
 
-**H3** (:func:`revert_due` and :meth:`RebalanceLoadRemediation.undo`): once the topic has had no
-active skew finding for ``hold_s``, the H1 steps are reverted, newest first, each only if the
-partition is still as this action left it (an operator's later change is never undone).
+**H3** (:func:`revert_due`, :meth:`RebalanceLoadRemediation.revert_due` and
+:meth:`RebalanceLoadRemediation.undo`): the applied H1 steps are remembered in the remediator's
+persisted state (the action record: its plan and each step's status, so a restart keeps them);
+on every tick, an action with at least one H1 step ``done`` whose topic has had no active
+finding for ``hold_s`` is due, and its H1 steps are reverted, newest first, each only if the
+partition is still as this action left it (an operator's later change is never undone). While
+the topic is still skewed, or before the hold time, nothing is reverted.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,6 +234,16 @@ def revert_due(healthy_since: float | None, now: float, hold_s: float) -> bool:
     return healthy_since is not None and now - healthy_since >= hold_s
 
 
+def applied_h1(action: dict[str, Any]) -> list[int]:
+    """Indexes of the action's H1 steps (lead / move) whose persisted status is ``done``."""
+    plan_steps, status = action["plan"]["steps"], action.get("steps") or []
+    return [
+        i
+        for i, (d, st) in enumerate(zip(plan_steps, status, strict=False))
+        if d["kind"] in ("lead", "move") and st.get("status") == "done"
+    ]
+
+
 def _evidence(finding: Finding, cfg: RebalanceLoadConfig) -> tuple[str, dict[int, float], list[float]]:
     ev = finding.evidence
     topic = ev.get("topic")
@@ -336,6 +351,15 @@ class RebalanceLoadRemediation(Remediation):
     def abandon(self, step: Step, ctx: Context) -> None:
         if step.kind == "move":
             submit_reassignments(ctx.admin, {(step.params["topic"], step.params["partition"]): None})
+
+    def revert_due(
+        self, action: dict[str, Any], healthy_since: Callable[[str], float | None], now: float
+    ) -> bool:
+        """H3's trigger: some H1 step of the action was applied and its topic (the action's
+        subject) has been free of findings for ``hold_s``."""
+        return bool(applied_h1(action)) and revert_due(
+            healthy_since(action["subject"]), now, self.config.hold_s
+        )
 
     def undo(self, action: dict[str, Any], view: ClusterView) -> Plan:
         """H3: the H1 steps reversed, newest first, each only while the partition is as we left it."""

@@ -4,7 +4,8 @@
 collector, alerts receiver): give it a :class:`~linkwatch.records.Finding`. For each finding:
 
 1. the tracker notes it (active / cleared); a cleared subject with a demotion is restored after
-   ``restore_hold_s`` (:meth:`tick`);
+   ``restore_hold_s``, and an action whose remediation says it is due (``revert_due``, e.g.
+   ``rebalance_load``'s H3) is undone (:meth:`tick`);
 2. while paused, the finding is kept (persisted) and handled on :meth:`resume`;
 3. a rule with no remediation configured is audited ``ignored``;
 4. guardrails, in order: duplicate, circuit breaker, cooldown, caps, lease — a refusal is
@@ -281,9 +282,10 @@ class Remediator:
         return out
 
     def tick(self) -> list[dict[str, Any]]:
-        """Periodic work: restore demoted brokers healthy for ``restore_hold_s``."""
+        """Periodic work: restore demoted brokers healthy for ``restore_hold_s``; undo the finished
+        actions their remediation finds due (:meth:`Remediation.revert_due`)."""
         now = self.clock()
-        out = []
+        out = self._reverts_due(now)
         for broker, aid in list(self.state.data["demoted"].items()):
             subject = f"broker:{broker}"
             since = self.tracker.healthy_since(subject, now, self.cfg.circuit_breaker.finding_ttl_s)
@@ -295,6 +297,21 @@ class Remediator:
             out.append(
                 {**self.undo(aid, reason=f"{subject} healthy for {now - since:.0f} s"), "subject": subject}
             )
+        return out
+
+    def _reverts_due(self, now: float) -> list[dict[str, Any]]:
+        ttl = self.cfg.circuit_breaker.finding_ttl_s
+        out = []
+        for aid, action in list(self.state.data["actions"].items()):
+            rem = self.remediations.get(action["remediation"])
+            if rem is None or action["status"] not in ("done", "abandoned") or action.get("undo_of"):
+                continue
+            if not rem.revert_due(action, lambda s: self.tracker.healthy_since(s, now, ttl), now):
+                continue
+            if not self.lease.held() or now - self._restore_tried.get(aid, float("-inf")) < RESTORE_RETRY_S:
+                continue  # as restores: a failed (or dry-run) revert is retried, not hammered
+            self._restore_tried[aid] = now
+            out.append(self.undo(aid, reason=f"{rem.NAME}: {action['subject']} due for revert"))
         return out
 
     def undo(self, action_id: str, reason: str = "operator") -> dict[str, Any]:

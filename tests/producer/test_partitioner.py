@@ -96,8 +96,10 @@ def test_keys_that_are_not_hot_go_where_kafka_puts_them(keys: list[bytes], n: in
 def test_placement_in_skewed_streams(stream: list[int], n: int, d: int) -> None:
     # Small key alphabet: many keys turn hot and cool again within the run.
     cluster = StaticCluster(n)
-    part = SkewAwarePartitioner(candidates=d, window_records=300, max_tracked_keys=40)
-    oracle = HotKeyTracker(window_records=300, max_tracked_keys=40)
+    part = SkewAwarePartitioner(
+        support=0.05, epsilon=0.005, candidates=d, window_records=300, max_tracked_keys=40
+    )
+    oracle = HotKeyTracker(0.05, 0.005, window_records=300, max_tracked_keys=40)
     used: dict[bytes, set[int]] = {}
     for i in stream:
         k = b"key-%d" % i
@@ -139,10 +141,11 @@ def test_a_hot_key_is_spread_evenly_over_its_candidates() -> None:
 @pytest.mark.parametrize(
     ("every", "n", "expected_d"),
     [
-        (17, 12, 2),  # share 0.059: the seed's floor, max(2, 12 // 5)
-        (5, 12, 3),  # share 0.2: ⌈0.2 × 12⌉, so no candidate gets more than an average partition from it
-        (2, 11, 6),  # share 0.5: ⌈5.5⌉
-        (3, 20, 7),  # share 0.33: ⌈6.7⌉ (floor 20 // 5 = 4)
+        (17, 12, 2),  # share 0.059, under 1/12: the seed's max(2, 12 // 5)
+        (40, 30, 6),  # share 0.025, under 1/30: max(2, 30 // 5)
+        (5, 12, 12),  # share 0.2, over 1/12: it never fits in one partition, so every partition
+        (2, 11, 11),  # share 0.5
+        (17, 20, 20),  # share 0.059, over 1/20
     ],
 )
 def test_without_a_fixed_d_a_hotter_key_gets_more_candidates(every: int, n: int, expected_d: int) -> None:
@@ -160,7 +163,7 @@ def test_an_idle_cluster_keeps_a_hot_key_home_on_ties() -> None:
     # Only one key, every candidate equally (un)loaded at first: the home partition wins the tie.
     cluster, part = (
         StaticCluster(12),
-        SkewAwarePartitioner(candidates=2, window_records=200, warmup_records=1),
+        SkewAwarePartitioner(candidates=2, window_records=500, warmup_records=1),
     )
     assert place(part, cluster, b"k") == murmur2_partition(b"k", 12)
 
@@ -187,7 +190,7 @@ def test_a_candidate_on_a_slow_broker_is_avoided() -> None:
     part = SkewAwarePartitioner(
         candidates=2,
         warmup_records=1,
-        window_records=200,
+        window_records=500,
         broker_latency_s=lambda b: 2.0 if b == slow_broker else 0.001,
     )
     got = Counter(place(part, StaticCluster(n), key) for _ in range(100))
@@ -198,7 +201,7 @@ def test_a_failing_latency_signal_counts_as_none() -> None:
     def broken(_b: int) -> float:
         raise RuntimeError("no data")
 
-    part = SkewAwarePartitioner(candidates=2, warmup_records=1, window_records=200, broker_latency_s=broken)
+    part = SkewAwarePartitioner(candidates=2, warmup_records=1, window_records=500, broker_latency_s=broken)
     got = {place(part, StaticCluster(12), b"k") for _ in range(50)}
     assert got == set(candidate_partitions(b"k", 12, 2))
 
@@ -207,7 +210,7 @@ def test_unacked_records_weigh_as_load() -> None:
     n, key = 12, b"k"
     home, other = candidate_partitions(key, n, 2)
     clock = Clock()
-    part = SkewAwarePartitioner(candidates=2, warmup_records=1, window_records=200, clock=clock)
+    part = SkewAwarePartitioner(candidates=2, warmup_records=1, window_records=500, clock=clock)
     cluster = StaticCluster(n)
     got: Counter[int] = Counter()
     for _ in range(300):
@@ -231,7 +234,7 @@ def test_acks_for_unknown_partitions_are_counted_not_stored() -> None:
 def test_unavailable_candidates_are_skipped() -> None:
     n, key = 12, b"k"
     home, other = candidate_partitions(key, n, 2)
-    part = SkewAwarePartitioner(candidates=2, warmup_records=1, window_records=200)
+    part = SkewAwarePartitioner(candidates=2, warmup_records=1, window_records=500)
     cluster = StaticCluster(n, down=frozenset({other}))
     assert {place(part, cluster, key) for _ in range(50)} == {home}
 
@@ -257,7 +260,7 @@ def test_an_unknown_topic_is_a_clear_error() -> None:
 def test_memory_is_bounded_under_any_key_stream(stream: list[bytes], cap: int) -> None:
     part = SkewAwarePartitioner(window_records=500, max_tracked_keys=cap)
     cluster = StaticCluster(12)
-    bound = cap + int(1 / (0.05 - 0.005)) + 1
+    bound = cap + int(1 / (0.01 - 0.002)) + 1  # the defaults' hot set: at most 1/(s − ε)
     for i, k in enumerate(stream):
         place(part, cluster, k)
         if i % 50 == 0:
@@ -324,3 +327,32 @@ def test_concurrent_calls_count_every_record_and_keep_cold_keys_home() -> None:
 def test_bad_settings_fail_at_construction(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SkewAwarePartitioner(**kwargs)
+
+
+def _zipf_keys(n: int, keys: int, exponent: float, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    weights = [1 / (k**exponent) for k in range(1, keys + 1)]
+    return [b"key-%d" % k for k in rng.choices(range(keys), weights=weights, k=n)]
+
+
+def _imbalance(counts: Counter[int], n: int) -> float:
+    return max(counts[p] for p in range(n)) / (sum(counts.values()) / n) - 1
+
+
+@pytest.mark.parametrize("exponent", [1.0, 1.2, 1.5])
+def test_zipf_imbalance_is_at_most_a_fifth_of_the_default_partitioners(exponent: float) -> None:
+    # The issue's target, in-process: 12 partitions, 10 000 Zipf keys, default settings. The
+    # old defaults (s = 0.05, d = ⌈share × n⌉) reached only 0.32x at Zipf 1.2: keys just under
+    # 5 % stayed home, and a hot key's few candidates were topped by their own cold keys.
+    n, keys = 12, _zipf_keys(40_000, 10_000, exponent, seed=16)
+    clock = Clock()
+    cluster, part = StaticCluster(n), SkewAwarePartitioner(clock=clock)
+    ours: Counter[int] = Counter()
+    kafka = Counter(murmur2_partition(k, n) for k in keys)
+    bound = part.tracked_keys()
+    for i, k in enumerate(keys):
+        clock.now = i / 20_000  # 20 000 records/s: the load half-life spans many records
+        ours[place(part, cluster, k)] += 1
+        bound = max(bound, part.tracked_keys())
+    assert _imbalance(ours, n) <= 0.2 * _imbalance(kafka, n), (ours, kafka)
+    assert bound <= 2_000 + int(1 / (0.01 - 0.002)) + 1  # memory bound unchanged: the cap + hot set

@@ -142,6 +142,53 @@ def test_h3_after_hold_time_only(healthy_since: float | None, now: float, due: b
     assert revert_due(healthy_since, now, 1800.0) is due
 
 
+def _action(statuses: list[str], status: str = "done") -> dict[str, Any]:
+    """A persisted rebalance_load action as the remediator stores it: plan, then per-step status."""
+    plan = rem().plan(skew(EVEN), view(SPREAD, ALL_ON_1)).to_dict()
+    plan["steps"] = plan["steps"][: len(statuses)]
+    return {
+        "id": "a1",
+        "subject": "topic:t",
+        "status": status,
+        "plan": plan,
+        "steps": [{"status": s} for s in statuses],
+    }
+
+
+PROPOSE_ONLY = {
+    "id": "a2",
+    "subject": "topic:t",
+    "status": "done",
+    "plan": {"steps": [{"kind": "propose", "subject": "topic:t", "params": {}, "deadline_s": 1.0}]},
+    "steps": [{"status": "done"}],
+}
+GONE_AT = 1000.0
+
+
+@pytest.mark.parametrize(
+    ("name", "action", "healthy_since", "now", "due"),
+    [
+        ("still skewed: never, however long ago it was applied", _action(["done", "done"]), None, 1e9, False),
+        ("skew gone, hold not over", _action(["done", "done"]), GONE_AT, GONE_AT + 1799, False),
+        ("skew gone for the hold time", _action(["done", "done"]), GONE_AT, GONE_AT + 1800, True),
+        ("partly applied, then abandoned", _action(["done", "abandoned"], "abandoned"), GONE_AT, 1e9, True),
+        ("nothing applied", _action(["abandoned"], "abandoned"), GONE_AT, 1e9, False),
+        ("a proposal only (H2): nothing to revert", PROPOSE_ONLY, GONE_AT, 1e9, False),
+    ],
+)
+def test_h3_triggers_itself_from_the_persisted_action(
+    name: str, action: dict[str, Any], healthy_since: float | None, now: float, due: bool
+) -> None:
+    asked: list[str] = []
+
+    def since(subject: str) -> float | None:
+        asked.append(subject)
+        return healthy_since
+
+    assert rem(hold_s=1800).revert_due(action, since, now) is due, name
+    assert set(asked) <= {"topic:t"}  # the topic the action answered, nothing else
+
+
 def test_h3_undo_reverts_only_what_is_still_ours() -> None:
     r = rem()
     plan = r.plan(skew(EVEN), view(SPREAD, ALL_ON_1))
