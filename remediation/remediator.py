@@ -311,7 +311,12 @@ class Remediator:
             if not self.lease.held() or now - self._restore_tried.get(aid, float("-inf")) < RESTORE_RETRY_S:
                 continue  # as restores: a failed (or dry-run) revert is retried, not hammered
             self._restore_tried[aid] = now
-            out.append(self.undo(aid, reason=f"{rem.NAME}: {action['subject']} due for revert"))
+            out.append(
+                {
+                    **self.undo(aid, reason=f"{rem.NAME}: {action['subject']} due for revert"),
+                    "subject": action["subject"],
+                }
+            )
         return out
 
     def undo(self, action_id: str, reason: str = "operator") -> dict[str, Any]:
