@@ -13,7 +13,8 @@ from linkwatch.testbed import demo
 def app(
     duration: float | None = typer.Option(
         None,
-        help="Seconds of load; the fault covers the middle third. Default 300 with the analyzer "
+        help="Seconds of load; the fault starts a third of the way in and covers a third of the run "
+        "(a little less with --remediate, so leadership is back before the end). Default 300 with the analyzer "
         "(its Spark job needs about 2 minutes before its first findings on a small machine), else 90.",
     ),
     rate: float = typer.Option(1500.0, help="Messages per second produced."),
@@ -48,6 +49,7 @@ def app(
             remediate_topics=["demo.orders", "demo.serve"] if analyzer and remediate else None,
         ),
         serve_topic="demo.serve" if analyzer and remediate else None,
+        fault_ends_at=0.55 if analyzer and remediate else 2 / 3,
         # The analyzer finds the paused broker from the leaders waiting on it as follower,
         # which needs acks=all (docs/analyzer.md, Rule 5).
         acks="all" if analyzer else 1,

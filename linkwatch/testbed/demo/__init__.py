@@ -66,6 +66,13 @@ class DemoOptions:
     # p99 shows what demoting the slow broker's leadership gives back (None: not run).
     serve_topic: str | None = None
     serve_rate_per_s: float = 300.0
+    # The fault starts a third of the way in and ends at this fraction of the run (earlier when
+    # the demo remediates: the finding must clear and leadership come back before the end).
+    fault_ends_at: float = 2 / 3
+
+    def __post_init__(self) -> None:
+        if not 1 / 3 < self.fault_ends_at <= 1:
+            raise ValueError(f"fault_ends_at={self.fault_ends_at}: must be in (1/3, 1]")
 
 
 def default_components(
@@ -139,7 +146,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         # A second group that stops a quarter of the way in: the lag collector must call it STOP.
         quitter = ConsumerLoad(state.bootstrap, opts.topic, "demo-stops-early").start()
         victim = state.node(opts.slow_broker)
-        fault_at, clear_at = opts.duration_s / 3, 2 * opts.duration_s / 3
+        fault_at, clear_at = opts.duration_s / 3, opts.fault_ends_at * opts.duration_s
         begin = time.monotonic()
         p50_samples: dict[str, dict[int, list[float]]] = {"before": {}, "during": {}, "after": {}}
         # A live-updating table on a terminal; one printed frame per refresh in logs and CI.

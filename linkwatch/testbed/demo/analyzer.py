@@ -62,7 +62,8 @@ class _EventNotifier:
         self.emit = emit
 
     def notify(self, finding: Finding, outcome: dict[str, Any]) -> None:
-        done = outcome.get("outcome") if isinstance(outcome.get("outcome"), dict) else {}
+        # The remediator's answer: "remediation" for a finding, "outcome" for its periodic work.
+        done = outcome.get("remediation") or outcome.get("outcome") or {}
         event = done.get("status") or done.get("event") or outcome.get("reason", "")
         self.emit(f"remediation: {outcome.get('action')} {finding.rule} {finding.subject}: {event}")
 
