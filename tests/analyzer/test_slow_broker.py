@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, walk_score
 from linkwatch.aggregates import Aggregates, ClientWindow, StageWindow
@@ -501,3 +503,31 @@ def test_degraded_thresholds_are_configurable() -> None:
     assert [(f.rule, f.subject) for f in found] == [("degraded_broker", "broker:2")]
     strict = SlowBrokerConfig(degraded_excess_ms=5.0, degraded_ratio=10.0)
     assert SlowBrokerDetector(strict).detect(scenario(8, 3, special), now_after(8)) == []
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    brokers=st.integers(3, 5),
+    seed_values=st.lists(st.floats(0.0, 19.9), min_size=8 * 5 * 7, max_size=8 * 5 * 7),
+    totals=st.lists(st.floats(5.0, 250.0), min_size=8 * 5, max_size=8 * 5),
+)
+def test_healthy_spread_under_the_excess_floor_finds_nothing(brokers, seed_values, totals) -> None:
+    """Any spread of stage p99s under degraded_excess_ms and totals under the threshold: silence."""
+    values = iter(seed_values)
+    special = {
+        b: {i: {"p99": totals[b * 8 + i], "stage_p99": {s: next(values) for s in STAGES}} for i in range(8)}
+        for b in range(brokers)
+    }
+    assert SlowBrokerDetector().detect(scenario(8, brokers, special), now_after(8)) == []
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(stage=st.sampled_from(STAGES), broker=st.integers(0, 2), start=st.integers(0, 4))
+def test_excess_in_a_client_stage_is_never_a_slow_broker(stage, broker, start) -> None:
+    data = scenario(8, 3, {broker: slow_in(range(start, 8), stage=stage)})
+    found = SlowBrokerDetector().detect(data, now_after(8))
+    rules = {(f.rule, f.evidence.get("stage")) for f in found}
+    if stage in ("send", "throttle"):
+        assert rules == {("slow_client", stage)}
+    else:
+        assert rules == {("slow_broker", stage)}
