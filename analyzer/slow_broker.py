@@ -20,9 +20,9 @@ read. It shows on the *leaders* instead: with ``acks=all`` they wait in ``remote
 a window where at least ``min_waiting_leaders`` brokers are above the threshold with
 ``remote`` carrying at least ``remote_share`` of their p99, and exactly one reporting broker
 is not (and is itself below the threshold, or served too few requests to be judged — a
-stalled JVM serves few), that broker is the suspected stalled follower, provided its own replication is fine: its own
-``remote`` p99 (if it reported one) is at most ``suspect_remote_ratio`` × the waiting leaders'
-median ``remote`` p99. A real stalled follower leads partitions whose followers are healthy, so
+stalled JVM serves few), that broker is the suspected stalled follower, provided its own
+replication is fine: its own ``remote`` p99 (if it reported one) is at most
+``suspect_remote_ratio`` × the waiting leaders' median ``remote`` p99. A real stalled follower leads partitions whose followers are healthy, so
 its own ``remote`` stays at the normal level; when every broker is paused alike, every leader
 waits in ``remote``, the one under the threshold too, and that is Rule 3's case, not Rule 5's.
 Such windows never count toward Rule 3's cluster-wide slowdown.
