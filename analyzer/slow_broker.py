@@ -20,8 +20,12 @@ read. It shows on the *leaders* instead: with ``acks=all`` they wait in ``remote
 a window where at least ``min_waiting_leaders`` brokers are above the threshold with
 ``remote`` carrying at least ``remote_share`` of their p99, and exactly one reporting broker
 is not (and is itself below the threshold, or served too few requests to be judged — a
-stalled JVM serves few), that broker is the suspected stalled follower. Such windows never
-count toward Rule 3's cluster-wide slowdown.
+stalled JVM serves few), that broker is the suspected stalled follower, provided its own
+replication is fine: its own ``remote`` p99 (if it reported one) is at most
+``suspect_remote_ratio`` × the waiting leaders' median ``remote`` p99. A real stalled follower leads partitions whose followers are healthy, so
+its own ``remote`` stays at the normal level; when every broker is paused alike, every leader
+waits in ``remote``, the one under the threshold too, and that is Rule 3's case, not Rule 5's.
+Such windows never count toward Rule 3's cluster-wide slowdown.
 Those windows are scored like Rule 2; an active suspect gets the finding (stage ``remote``,
 the waiting leaders named), and the leaders' own slowness is not reported again, nor as a
 cluster-wide slowdown. (With exactly one non-waiting broker the rule fits small clusters and
@@ -32,6 +36,28 @@ Rule 4 — stage attribution: over the broker's slow windows, the stage whose p9
 peers' median p99 by the most carries the excess. ``remote`` means the leader waits for
 followers; the follower that looks slowest itself is named, and a leader whose excess is only
 waiting on a follower that is itself flagged is folded into that follower's finding.
+
+Rule 6 — decide cluster-wide before blaming one broker: while the most recent judged window is
+cluster-wide by Rule 3's test (``hold_while_cluster_wide``), the findings a remediation may act
+on (``slow_broker``, the stalled follower) are withheld, even before Rule 3's own score fires. A
+cluster that slows down broker by broker is then one ``cluster_slow`` finding a few windows
+later, never first a slow broker whose leadership would be moved.
+
+Rule 7 — a slow client is the client's finding: when Rule 4 puts a flagged broker's excess in a
+``client_stages`` stage (``send``: the client does not read its socket promptly; ``throttle``:
+its quota holds it back), the finding is ``slow_client``, naming the client from the agents'
+slow-request exemplars in the slow windows (``Aggregates.client_windows``), or saying it is
+unknown when no exemplar names one. It is never a ``slow_broker`` finding.
+
+Rule 8 — a degraded broker below the absolute threshold: a window is *degraded* for broker b and
+request r when b served at least ``min_requests`` of r, its ``total`` p99 is at most
+``p99_threshold_ms``, and in one of its own stages (``stages`` minus ``client_stages`` and the
+waits by design of ``wait_stages``) its p99 is at least ``degraded_ratio`` × the peers' median
+p99 of that stage **and** at least ``degraded_excess_ms`` above it (both: a ratio alone fires on
+2 ms against 0.7 ms). Scored like Rule 2; an active broker with no other finding gets a
+``degraded_broker`` finding of severity ``info`` (an early warning, never remediated by the
+default policy). When more than ``cluster_wide_fraction`` of the brokers are degraded at once,
+none is reported.
 """
 
 from __future__ import annotations
@@ -44,11 +70,13 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from analyzer.base import BarChart, Chart, Detector, DetectorConfig, DetectorGauge, GaugeValues, LineChart
-from linkwatch.aggregates import Aggregates, StageWindow
-from linkwatch.records import FETCH_CONSUMER, PRODUCE, Finding
+from linkwatch.aggregates import Aggregates, ClientWindow, StageWindow
+from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, Finding
 
 RULE = "slow_broker"
 CLUSTER_RULE = "cluster_slow"
+CLIENT_RULE = "slow_client"
+DEGRADED_RULE = "degraded_broker"
 
 STAGE_MEANING = {
     "requestQueue": (
@@ -93,6 +121,17 @@ class SlowBrokerConfig(DetectorConfig):
     )
     remote_share: float = Field(0.5, gt=0, le=1)  # Rule 5: remote p99 / total p99 of a waiting leader
     min_waiting_leaders: int = Field(2, ge=1)
+    # Rule 5: a suspect's own remote p99 / the waiting leaders' median remote p99, at most.
+    suspect_remote_ratio: float = Field(0.25, gt=0, le=1)
+    hold_while_cluster_wide: bool = True  # Rule 6
+    client_stages: list[str] = Field(default_factory=lambda: ["send", "throttle"])  # Rule 7
+    # Rule 8: stage p99 ≥ degraded_ratio × the peers' median and ≥ degraded_excess_ms above it.
+    degraded_ratio: float = Field(5.0, ge=1.0)
+    degraded_excess_ms: float = Field(20.0, ge=0)
+    # Stages that wait by design per request type (a fetch's long poll in purgatory): never slowness.
+    wait_stages: dict[str, list[str]] = Field(
+        default_factory=lambda: {FETCH_CONSUMER: ["remote"], FETCH_FOLLOWER: ["remote"]}
+    )
 
 
 @dataclass(frozen=True)
@@ -208,6 +247,7 @@ def cluster_score(
         evidence.append(
             {
                 "window_start_ms": w,
+                "cluster_wide": flags[-1],
                 "brokers_above": above,
                 "brokers_reporting": len(usable),
                 "brokers_waiting_remote": waiting,
@@ -274,9 +314,21 @@ def _window_suspect(
     if len(waiting) >= cfg.min_waiting_leaders and len(others) == 1:
         b = others[0]
         if b not in usable or (usable[b].p99_ms or 0.0) <= cfg.p99_threshold_ms:
-            suspect = b
+            suspect = b if _replicates_fine(remote, b, waiting, cfg) else None
     table.suspects[(request, w)] = (suspect, waiting, usable)
     return suspect, waiting, usable
+
+
+def _replicates_fine(
+    remote: dict[int, StageWindow], b: int, waiting: list[int], cfg: SlowBrokerConfig
+) -> bool:
+    """Rule 5's check on a suspect: its own ``remote`` p99 (when it reported one) is clearly
+    below the waiting leaders' median, so it is not itself a leader waiting on replication."""
+    mine = remote.get(b)
+    leaders = _median([remote[x].p99_ms or 0.0 for x in waiting])
+    if mine is None or mine.p99_ms is None or leaders is None:
+        return True
+    return mine.p99_ms <= cfg.suspect_remote_ratio * leaders
 
 
 def stalled_followers(
@@ -329,6 +381,111 @@ def slowest_peer(scores: dict[tuple[int, str], Score], broker: int) -> int | Non
     return max(peers, key=badness)[0][0]
 
 
+def rank_clients(
+    rows: Iterable[ClientWindow], broker: int, request: str, stage: str, windows: Iterable[int]
+) -> list[dict]:
+    """Rule 7: the clients the exemplars name in ``windows`` on ``broker``, slowest in ``stage``
+    first: ``{"client_id", "exemplars", "stage_ms_max"}``. Exemplars without a client id or
+    without time in ``stage`` name nobody."""
+    wanted = set(windows)
+    by_client: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for r in rows:
+        ms = r.send_ms_max if stage == "send" else r.throttle_ms_max if stage == "throttle" else 0.0
+        if (
+            r.broker == broker
+            and r.request == request
+            and r.window_start_ms in wanted
+            and r.client_id
+            and ms > 0
+        ):
+            acc = by_client[r.client_id]
+            acc[0], acc[1] = acc[0] + r.count, max(acc[1], ms)
+    ranked = sorted(by_client.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))
+    return [{"client_id": c, "exemplars": int(n), "stage_ms_max": ms} for c, (n, ms) in ranked]
+
+
+def own_stages(cfg: SlowBrokerConfig, request: str) -> list[str]:
+    """Rule 8: the stages that are the broker's own work for ``request`` (not a client's, not a
+    wait by design)."""
+    skip = set(cfg.client_stages) | set(cfg.wait_stages.get(request, ()))
+    return [s for s in cfg.stages if s not in skip]
+
+
+def degraded_stage(
+    table: _Table, request: str, w: int, b: int, cfg: SlowBrokerConfig
+) -> tuple[str, float, float] | None:
+    """Rule 8 in one window: ``(stage, b's p99, peers' median p99)`` of the degraded stage with the
+    largest excess, or None (too few requests, total above the threshold, nothing degraded)."""
+    total = table.usable(request, "total", w, cfg.min_requests).get(b)
+    if total is None or (total.p99_ms or 0.0) > cfg.p99_threshold_ms:
+        return None
+    best: tuple[str, float, float] | None = None
+    for stage in own_stages(cfg, request):
+        usable = table.usable(request, stage, w, cfg.min_requests)
+        mine, peers = usable.get(b), _peer_median(usable, b)
+        if mine is None or mine.p99_ms is None or peers is None:
+            continue
+        excess = mine.p99_ms - peers
+        degraded = mine.p99_ms >= cfg.degraded_ratio * peers and excess >= cfg.degraded_excess_ms
+        if degraded and (best is None or excess > best[1] - best[2]):
+            best = (stage, mine.p99_ms, peers)
+    return best
+
+
+@dataclass(frozen=True)
+class Degraded:
+    """Rule 8 outcome for one broker and request type."""
+
+    broker: int
+    request: str
+    score: Score
+    per_window: tuple[tuple[str, float, float] | None, ...]
+
+    @property
+    def stage(self) -> str:
+        """The stage with the largest summed excess over the degraded windows."""
+        excess: dict[str, float] = defaultdict(float)
+        for x in self.per_window:
+            if x is not None:
+                excess[x[0]] += x[1] - x[2]
+        return max(excess, key=excess.__getitem__)
+
+
+def degraded_brokers(
+    data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, table: _Table | None = None
+) -> list[Degraded]:
+    """Rule 8 for every request type: active degraded brokers, none where more than
+    ``cluster_wide_fraction`` of the brokers are active at once."""
+    table = table if table is not None else _Table(data.broker_stages)
+    out: list[Degraded] = []
+    for request in cfg.requests:
+        windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
+        brokers = sorted({b for w in windows for b in table.rows[(request, "total")][w]})
+        found = []
+        for b in brokers:
+            per = tuple(degraded_stage(table, request, w, b, cfg) for w in windows)
+            rows = [table.rows[(request, "total")][w].get(b) for w in windows]
+            verdicts = tuple(
+                WindowVerdict(w, r.count if r else 0, r.p99_ms if r else None, None, x is not None)
+                for w, r, x in zip(windows, rows, per, strict=True)
+            )
+            score, active = walk_score((v.slow for v in verdicts), cfg)
+            if active:
+                found.append(Degraded(b, request, Score(score, active, verdicts), per))
+        if len(brokers) >= 2 and len(found) / len(brokers) <= cfg.cluster_wide_fraction:
+            out += found
+    return out
+
+
+def _one_per_broker(degraded: Sequence[Degraded]) -> list[Degraded]:
+    """The highest-scoring request type of each degraded broker, by broker."""
+    best: dict[int, Degraded] = {}
+    for d in degraded:
+        if d.broker not in best or d.score.score > best[d.broker].score.score:
+            best[d.broker] = d
+    return [best[b] for b in sorted(best)]
+
+
 class SlowBrokerDetector(Detector[SlowBrokerConfig]):
     name = "slow_broker"
     rule = RULE
@@ -379,9 +536,8 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         explained = {b for sf in stalled.values() for b in sf.leaders_waiting} | set(stalled)
         if stalled:  # Rule 5 explains the leaders' slowness: report the follower, not them.
             scores = {key: s for key, s in scores.items() if key[0] not in explained}
-        found = [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
-        cluster = [] if stalled else [(r, *cluster_score(data, now_ms, cfg, r, table)) for r in cfg.requests]
-        wide = [(r, s, ev) for r, s, ev in cluster if s.active]
+        cluster = [(r, *cluster_score(data, now_ms, cfg, r, table)) for r in cfg.requests]
+        wide = [] if stalled else [(r, s, ev) for r, s, ev in cluster if s.active]
         active = {key: s for key, s in scores.items() if s.active}
         brokers = {b for b, _ in scores}
         flagged = {b for b, _ in active}
@@ -389,20 +545,45 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             not stalled and len(brokers) >= 2 and len(flagged) / len(brokers) > cfg.cluster_wide_fraction
         ):
             return [self._cluster_finding(data, now_ms, cfg, wide, sorted(flagged))]
+        per_broker, clients = self._attribute(table, scores, active, cfg)
+        # Rule 6: the most recent window reads cluster-wide: withhold what remediation may act on.
+        hold = cfg.hold_while_cluster_wide and any(ev and ev[-1]["cluster_wide"] for _, _, ev in cluster)
+        found = (
+            []
+            if hold
+            else [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
+        )
+        if not hold:
+            found += [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
+        found += [
+            self._client_finding(data, now_ms, cfg, b, r, info) for (b, r), info in sorted(clients.items())
+        ]
+        taken = explained | set(per_broker) | {b for b, _ in clients} | flagged
+        degraded = [d for d in degraded_brokers(data, now_ms, cfg, table) if d.broker not in taken]
+        return found + [self._degraded_finding(data, now_ms, cfg, d) for d in _one_per_broker(degraded)]
+
+    def _attribute(
+        self,
+        table: _Table,
+        scores: dict[tuple[int, str], Score],
+        active: dict[tuple[int, str], Score],
+        cfg: SlowBrokerConfig,
+    ) -> tuple[dict[int, dict], dict[tuple[int, str], dict]]:
+        """Rule 4 for every active (broker, request): per-broker evidence, and apart from it the
+        (broker, request) pairs whose excess is a client's stage (Rule 7)."""
         per_broker: dict[int, dict] = {}
+        clients: dict[tuple[int, str], dict] = {}
         for (b, request), s in sorted(active.items()):
             slow_windows = [v.window_start_ms for v in s.windows if v.slow] or [s.windows[-1].window_start_ms]
             excess = attribute_stage(table, b, request, slow_windows, cfg)
             stage = max(excess, key=excess.__getitem__) if excess else None
+            info = {"score": s.score, "stage": stage, "stage_excess_ms": excess, "windows": s.windows}
+            if stage in cfg.client_stages:
+                clients[(b, request)] = info | {"slow_windows": slow_windows}
+                continue
             follower = slowest_peer(scores, b) if stage == "remote" else None
             ev = per_broker.setdefault(b, {"requests": {}, "leaders_waiting": []})
-            ev["requests"][request] = {
-                "score": s.score,
-                "stage": stage,
-                "follower": follower,
-                "stage_excess_ms": excess,
-                "windows": s.windows,
-            }
+            ev["requests"][request] = info | {"follower": follower}
         # Fold a leader that only waits on a flagged follower into the follower's finding.
         for b, ev in list(per_broker.items()):
             waits = [r["follower"] for r in ev["requests"].values() if r["stage"] == "remote"]
@@ -410,9 +591,105 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
                 for f in set(waits):
                     per_broker[f]["leaders_waiting"].append(b)
                 del per_broker[b]
-        return found + [
-            self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())
-        ]
+        return per_broker, clients
+
+    def _client_finding(
+        self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, b: int, request: str, info: dict
+    ) -> Finding:
+        stage = info["stage"]
+        windows: tuple[WindowVerdict, ...] = info["windows"]
+        ranked = rank_clients(data.client_windows, b, request, stage, info["slow_windows"])
+        top = ranked[0]["client_id"] if ranked else None
+        who = f"client {top}" if top else "an unknown client (no slow-request exemplar names one)"
+        meaning = STAGE_MEANING[stage][0] if stage in STAGE_MEANING else stage
+        slow = [v for v in windows if v.slow]
+        worst = max((v.p99_ms for v in slow if v.p99_ms is not None), default=0.0)
+        client = (
+            f"client {top}"
+            if top
+            else f"the unknown client (find it in broker {b}'s request log by sendTimeMs)"
+        )
+        if stage == "throttle":
+            action = f"check the quota of {client} on broker {b} and its request rate"
+        else:
+            action = (
+                f"check {client}: it reads its responses from broker {b} slowly (a stalled poll loop, a "
+                f"blocked consumer thread, its host or network)"
+            )
+        return self.finding(
+            data,
+            now_ms,
+            rule=CLIENT_RULE,
+            subject=f"client:{top}" if top else f"client:unknown@broker:{b}",
+            severity="warning",
+            summary=(
+                f"{who} is slow, not broker {b}: {request} p99 {worst:.0f} ms on broker {b} in {len(slow)} of "
+                f"{len(windows)} windows, the excess in stage {stage} ({meaning})"
+            ),
+            evidence={
+                "request": request,
+                "stage": stage,
+                "stage_meaning": meaning,
+                "broker": b,
+                "client_id": top,
+                "clients": ranked,
+                "stage_excess_ms": {k: round(v, 3) for k, v in info["stage_excess_ms"].items()},
+                "score": info["score"],
+                "values": {"p99_ms": [v.p99_ms for v in windows], "count": [v.count for v in windows]},
+                "baseline": {
+                    "peers_median_p99_ms": [v.peers_median_p99_ms for v in windows],
+                    "p99_threshold_ms": cfg.p99_threshold_ms,
+                    "peer_ratio": cfg.peer_ratio,
+                },
+                "windows": [v.window_start_ms for v in windows],
+                "slow_windows": [v.window_start_ms for v in slow],
+            },
+            action=action + f"; broker {b} is not at fault: do not move its leadership",
+        )
+
+    def _degraded_finding(self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, d: Degraded) -> Finding:
+        windows = d.score.windows
+        hits = [(v, x) for v, x in zip(windows, d.per_window, strict=True) if x is not None]
+        stage = d.stage
+        mine = [x[1] for _, x in hits if x[0] == stage]
+        peers = [x[2] for _, x in hits if x[0] == stage]
+        meaning, action = STAGE_MEANING.get(stage, ("", "inspect broker {b}"))
+        if stage == "remote":  # which follower is not known from stage timings alone
+            action = "check the followers of the partitions broker {b} leads (disks, network, GC pauses)"
+        ratio = statistics.fmean(mine) / max(statistics.fmean(peers), 1e-9)
+        return self.finding(
+            data,
+            now_ms,
+            rule=DEGRADED_RULE,
+            subject=f"broker:{d.broker}",
+            severity="info",
+            summary=(
+                f"broker {d.broker} is degraded: {d.request} stage {stage} p99 {max(mine):.0f} ms against its "
+                f"peers' {statistics.median(peers):.1f} ms ({ratio:.0f}×) in {len(hits)} of {len(windows)} "
+                f"windows, total p99 still under {cfg.p99_threshold_ms:.0f} ms; {meaning}"
+            ),
+            evidence={
+                "request": d.request,
+                "stage": stage,
+                "stage_meaning": meaning,
+                "score": d.score.score,
+                "values": {
+                    "stage_p99_ms": [x[1] if x else None for x in d.per_window],
+                    "p99_ms": [v.p99_ms for v in windows],
+                    "count": [v.count for v in windows],
+                },
+                "baseline": {
+                    "peers_median_stage_p99_ms": [x[2] if x else None for x in d.per_window],
+                    "degraded_ratio": cfg.degraded_ratio,
+                    "degraded_excess_ms": cfg.degraded_excess_ms,
+                    "p99_threshold_ms": cfg.p99_threshold_ms,
+                },
+                "windows": [v.window_start_ms for v in windows],
+                "slow_windows": [v.window_start_ms for v, _ in hits],
+            },
+            action="early warning below the slow-broker threshold: "
+            + action.format(b=d.broker, f="(unknown)"),
+        )
 
     def _stalled_finding(
         self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, sf: StalledFollower

@@ -93,6 +93,22 @@ class HotKey:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClientWindow:
+    """Slow-request exemplars of one client on one broker in one window (``client_id`` as the
+    request log gives it, ``""`` when the client sent none): how many were kept, and the largest
+    ``send`` and ``throttle`` stage times among them. The exemplars are the agent's slowest
+    requests of each window (bounded per window), so ``count`` is a lower bound."""
+
+    broker: int
+    request: str
+    client_id: str
+    window_start_ms: int
+    count: int
+    send_ms_max: float
+    throttle_ms_max: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Aggregates:
     """Everything a detector may look at for one evaluation. Rows are in no particular order."""
 
@@ -104,3 +120,4 @@ class Aggregates:
     logdirs: Sequence[LogDirWindow] = ()
     imbalances: Sequence[ImbalanceWindow] = ()
     hot_keys: Sequence[HotKey] = ()
+    client_windows: Sequence[ClientWindow] = ()

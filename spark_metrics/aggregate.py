@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame
 from linkwatch import records as R
 from linkwatch.aggregates import (
     Aggregates,
+    ClientWindow,
     HotKey,
     ImbalanceWindow,
     LogDirWindow,
@@ -32,6 +33,7 @@ class AggregateFrames:
     partitions: DataFrame
     logdirs: DataFrame
     imbalances: DataFrame
+    client_windows: DataFrame | None = None  # None: the caller reads no exemplars
 
 
 def aggregate(
@@ -52,6 +54,7 @@ def aggregate(
         partitions=partitions,
         logdirs=logdirs,
         imbalances=tf.all_imbalances(partitions, logdirs),
+        client_windows=tf.client_windows(kind(R.SlowRequest), window_s),
     )
 
 
@@ -85,4 +88,7 @@ def collect(
         logdirs=logdirs,
         imbalances=imbalances,
         hot_keys=hot_keys,
+        client_windows=_rows(frames.client_windows, ClientWindow)
+        if frames.client_windows is not None
+        else [],
     )

@@ -12,6 +12,7 @@ Pipeline: raw Kafka-shaped rows (``value`` bytes/string, optional ``timestamp``)
 * :func:`partition_windows`, :func:`logdir_windows` — per topic-partition size and traffic,
   per log dir usage.
 * :func:`imbalance` — ``I = max/avg − 1`` of a measure over the members of a group.
+* :func:`client_windows` — the agents' slow-request exemplars per client, broker and window.
 
 Skew: sketches are exploded to (…, bucket key, count) and summed with a partial (map-side)
 aggregation, so a broker or window carrying most of the samples only adds rows to a
@@ -168,6 +169,23 @@ def cluster_quantiles(sketches: DataFrame, window_s: int) -> DataFrame:
     ct = totals.groupBy(*dims).agg(F.sum("zero").alias("zero"), F.sum("sum_ms").alias("sum_ms"))
     out = _quantiles(cb, ct, dims)
     return out.select(F.lit(None).cast("long").alias("broker"), *out.columns)
+
+
+def client_windows(slow: DataFrame, window_s: int) -> DataFrame:
+    """Slow-request exemplars per (broker, request, client, window): how many, and the largest
+    ``send`` and ``throttle`` times among them (the analyzer names a slow client from these).
+    A missing client id becomes ``""`` and a missing stage 0, so no exemplar is lost."""
+    stage = lambda name: F.coalesce(F.col("stages_ms")[name], F.lit(0.0))  # noqa: E731
+    return slow.groupBy(
+        "broker",
+        "request",
+        F.coalesce(F.col("client_id"), F.lit("")).alias("client_id"),
+        window_start("ts_ms", window_s).alias("window_start_ms"),
+    ).agg(
+        F.count(F.lit(1)).alias("count"),
+        F.max(stage("send")).alias("send_ms_max"),
+        F.max(stage("throttle")).alias("throttle_ms_max"),
+    )
 
 
 # --- partitions, log dirs, imbalance ----------------------------------------------------------

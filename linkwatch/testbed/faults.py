@@ -4,6 +4,8 @@
   request it handles gets slower, like a long GC or a stuck disk.
 * :func:`starve_request_handlers` — set the dynamic per-broker ``num.io.threads`` low, so
   requests wait in the request queue (the RequestQueue stage grows).
+* :func:`topic_configs` — topic config overrides (``flush.messages=1``: slow log appends on the
+  topics' leaders), deleted on exit whatever they read back as.
 * :func:`throttle_replication` — ``leader/follower.replication.throttled.rate`` on a broker and
   throttled replicas ``*`` on topics: followers fall behind, acks=all produce waits (Remote).
 
@@ -129,11 +131,42 @@ def broker_config(admin, broker_id: int, key: str) -> str | None:
     return _read_config(admin, ConfigResourceType.BROKER, str(broker_id), key)
 
 
+def topic_config(admin, topic: str, key: str) -> str | None:
+    """Current value of one topic config (its own override, else what it inherits)."""
+    return _read_config(admin, ConfigResourceType.TOPIC, topic, key)
+
+
 def _read_config(admin, rtype: ConfigResourceType, name: str, key: str) -> str | None:
+    entry = _read_entry(admin, rtype, name, key)
+    return entry.get("value") if isinstance(entry, dict) else entry
+
+
+def _read_entry(admin, rtype: ConfigResourceType, name: str, key: str) -> Any:
+    """The describe-configs entry of one key: a dict with ``value`` and ``config_source``."""
     result = admin.describe_configs([ConfigResource(rtype, name, [key])], config_filter="all")
     by_name = next(iter(result.values()), {}) if result else {}
-    entry = by_name.get(name, {}).get(key)
-    return entry.get("value") if isinstance(entry, dict) else entry
+    return by_name.get(name, {}).get(key)
+
+
+# Where a config set on the resource itself comes from; anything else is a default or inherited.
+_OWN_SOURCE = {
+    ConfigResourceType.BROKER: "DYNAMIC_BROKER_CONFIG",
+    ConfigResourceType.TOPIC: "DYNAMIC_TOPIC_CONFIG",
+}
+
+
+def _in_force(entry: Any, rtype: ConfigResourceType, want: str | None) -> bool:
+    """Whether the broker reports ``want`` for a key (None: the override is gone).
+
+    A deleted override reads back as whatever is inherited, which for some keys is a value, not
+    None: a topic's ``flush.messages`` reads back as Long.MAX_VALUE. So a deletion is in force
+    when the entry's source is no longer the resource's own dynamic config."""
+    value = entry.get("value") if isinstance(entry, dict) else entry
+    if want is not None:
+        return value == want
+    if not value:
+        return True
+    return isinstance(entry, dict) and entry.get("config_source") not in (None, _OWN_SOURCE.get(rtype))
 
 
 def _apply(admin, rtype: ConfigResourceType, names: list[str], configs: dict[str, str | None]) -> None:
@@ -147,13 +180,32 @@ def _apply(admin, rtype: ConfigResourceType, names: list[str], configs: dict[str
     deadline = time.monotonic() + 15
     for name in names:
         for key, want in configs.items():
-            # A deleted config reads back as its default: None or "" depending on the key.
-            while ((got := _read_config(admin, rtype, name, key)) or None) != want:
+            while not _in_force(got := _read_entry(admin, rtype, name, key), rtype, want):
                 if time.monotonic() > deadline:
                     raise SetupError(
-                        f"{rtype.name.lower()} {name} still reports {key}={got!r}, expected {want!r}"
+                        f"{rtype.name.lower()} {name} still reports {key}={got!r}, expected "
+                        f"{'its default' if want is None else repr(want)}"
                     )
                 time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def topic_configs(admin, topics: list[str], configs: dict[str, str]) -> Iterator[None]:
+    """Override topic configs (e.g. ``flush.messages=1``: every append is flushed, so log
+    appends on the topics' leaders become slow) and delete the overrides on exit."""
+    if not topics or not configs:
+        raise ValueError(f"topic_configs needs topics and configs, got {topics!r}, {configs!r}")
+
+    def undo() -> None:
+        _apply(admin, ConfigResourceType.TOPIC, topics, dict.fromkeys(configs))
+
+    token = _register(f"topic configs {sorted(configs)} on {len(topics)} topics", undo)
+    try:
+        _apply(admin, ConfigResourceType.TOPIC, topics, dict(configs))
+        yield
+    finally:
+        _unregister(token)
+        undo()
 
 
 def _thread_steps(current: int, target: int) -> list[int]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, walk_score
-from linkwatch.aggregates import Aggregates, StageWindow
+from linkwatch.aggregates import Aggregates, ClientWindow, StageWindow
+from remediation.policy import Action, FindingPolicyConfig, PolicyRule, decide
 
 WINDOW_S = 10
 T0 = 1_700_000_000_000
@@ -17,12 +20,20 @@ def window(i: int) -> int:
 
 
 def broker_rows(
-    broker: int, i: int, p99: float, count: int = 100, stage: str = "local", request: str = "Produce"
+    broker: int,
+    i: int,
+    p99: float,
+    count: int = 100,
+    stage: str = "local",
+    request: str = "Produce",
+    stage_p99: dict[str, float] | None = None,
 ) -> list[StageWindow]:
-    """A broker's rows for one window: total p99 and stage p99s, the excess on ``stage``."""
+    """A broker's rows for one window: total p99 and stage p99s, the excess on ``stage``;
+    ``stage_p99`` sets single stages' p99 exactly (others as before)."""
     rows = []
     for s in (*STAGES, "total"):
         v = p99 if s == "total" else (max(p99 - 15.0, 3.0) if s == stage else 3.0)
+        v = (stage_p99 or {}).get(s, v)
         rows.append(
             StageWindow(
                 broker=broker,
@@ -40,18 +51,57 @@ def broker_rows(
 
 
 def scenario(n_windows: int, brokers: int, special: dict[int, dict[int, dict]]) -> Aggregates:
-    """Every broker at p99 20 ms / 100 requests, except ``special[broker][window]`` kwargs."""
-    rows = []
+    """Every broker at p99 20 ms / 100 requests, except ``special[broker][window]`` kwargs.
+
+    ``clients={client_id: send_ms}`` in a window adds the agent's slow-request exemplars of
+    those clients (three each) on that broker, as spark_metrics collects them."""
+    rows, clients = [], []
     for i in range(n_windows):
         for b in range(brokers):
-            kw = special.get(b, {}).get(i, {})
+            kw = dict(special.get(b, {}).get(i, {}))
             if kw.get("absent"):  # the broker logged nothing in this window
                 continue
+            for cid, send_ms in kw.pop("clients", {}).items():
+                clients.append(
+                    ClientWindow(
+                        broker=b,
+                        request=kw.get("request", "Produce"),
+                        client_id=cid,
+                        window_start_ms=window(i),
+                        count=3,
+                        send_ms_max=send_ms,
+                        throttle_ms_max=0.0,
+                    )
+                )
             rows.extend(broker_rows(b, i, **({"p99": 20.0} | kw)))
-    return Aggregates(cluster="c1", window_s=WINDOW_S, broker_stages=rows)
+    return Aggregates(cluster="c1", window_s=WINDOW_S, broker_stages=rows, client_windows=clients)
 
 
 SLOW = {"p99": 800.0}
+
+
+# Busy brokers of the fault matrix: total p99 78 ms, most of it replication (acks=all).
+BUSY_STAGES = {
+    "requestQueue": 2.0,
+    "local": 2.2,
+    "remote": 70.0,
+    "responseQueue": 0.5,
+    "send": 0.4,
+    "throttle": 0.0,
+}
+BUSY = {"p99": 78.0, "stage_p99": BUSY_STAGES}
+
+
+def jitter(b: int, i: int) -> dict:
+    """Healthy brokers whose stage p99s wander between windows (0.5–6 ms, total 30–70 ms)."""
+    k = (7 * b + 3 * i) % 11
+    stages = {"requestQueue": 0.5 + k / 2, "local": 1.0 + (k * 5 % 11) / 2, "remote": 20.0 + 3 * k}
+    return {"p99": 30.0 + 4 * k, "stage_p99": {**BUSY_STAGES, **stages}}
+
+
+def tiny(local_ms: float) -> dict:
+    """A quiet cluster: every stage under a few ms; ``local`` as given."""
+    return {"p99": 8.0, "stage_p99": {s: 0.7 for s in STAGES} | {"local": local_ms}}
 
 
 def slow_in(windows, **kw) -> dict[int, dict]:
@@ -78,7 +128,13 @@ CASES = [
     ),
     ("cold start", 2, 3, {2: slow_in(range(2))}, {}),
     ("recovered broker", 8, 3, {2: slow_in(range(4))}, {}),
-    ("above peers, below 300 ms", 8, 3, {2: {i: {"p99": 200.0} for i in range(8)}}, {}),
+    (
+        "above peers, below 300 ms: degraded, not slow",
+        8,
+        3,
+        {2: {i: {"p99": 200.0} for i in range(8)}},
+        {("degraded_broker", "broker:2"): "local"},
+    ),
     (
         "above 300 ms, not 2x peers",
         8,
@@ -97,7 +153,13 @@ CASES = [
         {1: slow_in(range(8), stage="requestQueue")},
         {("slow_broker", "broker:1"): "requestQueue"},
     ),
-    ("send stage", 8, 3, {0: slow_in(range(8), stage="send")}, {("slow_broker", "broker:0"): "send"}),
+    (
+        "send stage: a slow client, no exemplar names it",
+        8,
+        3,
+        {0: slow_in(range(8), stage="send")},
+        {("slow_client", "client:unknown@broker:0"): "send"},
+    ),
     (
         "response queue stage",
         8,
@@ -162,6 +224,151 @@ CASES = [
         {0: slow_in(range(8)), 1: slow_in(range(8))},
         {("cluster_slow", "cluster:c1"): None},
     ),
+    # -- Rule 8: degraded below the absolute threshold (shapes from the fault matrix) ---------
+    (
+        "degraded: CPU starved, queue 35 ms against 2 ms, total 120 against 78",
+        8,
+        3,
+        {
+            b: {
+                i: BUSY
+                | (
+                    {"p99": 120.0, "stage_p99": {**BUSY_STAGES, "requestQueue": 35.0}}
+                    if b == 2 and i >= 2
+                    else {}
+                )
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        "degraded: slow log appends, local 40 ms against 2.2 ms",
+        8,
+        3,
+        {
+            b: {
+                i: BUSY | ({"p99": 125.0, "stage_p99": {**BUSY_STAGES, "local": 40.0}} if b == 1 else {})
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:1"): "local"},
+    ),
+    ("degraded: normal jitter", 8, 3, {b: {i: jitter(b, i) for i in range(8)} for b in range(3)}, {}),
+    (
+        "degraded: 3x its peers, 2 ms against 0.7 ms",
+        8,
+        3,
+        {b: {i: tiny(2.0 if b == 2 else 0.7) for i in range(8)} for b in range(3)},
+        {},
+    ),
+    (
+        "degraded: 8x its peers but only 5 ms above them",
+        8,
+        3,
+        {b: {i: tiny(6.0 if b == 2 else 0.7) for i in range(8)} for b in range(3)},
+        {},
+    ),
+    (
+        "degraded: low traffic",
+        8,
+        3,
+        {
+            b: {
+                i: BUSY | ({"count": 5, "stage_p99": {**BUSY_STAGES, "local": 40.0}} if b == 1 else {})
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {},
+    ),
+    (
+        "degraded: one noisy window",
+        8,
+        3,
+        {
+            b: {
+                i: BUSY | ({"stage_p99": {**BUSY_STAGES, "local": 40.0}} if (b, i) == (1, 7) else {})
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {},
+    ),
+    (
+        "degraded: a fetch's long poll (remote) waits by design",
+        8,
+        3,
+        {
+            b: {
+                i: {"request": "FetchConsumer"} | ({"p99": 260.0, "stage": "remote"} if b == 2 else {})
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {},
+    ),
+    (
+        "one slow broker where everything is somewhat slow is still that broker",
+        8,
+        3,
+        {b: {i: {"p99": 900.0 if b == 2 and i >= 3 else 200.0} for i in range(8)} for b in range(3)},
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    # -- Rules 5 and 6: decide cluster-wide before blaming one broker -----------------------
+    (
+        "all three paused alike: broker 2 under the threshold but waiting in remote too is no stalled follower",
+        5,
+        3,
+        {
+            0: slow_in(range(5), stage="remote"),
+            1: slow_in(range(5), stage="remote"),
+            2: {**{i: {"p99": 250.0, "stage": "remote"} for i in range(4)}, 4: SLOW | {"stage": "remote"}},
+        },
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
+        "cluster slowing broker by broker: nobody blamed while the latest window is cluster-wide",
+        8,
+        3,
+        {2: slow_in(range(2, 8)), 0: slow_in([6, 7]), 1: slow_in([6, 7])},
+        {},
+    ),
+    (
+        "cluster slowing broker by broker: a few windows later, one cluster-wide finding",
+        10,
+        3,
+        {2: slow_in(range(2, 10)), 0: slow_in(range(6, 10)), 1: slow_in(range(6, 10))},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    # -- Rule 7: a slow client is the client's finding --------------------------------------
+    (
+        "slow consumer: FetchConsumer send on broker 1, the exemplars name the client",
+        8,
+        3,
+        {
+            b: {
+                i: {"request": "FetchConsumer"}
+                | (
+                    SLOW | {"stage": "send", "clients": {"slow-reader": 790.0, "other": 310.0}}
+                    if b == 1
+                    else {}
+                )
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {("slow_client", "client:slow-reader"): "send"},
+    ),
+    (
+        "throttled client: the excess in throttle is the client's quota",
+        8,
+        3,
+        {0: slow_in(range(8), stage="throttle")},
+        {("slow_client", "client:unknown@broker:0"): "throttle"},
+    ),
 ]
 
 
@@ -183,7 +390,8 @@ def test_unfinished_window_is_not_judged() -> None:
 
 def test_remote_stage_names_the_slowest_follower() -> None:
     special = {0: slow_in(range(8), stage="remote"), 1: {i: {"p99": 120.0} for i in range(8)}}
-    [finding] = SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))
+    found = SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))
+    [finding] = [f for f in found if f.rule == "slow_broker"]
     assert (finding.subject, finding.evidence["stage"], finding.evidence["slow_follower"]) == (
         "broker:0",
         "remote",
@@ -236,3 +444,90 @@ def test_stalled_follower_names_the_waiting_leaders_and_clears() -> None:
     assert ev["values"]["own_p99_ms"] == [20.0] * 6 and f.to_json()
     # Fault removed: four normal windows later the score is down to clear_score.
     assert SlowBrokerDetector().detect(scenario(10, 3, special), now_after(10)) == []
+
+
+def test_slow_client_names_the_slowest_client_and_is_never_remediated() -> None:
+    fetch = {"request": "FetchConsumer"}
+    slow = fetch | SLOW | {"stage": "send", "clients": {"other": 310.0, "slow-reader": 790.0}}
+    special = {b: {i: slow if b == 1 else fetch for i in range(8)} for b in range(3)}
+    [f] = SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))
+    ev = f.evidence
+    assert (f.rule, f.subject, ev["broker"], ev["client_id"]) == (
+        "slow_client",
+        "client:slow-reader",
+        1,
+        "slow-reader",
+    )
+    assert ev["clients"] == [
+        {"client_id": "slow-reader", "exemplars": 24, "stage_ms_max": 790.0},
+        {"client_id": "other", "exemplars": 24, "stage_ms_max": 310.0},
+    ]
+    assert "slow-reader" in f.action and "broker 1 is not at fault" in f.action and f.to_json()
+    assert decide(f, FindingPolicyConfig(), can_remediate=True).action is not Action.REMEDIATE
+
+
+def test_slow_client_without_exemplars_says_it_is_unknown() -> None:
+    [f] = SlowBrokerDetector().detect(scenario(8, 3, {0: slow_in(range(8), stage="send")}), now_after(8))
+    assert (f.subject, f.evidence["client_id"], f.evidence["clients"]) == (
+        "client:unknown@broker:0",
+        None,
+        [],
+    )
+    assert "unknown client" in f.summary and "unknown client" in f.action
+
+
+def test_degraded_finding_carries_the_stage_figures_and_is_never_remediated() -> None:
+    special = {
+        b: {
+            i: BUSY | ({"p99": 125.0, "stage_p99": {**BUSY_STAGES, "local": 40.0}} if b == 1 else {})
+            for i in range(8)
+        }
+        for b in range(3)
+    }
+    [f] = SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))
+    ev = f.evidence
+    assert (f.rule, f.subject, f.severity, ev["stage"]) == ("degraded_broker", "broker:1", "info", "local")
+    assert ev["values"]["stage_p99_ms"] == [40.0] * 8
+    assert ev["baseline"]["peers_median_stage_p99_ms"] == [2.2] * 8
+    assert "40 ms" in f.summary and "disks of broker 1" in f.action and f.to_json()
+    assert decide(f, FindingPolicyConfig(), can_remediate=True).action is not Action.REMEDIATE
+    # Even a policy row asking to remediate it only notifies: its severity is below warning.
+    asks = FindingPolicyConfig(rules=[PolicyRule(rule="degraded_broker", action=Action.REMEDIATE)])
+    assert decide(f, asks, can_remediate=True).action is Action.NOTIFY
+
+
+def test_degraded_thresholds_are_configurable() -> None:
+    special = {b: {i: tiny(6.0 if b == 2 else 0.7) for i in range(8)} for b in range(3)}
+    cfg = SlowBrokerConfig(degraded_excess_ms=5.0)
+    found = SlowBrokerDetector(cfg).detect(scenario(8, 3, special), now_after(8))
+    assert [(f.rule, f.subject) for f in found] == [("degraded_broker", "broker:2")]
+    strict = SlowBrokerConfig(degraded_excess_ms=5.0, degraded_ratio=10.0)
+    assert SlowBrokerDetector(strict).detect(scenario(8, 3, special), now_after(8)) == []
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    brokers=st.integers(3, 5),
+    seed_values=st.lists(st.floats(0.0, 19.9), min_size=8 * 5 * 7, max_size=8 * 5 * 7),
+    totals=st.lists(st.floats(5.0, 250.0), min_size=8 * 5, max_size=8 * 5),
+)
+def test_healthy_spread_under_the_excess_floor_finds_nothing(brokers, seed_values, totals) -> None:
+    """Any spread of stage p99s under degraded_excess_ms and totals under the threshold: silence."""
+    values = iter(seed_values)
+    special = {
+        b: {i: {"p99": totals[b * 8 + i], "stage_p99": {s: next(values) for s in STAGES}} for i in range(8)}
+        for b in range(brokers)
+    }
+    assert SlowBrokerDetector().detect(scenario(8, brokers, special), now_after(8)) == []
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(stage=st.sampled_from(STAGES), broker=st.integers(0, 2), start=st.integers(0, 4))
+def test_excess_in_a_client_stage_is_never_a_slow_broker(stage, broker, start) -> None:
+    data = scenario(8, 3, {broker: slow_in(range(start, 8), stage=stage)})
+    found = SlowBrokerDetector().detect(data, now_after(8))
+    rules = {(f.rule, f.evidence.get("stage")) for f in found}
+    if stage in ("send", "throttle"):
+        assert rules == {("slow_client", stage)}
+    else:
+        assert rules == {("slow_broker", stage)}

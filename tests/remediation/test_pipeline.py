@@ -472,3 +472,22 @@ def test_a_failing_periodic_tick_is_counted_and_findings_go_on() -> None:
     assert p.errors["remediator"] == 1
     p.handle(finding())
     assert len(rem.handled) == 1 and len(mem.events) == 1
+
+
+# The analyzer's early warning (degraded_broker, info) and a slow client (slow_client: the
+# client's fault, not the broker's) are never remediated by the default policy; a degraded
+# broker not even by a row asking to remediate everything (its severity is below warning).
+NEVER_REMEDIATED = [
+    finding(rule="degraded_broker", severity="info", stage="requestQueue"),
+    finding(rule="degraded_broker", severity="info", stage="local"),
+    finding(rule="slow_client", subject="client:slow-reader", stage="send"),
+    finding(rule="slow_client", subject="client:unknown@broker:1", stage="throttle"),
+]
+EVERYTHING = FindingPolicyConfig(rules=[PolicyRule(action=Action.REMEDIATE)])
+
+
+@pytest.mark.parametrize("f", NEVER_REMEDIATED, ids=lambda f: f"{f.rule}-{f.evidence['stage']}")
+def test_degraded_and_slow_client_findings_are_never_remediated(f: Finding) -> None:
+    assert decide(f, DEFAULT, can_remediate=True).action in (Action.NOTIFY, Action.CHECK_LATER)
+    if f.rule == "degraded_broker":  # below remediate_min_severity whatever the row says
+        assert decide(f, EVERYTHING, can_remediate=True).action is Action.NOTIFY

@@ -146,3 +146,25 @@ def test_restore_preferred_leaders_moves_leadership_back(
     assert partition_leaders(admin, topic_name) == {0: 1, 1: 3}, "reordering replicas moved the leader"
     assert faults.restore_preferred_leaders(admin, [topic_name], timeout_s=60) == {topic_name: [2, 3]}
     assert partition_leaders(admin, topic_name) == {0: 2, 1: 3}
+
+
+def test_topic_config_override_is_deleted_though_its_default_reads_back_as_a_value(
+    cluster3: ClusterState, admin, topic_name: str
+) -> None:
+    # flush.messages has no "unset" value: deleted, it reads back as Long.MAX_VALUE.
+    ensure_topic(admin, topic_name, partitions=1, replication=3)
+    before = faults.topic_config(admin, topic_name, "flush.messages")
+    with faults.topic_configs(admin, [topic_name], {"flush.messages": "1"}):
+        assert faults.topic_config(admin, topic_name, "flush.messages") == "1"
+        assert faults.ACTIVE
+    assert faults.topic_config(admin, topic_name, "flush.messages") == before == str(2**63 - 1)
+    assert not faults.ACTIVE
+
+
+def test_topic_configs_needs_topics_and_configs() -> None:
+    # Checked before any admin call: no cluster needed.
+    with (
+        pytest.raises(ValueError, match="needs topics"),
+        faults.topic_configs(None, [], {"flush.messages": "1"}),
+    ):
+        pass
