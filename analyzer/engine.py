@@ -33,19 +33,26 @@ class Changes:
 class FindingTracker:
     """Which (rule, subject) pairs are active; turns successive evaluations into changes.
 
-    A finding absent from an evaluation clears: it is re-emitted with ``active=False``.
+    A finding absent from an evaluation clears: it is re-emitted with ``active=False``. A
+    finding whose evidence has the key ``provisional`` (a detector is not yet sure, e.g. the
+    slow-broker rule while the latest window reads cluster-wide) is not raised new — it is
+    counted in :attr:`held` — but keeps an already active finding active.
     """
 
     def __init__(self, max_active: int = MAX_ACTIVE) -> None:
         self.active: dict[tuple[str, str], Finding] = {}
         self.max_active = max_active
         self.dropped = 0
+        self.held = 0
 
     def update(self, findings: Sequence[Finding], now_ms: int) -> Changes:
         changes = Changes()
         seen: dict[tuple[str, str], Finding] = {}
         for f in findings:
             ident = (f.rule, f.subject)
+            if ident not in self.active and f.evidence.get("provisional"):
+                self.held += 1
+                continue
             if ident not in self.active and len(self.active) + len(changes.appeared) >= self.max_active:
                 self.dropped += 1
                 continue

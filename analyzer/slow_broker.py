@@ -39,9 +39,12 @@ waiting on a follower that is itself flagged is folded into that follower's find
 
 Rule 6 — decide cluster-wide before blaming one broker: while the most recent judged window is
 cluster-wide by Rule 3's test (``hold_while_cluster_wide``), the findings a remediation may act
-on (``slow_broker``, the stalled follower) are withheld, even before Rule 3's own score fires. A
-cluster that slows down broker by broker is then one ``cluster_slow`` finding a few windows
-later, never first a slow broker whose leadership would be moved.
+on (``slow_broker``, the stalled follower) are marked provisional (evidence key
+``provisional``), even before Rule 3's own score fires: the engine does not raise a provisional
+finding that is not already active, and keeps an active one active. A cluster that slows down
+broker by broker is then one ``cluster_slow`` finding a few windows later, never first a slow
+broker whose leadership would be moved; and a broker already found is not cleared and found
+again (restored and demoted in turn) because one window read cluster-wide.
 
 Rule 7 — a slow client is the client's finding: when Rule 4 puts a flagged broker's excess in a
 ``client_stages`` stage (``send``: the client does not read its socket promptly; ``throttle``:
@@ -62,6 +65,7 @@ none is reported.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -76,6 +80,7 @@ from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, Finding
 RULE = "slow_broker"
 CLUSTER_RULE = "cluster_slow"
 CLIENT_RULE = "slow_client"
+PROVISIONAL = "provisional"  # evidence key: see Rule 6 and analyzer.engine.FindingTracker
 DEGRADED_RULE = "degraded_broker"
 
 STAGE_MEANING = {
@@ -546,16 +551,16 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         ):
             return [self._cluster_finding(data, now_ms, cfg, wide, sorted(flagged))]
         per_broker, clients = self._attribute(table, scores, active, cfg)
-        # Rule 6: the most recent window reads cluster-wide: withhold what remediation may act on.
+        # Rule 6: the most recent window reads cluster-wide: what remediation may act on is only
+        # provisional — the engine does not raise it new, but an already active one stays active
+        # (withdrawing it would clear and re-raise it, and restore and demote a broker in turn).
         hold = cfg.hold_while_cluster_wide and any(ev and ev[-1]["cluster_wide"] for _, _, ev in cluster)
-        found = (
-            []
-            if hold
-            else [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
-        )
-        if not hold:
-            found += [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
-        found += [
+        actable = [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
+        actable += [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
+        if hold:
+            why = "the latest window reads cluster-wide (Rule 6): not raised new until it does not"
+            actable = [dataclasses.replace(f, evidence={**f.evidence, PROVISIONAL: why}) for f in actable]
+        found = actable + [
             self._client_finding(data, now_ms, cfg, b, r, info) for (b, r), info in sorted(clients.items())
         ]
         taken = explained | set(per_broker) | {b for b, _ in clients} | flagged

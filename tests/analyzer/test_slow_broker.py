@@ -378,7 +378,28 @@ CASES = [
 def test_slow_broker_table(windows, brokers, special, expected) -> None:
     data = scenario(windows, brokers, special)
     findings = SlowBrokerDetector().detect(data, now_after(windows))
-    assert {(f.rule, f.subject): f.evidence.get("stage") for f in findings} == expected
+    # What a fresh engine raises: a provisional finding (Rule 6) is not raised new.
+    raised = [f for f in findings if not f.evidence.get("provisional")]
+    assert {(f.rule, f.subject): f.evidence.get("stage") for f in raised} == expected
+
+
+def test_rule6_holds_a_new_finding_but_never_clears_an_active_one() -> None:
+    """Broker 2 found slow; then one window reads cluster-wide: the finding stays active (no
+    clear-and-raise-again, which would restore and demote the broker in turn). A broker first
+    flagged in such a window is not raised."""
+    from analyzer.engine import FindingTracker
+
+    detector, tracker = SlowBrokerDetector(), FindingTracker()
+    alone = scenario(8, 3, {2: slow_in(range(2, 8))})
+    first = tracker.update(detector.detect(alone, now_after(8)), now_after(8))
+    assert [f.subject for f in first.appeared] == ["broker:2"]
+    wide = scenario(8, 3, {2: slow_in(range(2, 8)), 0: slow_in([7]), 1: slow_in([7])})
+    found = detector.detect(wide, now_after(8))
+    assert [f.evidence.get("provisional") is not None for f in found if f.subject == "broker:2"] == [True]
+    second = tracker.update(found, now_after(8) + 1)
+    assert ([f.subject for f in second.ongoing], second.cleared, second.appeared) == (["broker:2"], [], [])
+    fresh = FindingTracker()
+    assert fresh.update(found, now_after(8)).appeared == [] and fresh.held == 1
 
 
 def test_unfinished_window_is_not_judged() -> None:
