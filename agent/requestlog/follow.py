@@ -85,7 +85,7 @@ class FileFollower:
         self.rotations = 0
         self.truncations = 0
         self.up = False
-        self.caught_up = False  # the last read_lines stopped at the end of the log
+        self.caught_up = False  # the last read_blocks stopped at the end of the log
         self._first_open = True
         saved = self._load_position()
         if saved is not None and saved.known is not None:
@@ -99,10 +99,17 @@ class FileFollower:
     # -- public -----------------------------------------------------------------------------
     def read_lines(self, max_bytes: int = 8 * READ_BYTES) -> list[bytes]:
         """Complete lines available now (without newlines), at most about ``max_bytes`` of them."""
+        return [line for block in self.read_blocks(max_bytes) for line in block.split(b"\n")[:-1]]
+
+    def read_blocks(self, max_bytes: int = 8 * READ_BYTES) -> list[bytes]:
+        """Complete lines available now, at most about ``max_bytes`` of them, as blocks of
+        consecutive lines, each line ending in ``\n`` (no block is empty). What
+        :meth:`read_lines` returns, without a bytes object per line: the ingest loop works on
+        positions in a block."""
         self.caught_up = True
         if self._fh is None and not self._open_next():
             return []
-        lines: list[bytes] = []
+        blocks: list[bytes] = []
         self._check_rewritten()  # before reading from a position that may mean nothing now
         budget = max_bytes
         self.caught_up = False
@@ -111,12 +118,12 @@ class FileFollower:
             if chunk:
                 self._offset += len(chunk)
                 budget -= len(chunk)
-                self._split(chunk, lines)
+                self._split(chunk, blocks)
                 continue
             if not self._at_eof_switch():
                 self.caught_up = True
                 break
-        return lines
+        return blocks
 
     @property
     def behind_bytes(self) -> int:
@@ -155,19 +162,20 @@ class FileFollower:
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, chunk: bytes, out: list[bytes]) -> None:
-        # Split the chunk first and glue the partial line onto its first piece only: joining
+        # The partial line glued onto the first line of the chunk only (its own block): gluing
         # it to the whole chunk would copy every byte read once more.
-        parts = chunk.split(b"\n")
-        if self._partial:
-            parts[0] = self._partial + parts[0]
-        self._partial = parts.pop()
-        if self._skipping:
-            if not parts:
-                self._partial = b""
-                return
-            parts.pop(0)  # the rest of the over-long line
-            self._skipping = False
-        out.extend(parts)
+        last = chunk.rfind(b"\n")
+        if last < 0:
+            self._partial = b"" if self._skipping else self._partial + chunk
+        else:
+            first = chunk.find(b"\n")
+            if self._skipping:
+                self._skipping = False  # the rest of the over-long line, up to its newline
+            else:
+                out.append(self._partial + chunk[: first + 1])
+            if first < last:
+                out.append(chunk[first + 1 : last + 1])
+            self._partial = chunk[last + 1 :]
         if len(self._partial) > self.max_line_bytes:
             self.on_skip("too_long", f"line over {self.max_line_bytes} bytes in {self.path}")
             self._partial = b""
