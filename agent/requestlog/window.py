@@ -134,22 +134,36 @@ class StageAccumulator:
         }
 
 
-class RequestAccumulator:
-    """All stages of one request type in one window; stage tuples are buffered, then folded
-    column by column (one list append per line on the hot path)."""
+# The order of the stage times in a buffered row: the order the log line writes them in
+# (totalTimeMs first), so the ingest loop buffers what one orjson call over many lines gives,
+# with no tuple per line. Indexes into STAGES (whose order is STAGE_KEYS').
+ROW_ORDER = (6, 0, 1, 2, 3, 4, 5)
+ROW_TOTAL, ROW_REMOTE = ROW_ORDER.index(6), ROW_ORDER.index(2)
 
-    __slots__ = ("memo", "pending", "stages")
+
+def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
+    """A :data:`STAGE_KEYS`-ordered stage tuple as a buffered row (:data:`ROW_ORDER`)."""
+    return (stages[6], stages[0], stages[1], stages[2], stages[3], stages[4], stages[5])
+
+
+class RequestAccumulator:
+    """All stages of one request type in one window: rows of stage times (:data:`ROW_ORDER`)
+    are buffered in ``pending`` (one list append per line on the hot path), then folded column
+    by column into each stage's buckets, :data:`CHUNK` rows at a time."""
+
+    __slots__ = ("columns", "memo", "pending", "stages")
 
     def __init__(self, memo: BucketMemo | None = None) -> None:
-        self.pending: list[tuple[float, ...]] = []
+        self.pending: list[tuple[float, ...] | list[float]] = []
         self.stages = tuple(StageAccumulator() for _ in STAGES)
+        self.columns = tuple(self.stages[i] for i in ROW_ORDER)
         self.memo = memo or BucketMemo()
 
     def fold(self) -> None:
         if self.pending:
             columns = zip(*self.pending, strict=True)
             self.pending = []
-            for acc, column in zip(self.stages, columns, strict=True):
+            for acc, column in zip(self.columns, columns, strict=True):
                 acc.fold(column, self.memo)
 
 
@@ -229,7 +243,7 @@ class WindowAggregator:
         acc = win.requests.get(req.request)
         if acc is None:
             acc = win.requests[req.request] = RequestAccumulator(self.memo)
-        acc.pending.append(req.stages)
+        acc.pending.append(row_of(req.stages))
         if len(acc.pending) >= CHUNK:
             acc.fold()
         total = req.stages[6]
