@@ -77,8 +77,15 @@ class BucketMemo:
 
     def count(self, values: tuple[float, ...] | list[float]) -> Counter[int]:
         """How many of ``values`` fall in each bucket code."""
+        counts: Counter[int] = Counter()
+        self.count_into(counts, values)
+        return counts
+
+    def count_into(self, counts: Counter[int], values: tuple[float, ...] | list[float]) -> None:
+        """Add to ``counts`` how many of ``values`` fall in each bucket code: one C loop over the
+        values when they are all remembered, a Python loop over the new distinct ones only."""
         codes = self.codes
-        counts = Counter(map(codes.get, values))
+        counts.update(map(codes.get, values))
         if counts.pop(None, 0):
             new = Counter(filterfalse(codes.__contains__, values))
             if len(codes) + len(new) > self.size:
@@ -86,18 +93,17 @@ class BucketMemo:
             for v, n in new.items():
                 code = codes[v] = bucket_code(v)
                 counts[code] += n
-        return counts
 
 
 class StageAccumulator:
-    """One stage of one request type in one window: DDSketch buckets + fixed histogram buckets."""
+    """One stage of one request type in one window: how many values per bucket code (DDSketch
+    key and histogram index in one int, :func:`bucket_code`), split into the DDSketch buckets
+    and the fixed histogram buckets when asked (at close), never per chunk."""
 
-    __slots__ = ("buckets", "count", "hist", "max", "min", "sum", "zero")
+    __slots__ = ("codes", "count", "max", "min", "sum")
 
     def __init__(self) -> None:
-        self.zero = 0
-        self.buckets: Counter[int] = Counter()
-        self.hist = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
+        self.codes: Counter[int] = Counter()
         self.count = 0
         self.sum = 0.0
         self.min = math.inf
@@ -110,14 +116,29 @@ class StageAccumulator:
         self.sum += math.fsum(values)
         self.min = min(self.min, min(values))
         self.max = max(self.max, max(values))
-        buckets, hist = self.buckets, self.hist
-        for code, n in (memo or BucketMemo()).count(values).items():
-            if code == _ZERO_CODE:
-                self.zero += n
-                hist[0] += n
-            else:
-                buckets[code >> _HIST_BITS] += n
-                hist[code & 31] += n
+        (memo or BucketMemo()).count_into(self.codes, values)
+
+    @property
+    def zero(self) -> int:
+        """Values in DDSketch's zero bucket."""
+        return self.codes.get(_ZERO_CODE, 0)
+
+    @property
+    def buckets(self) -> Counter[int]:
+        """DDSketch key -> count (the zero bucket not included)."""
+        out: Counter[int] = Counter()
+        for code, n in self.codes.items():
+            if code != _ZERO_CODE:
+                out[code >> _HIST_BITS] += n
+        return out
+
+    @property
+    def hist(self) -> list[int]:
+        """Counts per fixed histogram bucket (:data:`HISTOGRAM_BOUNDS_MS`, then +Inf)."""
+        out = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
+        for code, n in self.codes.items():
+            out[0 if code == _ZERO_CODE else code & 31] += n
+        return out
 
     def sketch(self) -> LatencySketch:
         return LatencySketch.from_dict(self.sketch_dict())
