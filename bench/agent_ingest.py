@@ -61,11 +61,8 @@ def agent_pass(path: Path) -> tuple[int, int]:
     agg = WindowAggregator(cluster="bench", broker=1)
     parser = LineParser()
     windows = 0
-    while True:
-        blocks = follower.read_blocks()
-        if not blocks:
-            break
-        for block in blocks:
+    while not follower.caught_up:  # as RequestLogSource.poll reads
+        for block in follower.iter_blocks():
             windows += len(ingest_block(block, parser, agg, health))
     windows += len(agg.close_all())
     follower.close()

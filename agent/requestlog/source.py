@@ -78,7 +78,7 @@ class RequestLogSource:
         Closing by the clock happens whenever the follower has read to the end of the log (a
         busy log too), never while it is still behind: lines not read yet may belong to them."""
         closed: list[ClosedWindow] = []
-        for block in self.follower.read_blocks():
+        for block in self.follower.iter_blocks():
             closed += ingest_block(block, self.parser, self.aggregator, self.health, str(self.follower.path))
         self.health.set_up(self.NAME, self.follower.up, f"{self.follower.path} is missing")
         self.health.log_behind_bytes = self.follower.behind_bytes
