@@ -242,6 +242,8 @@ def extract(block: bytes, parser: LineParser) -> tuple[list[Entry], list[list[fl
     call (:func:`_stage_rows`), so they are the JSON numbers the tail parse gives (ints stay ints).
     Nothing of the request and response bodies is read but the Fetch request's first bytes.
     """
+    if block and not block.endswith(b"\n"):
+        block += b"\n"  # a last line without its newline is read as complete
     entries: list[Entry] = []
     nums: list[bytes] = []
     conns: list[bytes] = []

@@ -83,6 +83,8 @@ def test_a_whole_capture_in_one_block_takes_the_fast_path() -> None:
         entries, rows = extract(b"".join(line + b"\n" for line in lines), parser)
         assert len(entries) == len(lines) == len(rows)
         assert None not in rows and all(request is not None for _, request, _, _ in entries)
+        # A last line without its newline is read all the same.
+        assert extract(b"\n".join(lines), LineParser()) == (entries, rows)
 
 
 REAL = CAPTURES["kafka-request.log"][5]
