@@ -212,6 +212,25 @@ class TimestampParser:
         self.last_ms = ms
         return ms
 
+    def second_ms(self, second: bytes) -> int | None:
+        """Epoch ms of a zone-less ``yyyy-MM-dd HH:mm:ss``, read once and then cached; None if
+        it is not a valid time or is ambiguous here (a repeated or skipped local hour: a call
+        reads those, in line order). For a caller that reads the milliseconds itself:
+        :func:`agent.requestlog.source.extract`. Leaves :attr:`last_ms` alone."""
+        base = self._cache.get(second)
+        if base is None:
+            try:
+                earlier, later = _local_ms(_fields(second), self.zone)
+            except Drop:
+                return None
+            if earlier != later:
+                return None
+            base = earlier
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[second] = base
+        return base
+
     def _base(self, second: bytes, suffix: bytes) -> int:
         fields = _fields(second)
         if suffix:

@@ -1,8 +1,9 @@
 """The request-log source: follower + parser + window aggregator, with drops counted by reason.
 
 :meth:`RequestLogSource.poll` reads what is there, never blocks, never raises for bad data, and
-returns the windows that closed. :func:`ingest_lines` is the same loop over given lines (tests,
-benchmarks, one-shot replays of a captured log).
+returns the windows that closed. :func:`ingest_block` is the loop over a block of lines as the
+follower reads them; :func:`ingest_lines` the same over given lines (tests, benchmarks, one-shot
+replays of a captured log); :func:`extract` the fast extractor both use.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import tzinfo
-from operator import itemgetter
 from pathlib import Path
 
 import orjson
@@ -24,9 +24,18 @@ from agent.requestlog.parse import (
     Drop,
     LineParser,
     ParsedRequest,
+    TimestampParser,
     is_follower_fetch,
 )
-from agent.requestlog.window import CHUNK, ClosedWindow, RequestAccumulator, WindowAggregator
+from agent.requestlog.window import (
+    CHUNK,
+    ROW_ORDER,
+    ROW_REMOTE,
+    ROW_TOTAL,
+    ClosedWindow,
+    RequestAccumulator,
+    WindowAggregator,
+)
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
 
 
@@ -68,8 +77,9 @@ class RequestLogSource:
 
         Closing by the clock happens whenever the follower has read to the end of the log (a
         busy log too), never while it is still behind: lines not read yet may belong to them."""
-        lines = self.follower.read_lines()
-        closed = ingest_lines(lines, self.parser, self.aggregator, self.health, str(self.follower.path))
+        closed: list[ClosedWindow] = []
+        for block in self.follower.iter_blocks():
+            closed += ingest_block(block, self.parser, self.aggregator, self.health, str(self.follower.path))
         self.health.set_up(self.NAME, self.follower.up, f"{self.follower.path} is missing")
         self.health.log_behind_bytes = self.follower.behind_bytes
         if self.follower.caught_up:
@@ -85,73 +95,68 @@ def ingest_lines(
     health: Health,
     context: str = "",
 ) -> list[ClosedWindow]:
-    """Parse and account ``lines``; returns the windows they closed.
+    """Parse and account ``lines`` (without their newlines); returns the windows they closed.
 
-    The same result as ``aggregator.add(parser.parse(line))`` for every line (which is what it
-    falls back to for anything but the usual shape), with the usual shape handled inline: one
-    loop, no object per line, stage tuples appended straight to the open window.
+    The same result as ``aggregator.add(parser.parse(line))`` for every line; see
+    :func:`ingest_block`, which this calls with the lines joined."""
+    lines = list(lines)
+    if not lines:
+        return []
+    block = b"\n".join(lines) + b"\n"
+    if block.count(b"\n") == len(lines):
+        return ingest_block(block, parser, aggregator, health, context)
+    # A line holding a newline is still one line: each through the general path.
+    closed: list[ClosedWindow] = []
+    for line in lines:
+        agg_closed = _add_general(line, parser, aggregator, health, context)
+        if agg_closed:
+            closed += agg_closed
+    health.lines_read += len(lines)
+    _count_slow(closed, health)
+    return closed
+
+
+def ingest_block(
+    block: bytes,
+    parser: LineParser,
+    aggregator: WindowAggregator,
+    health: Health,
+    context: str = "",
+) -> list[ClosedWindow]:
+    """Parse and account the lines of ``block`` (complete lines, each ending in ``\n``, as
+    :meth:`FileFollower.read_blocks` gives them); returns the windows they closed.
+
+    The same result as ``aggregator.add(parser.parse(line))`` for every line, in two passes:
+    :func:`extract` reads the usual line shape by positions in the block (no object per line
+    but one small tuple) and the stage times of all those lines with one orjson call; then each
+    line is accounted in order, its stage row appended straight to its open window. A line of
+    any other shape, and every line the aggregator must see whole (late, slow: exemplars), takes
+    the general path (:meth:`LineParser.parse`, which names every drop reason).
     """
+    entries, rows = extract(block, parser)
+    ts_parser = parser.ts
     closed: list[ClosedWindow] = []
     agg = aggregator
     parse, add = parser.parse, agg.add
-    ms_cache, ts_cache = parser.ts.ms_cache, parser.ts._cache
-    max_bytes = parser.max_line_bytes
     window_ms, threshold = agg.window_ms, agg.slow_threshold_ms
-    loads, stages_of, types = orjson.loads, _STAGES_OF, _REQUEST_TYPES_B
     cur_start, cur = -1, None
     close_at = agg.close_threshold()
     watermark = agg.watermark
     ahead_limit = agg.ahead_limit
-    n = 0
-    for line in lines:
-        n += 1
-        try:
-            if len(line) > max_bytes or not line.startswith(_PREFIX, 24) or not line.isascii():
-                raise _Slow
-            ts = ms_cache.get(line[:24])
-            if ts is None:
-                base = ts_cache.get(line[1:20])
-                millis = line[21:24]
-                if base is None or line[:1] != b"[" or line[20:21] not in _MS_SEP or not millis.isdigit():
-                    raise _Slow
-                ts = base + int(millis)
-                if len(ms_cache) >= _MS_CACHE:
-                    ms_cache.clear()
-                ms_cache[line[:24]] = ts
-            end = line.rfind(b"}")
-            i = line.find(_NAME, _BODY, _BODY + 4096)
-            if i < 0 or end <= _BODY:
-                raise _Slow
-            i += len(_NAME)
-            q = line.index(b'"', i)
-            request = types.get(line[i:q])
-            if request is None:
-                raise _Slow
-            if request is FETCH_CONSUMER:
-                request = FETCH_FOLLOWER if _follower_fetch(line, q) else FETCH_CONSUMER
-            c = line.rindex(_CONN, _BODY, end + 1)
-            s = line.find(_SEC, c, end + 1)
-            tail = loads(b"{" + line[c + 1 : s if s > 0 else end] + b"}")
-            stages = stages_of(tail)
-            # Usable stage times (parse.stage_drop_reason, inline); the general path names
-            # what is wrong. TypeError unless every stage time is a number.
-            if not (min(stages) >= 0 and sum(stages) <= MAX_STAGE_MS) or bool in map(type, stages):
-                raise _Slow
-        except (_Slow, ValueError, KeyError, TypeError, IndexError):
-            # Not the usual shape: the general parser (full parse, or a drop with its reason).
-            try:
-                req = parse(line)
-            except Drop as d:
-                if d.reason != "not_a_request_line" or line.strip():
-                    health.drop(d.reason, d.detail, context=context)
-                continue
-            if req.ts_ms > agg.ahead_limit and agg.too_far_ahead(req.ts_ms):
-                health.drop("future_timestamp", f"{req.request} at {req.ts_ms}", context=context)
-                continue
+    k = 0
+    for ts, request, at, nl in entries:
+        if request is not None:
+            row = rows[k]
+            k += 1
+        if request is None or row is None:
+            if ts >= 0:  # the stamp of the line before (or this one's): what a call would have left
+                ts_parser.last_ms = ts
             agg.watermark = watermark
-            closed += add(req)
-            watermark, ahead_limit = agg.watermark, agg.ahead_limit
-            cur_start, close_at = -1, agg.close_threshold()
+            got = _add_general(block[at:nl], parser, agg, health, context)
+            if got is not None:
+                closed += got
+                watermark, ahead_limit = agg.watermark, agg.ahead_limit
+                cur_start, close_at = -1, agg.close_threshold()
             continue
         if ts > ahead_limit:
             if agg.too_far_ahead(ts):
@@ -161,7 +166,7 @@ def ingest_lines(
         start = ts - ts % window_ms
         if start != cur_start:
             if start < agg.closed_before:
-                add(_request(ts, request, stages, tail, line, end))  # late: counted there
+                add(parse(block[at:nl]))  # late: counted there
                 continue
             cur = agg.window(start)
             close_at = agg.close_threshold()
@@ -170,16 +175,16 @@ def ingest_lines(
         if acc is None:
             acc = cur.requests[request] = RequestAccumulator(agg.memo)
         pending = acc.pending
-        pending.append(stages)
+        pending.append(row)
         if len(pending) >= CHUNK:
             acc.fold()
-        total = stages[6]
+        total = row[ROW_TOTAL]
         if total >= threshold:
             if request is not FETCH_CONSUMER and request is not FETCH_FOLLOWER:
-                agg.keep_slow(cur, _request(ts, request, stages, tail, line, end), total)
-            elif total - stages[2] >= threshold:
+                agg.keep_slow(cur, parse(block[at:nl]), total)
+            elif total - row[ROW_REMOTE] >= threshold:
                 # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
-                agg.keep_slow(cur, _request(ts, request, stages, tail, line, end), total - stages[2])
+                agg.keep_slow(cur, parse(block[at:nl]), total - row[ROW_REMOTE])
         if ts > watermark:
             watermark = ts
             if ts >= close_at:
@@ -187,35 +192,187 @@ def ingest_lines(
                 closed += agg.close_by_line(ts)
                 cur_start, close_at = -1, agg.close_threshold()
     agg.watermark = watermark
-    health.lines_read += n
-    for win in closed:
-        for request, n_slow in win.slow_counts.items():
-            health.slow_requests[request] += n_slow
+    if entries and entries[-1][1] is not None:
+        ts_parser.last_ms = entries[-1][0]
+    health.lines_read += len(entries)
+    _count_slow(closed, health)
     return closed
 
 
-def _follower_fetch(line: bytes, q: int) -> bool:
-    """:func:`is_follower_fetch` for a Fetch line whose API name ends at ``line[q]``, with the
-    usual request shapes told apart by the bytes right after ``"request":{``."""
-    if line.startswith(_REQUEST_AT, q + 1):
-        r = q + 1 + len(_REQUEST_AT)
-        if line.startswith(_REPLICA_STATE, r):
-            return True
-        if line.startswith(_CONSUMER_V12, r) or line.startswith(_MAXWAIT, r):
-            return False
-        if line.startswith(_CLUSTER_ID, r):
-            e = line.find(b'"', r + len(_CLUSTER_ID), r + len(_CLUSTER_ID) + 64)
-            if e > 0 and line[e - 1 : e] != b"\\" and line.startswith(_THEN_REPLICA_STATE, e):
-                return True
-    return is_follower_fetch(line, _BODY)
+def _add_general(
+    line: bytes, parser: LineParser, agg: WindowAggregator, health: Health, context: str
+) -> list[ClosedWindow] | None:
+    """One line through the general path; None if it was dropped (counted in ``health``)."""
+    try:
+        req = parser.parse(line)
+    except Drop as d:
+        if d.reason != "not_a_request_line" or line.strip():
+            health.drop(d.reason, d.detail, context=context)
+        return None
+    if req.ts_ms > agg.ahead_limit and agg.too_far_ahead(req.ts_ms):
+        health.drop("future_timestamp", f"{req.request} at {req.ts_ms}", context=context)
+        return None
+    return agg.add(req)
 
 
-_REQUEST_AT = b'},"request":{'
-_REPLICA_STATE = b'"replicaState":'
-_CONSUMER_V12 = b'"replicaId":-1,"maxWaitMs"'
-_MAXWAIT = b'"maxWaitMs"'
-_CLUSTER_ID = b'"clusterId":"'
-_THEN_REPLICA_STATE = b'","replicaState":'
+def _count_slow(closed: list[ClosedWindow], health: Health) -> None:
+    for win in closed:
+        for request, n_slow in win.slow_counts.items():
+            health.slow_requests[request] += n_slow
+
+
+Entry = tuple[int, "str | None", int, int]
+
+
+def extract(block: bytes, parser: LineParser) -> tuple[list[Entry], list[list[float] | None]]:
+    """The fast extractor: for each line of ``block`` (each ending in ``\n``), an entry
+    ``(ts_ms, request type, line start, line end)``, and for each entry with a request type a
+    stage row (:data:`~agent.requestlog.window.ROW_ORDER`), in the order of the entries.
+
+    A request type of None, or a row of None, means "take the general path": the line is not of
+    the usual shape, or not certainly so. Such an entry's ``ts_ms`` is the stamp of the line
+    before if that one was read here, else -1: the general parser reads a repeated local hour
+    by the stamp before (:class:`TimestampParser`), which the fast path does not keep itself. For a line of the usual shape the entry is exactly what
+    :meth:`LineParser.parse` reads from it: the timestamp (per-millisecond cache), the API name
+    (the first ``"requestApiKeyName":"`` of the JSON), follower or consumer for a Fetch (decided
+    by the request's first bytes, :func:`_fetch_decision`), and the stage times of the tail
+    object ``{"connection":"…","totalTimeMs":…,…,"sendTimeMs":…}`` that starts at the last
+    ``,"connection":`` before the line's last ``}``, its connection made of plain characters and
+    its seven stage keys in the broker's order. The numbers of all lines are parsed by one orjson
+    call (:func:`_stage_rows`), so they are the JSON numbers the tail parse gives (ints stay ints).
+    Nothing of the request and response bodies is read but the Fetch request's first bytes.
+    """
+    if block and not block.endswith(b"\n"):
+        block += b"\n"  # a last line without its newline is read as complete
+    entries: list[Entry] = []
+    nums: list[bytes] = []
+    conns: list[bytes] = []
+    push, push_num, push_conn = entries.append, nums.append, conns.append
+    ts_parser = parser.ts
+    ms_get = ts_parser.ms_cache.get
+    max_bytes = parser.max_line_bytes
+    types, shapes = _REQUEST_TYPES_B, _FETCH_SHAPES
+    index, rindex, find = block.index, block.rindex, block.find
+    usual = block.isascii()  # else every line takes the general path (it checks UTF-8)
+    pos, size = 0, len(block)
+    last = -1
+    while pos < size:
+        nl = index(b"\n", pos)
+        try:
+            if not usual or nl - pos > max_bytes:
+                raise _Slow
+            # The stamp and "] DEBUG Completed request:{" (checked when the key was cached).
+            ts = ms_get(block[pos : pos + _BODY + 1])
+            if ts is None:
+                ts = _stamp(block, pos, ts_parser)
+            i = index(_NAME, pos + _BODY, pos + _BODY + 4096) + len(_NAME)
+            q = index(b'"', i, nl)
+            request = types[block[i:q]]
+            c = rindex(_CONN, q, nl)
+            if request is FETCH_CONSUMER:
+                if c < q + _SHAPE_BYTES or find(_REQUEST_AT, pos + _BODY, q) >= 0:
+                    raise _Slow  # short, or a "request" object before the header's end
+                request = shapes.get(block[q : q + _SHAPE_BYTES]) or _fetch_type(block, pos, q, nl)
+            e = index(_TOTAL, c, nl)
+            s = index(_SEC, e, nl)
+            rindex(b"}", s, nl)  # the tail is inside the JSON (ValueError if not)
+        except (_Slow, ValueError, KeyError):
+            push((last, None, pos, nl))
+            last = -1
+        else:
+            push((ts, request, pos, nl))
+            last = ts
+            push_conn(block[c + len(_CONN) : e])
+            push_num(block[e + len(_TOTAL) : s])
+        pos = nl + 1
+    return entries, _stage_rows(nums, conns)
+
+
+def _stamp(block: bytes, pos: int, ts_parser: TimestampParser) -> int:
+    """Epoch ms of the zone-less stamp of the usual line at ``block[pos]`` (its second read
+    through the parser's per-second cache), then kept in the per-millisecond cache with the
+    line's fixed prefix; :class:`_Slow` if not of that shape or not certain (a repeated hour)."""
+    base = ts_parser.second_ms(block[pos + 1 : pos + 20])
+    millis = block[pos + 21 : pos + 24]
+    if base is None or block[pos : pos + 1] != b"[" or block[pos + 20 : pos + 21] not in _MS_SEP:
+        raise _Slow
+    if not millis.isdigit() or not block.startswith(_PREFIX, pos + 24):
+        raise _Slow
+    ts = base + int(millis)
+    ms_cache = ts_parser.ms_cache
+    if len(ms_cache) >= _MS_CACHE:
+        ms_cache.clear()
+    ms_cache[block[pos : pos + _BODY + 1]] = ts
+    return ts
+
+
+def _fetch_type(block: bytes, pos: int, q: int, nl: int) -> str:
+    """:func:`is_follower_fetch` for the Fetch whose API name ends at ``block[q]`` (the first
+    ``},"request":{`` of its JSON is at ``q + 1``); the decision is remembered by the request's
+    first bytes when they alone decide it."""
+    prefix = block[q : q + _SHAPE_BYTES]
+    decided = _fetch_decision(prefix)
+    if decided is None:
+        end = block.rindex(b"}", pos, nl)
+        return FETCH_FOLLOWER if is_follower_fetch(block[pos + _BODY : end + 1]) else FETCH_CONSUMER
+    if len(_FETCH_SHAPES) >= _MS_CACHE:
+        _FETCH_SHAPES.clear()
+    _FETCH_SHAPES[prefix] = decided
+    return decided
+
+
+def _fetch_decision(prefix: bytes) -> str | None:
+    """What :func:`is_follower_fetch` says of a Fetch whose request object starts as ``prefix``
+    (``"},"request":{…``) says, whatever follows; None if the rest could change it."""
+    if not prefix.startswith(_REQUEST_Q):
+        return None
+    r = len(_REQUEST_Q)
+    w = prefix.find(_MAXWAIT, r)
+    if prefix.find(_REPLICA_STATE, r, w if w >= 0 else len(prefix)) >= 0:
+        return FETCH_FOLLOWER
+    if w < 0:
+        return None
+    i = prefix.find(_REPLICA_ID, r, w)
+    if i < 0:
+        return FETCH_CONSUMER
+    i += len(_REPLICA_ID)
+    return FETCH_FOLLOWER if i >= w or prefix[i : i + 1] != b"-" else FETCH_CONSUMER
+
+
+def _stage_rows(nums: list[bytes], conns: list[bytes]) -> list[list[float] | None]:
+    """The stage rows of the tails ``"totalTimeMs":`` + ``nums[k]`` (one orjson call for all),
+    None where a tail is not certainly the usual shape or its values are not certainly usable
+    stage times (the general path then says why). ``conns[k]`` is the connection value with its
+    quotes: plain characters between them only, so it is a JSON string whatever they are."""
+    n = len(nums)
+    if not n:
+        return []
+    text = b"[[" + b"],[".join(nums) + b"]]"
+    rows: list[list[float] | None] | None = None
+    if text.translate(None, _NUMBER_CHARS) == b"[[" + b"],[".join([_SKELETON] * n) + b"]]" and b"\n".join(
+        conns
+    ).translate(None, _CONN_CHARS) == b"\n".join([b'""'] * n):
+        try:  # the keys taken out: the numbers as nested arrays
+            rows = orjson.loads(text.translate(None, _KEY_CHARS))
+        except orjson.JSONDecodeError:
+            rows = None
+    if rows is None:
+        rows = [_stage_row(num, c) for num, c in zip(nums, conns, strict=True)]
+    elif max(map(max, rows)) < _VALUE_LIMIT:
+        return rows  # no sign allowed: none negative, and the sum of seven is within bounds
+    return [row if row is not None and max(row) < _VALUE_LIMIT else None for row in rows]
+
+
+def _stage_row(num: bytes, conn: bytes) -> list[float] | None:
+    """:func:`_stage_rows` for one tail."""
+    if num.translate(None, _NUMBER_CHARS) != _SKELETON or conn.translate(None, _CONN_CHARS) != b'""':
+        return None
+    try:
+        return orjson.loads(b"[" + num.translate(None, _KEY_CHARS) + b"]")
+    except orjson.JSONDecodeError:
+        return None
+
+
 _MS_CACHE = 4096
 
 
@@ -228,14 +385,29 @@ _BODY = 24 + len(_PREFIX) - 1  # where the JSON starts
 _MS_SEP = (b",", b".")
 _NAME = b'"requestApiKeyName":"'
 _CONN = b',"connection":'
+_TOTAL = b',"totalTimeMs":'
 _SEC = b',"securityProtocol":'
-_STAGES_OF = itemgetter(*STAGE_KEYS)
+_REQUEST_AT = b'},"request":{'
+_REQUEST_Q = b'"' + _REQUEST_AT
+_MAXWAIT = b'"maxWaitMs"'
+_REPLICA_ID = b'"replicaId":'
+_REPLICA_STATE = b'"replicaState":'
+# A Fetch's first request bytes -> follower or consumer (_fetch_decision), for prefixes that
+# decide it; few distinct ones (clients' settings, follower ids and epochs, the cluster id).
+_SHAPE_BYTES = 72
+_FETCH_SHAPES: dict[bytes, str] = {}
+# The stage keys after totalTimeMs in the order the broker writes them (ROW_ORDER); a tail's
+# stage part with its numbers taken out is exactly _SKELETON, or not the usual shape. Numbers
+# are digits and dots only (no sign, no exponent: anything else takes the general path).
+_ROW_KEYS = tuple(b',"%s":' % STAGE_KEYS[i].encode() for i in ROW_ORDER[1:])
+_NUMBER_CHARS = b"0123456789."
+_SKELETON = b"".join(_ROW_KEYS)
+_KEY_CHARS = bytes(sorted(set(_SKELETON) - set(b",")))
+_CONN_CHARS = bytes(range(ord("0"), ord("9") + 1)) + bytes(range(ord("A"), ord("Z") + 1))
+_CONN_CHARS += bytes(range(ord("a"), ord("z") + 1)) + b".:-_[]%/"
+# Non-negative values each below this sum to below parse.MAX_STAGE_MS in any order.
+_VALUE_LIMIT = MAX_STAGE_MS / 8
 # FETCH maps to FETCH_CONSUMER here; the caller tells follower fetches apart.
 _REQUEST_TYPES_B = {
     name.encode(): (FETCH_CONSUMER if name == "FETCH" else request) for name, request in REQUEST_TYPES.items()
 }
-
-
-def _request(ts: int, request: str, stages: tuple, tail: dict, line: bytes, end: int) -> ParsedRequest:
-    connection = tail["connection"]
-    return ParsedRequest(ts, request, stages, connection, line[_BODY : end + 1])

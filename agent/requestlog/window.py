@@ -77,8 +77,15 @@ class BucketMemo:
 
     def count(self, values: tuple[float, ...] | list[float]) -> Counter[int]:
         """How many of ``values`` fall in each bucket code."""
+        counts: Counter[int] = Counter()
+        self.count_into(counts, values)
+        return counts
+
+    def count_into(self, counts: Counter[int], values: tuple[float, ...] | list[float]) -> None:
+        """Add to ``counts`` how many of ``values`` fall in each bucket code: one C loop over the
+        values when they are all remembered, a Python loop over the new distinct ones only."""
         codes = self.codes
-        counts = Counter(map(codes.get, values))
+        counts.update(map(codes.get, values))
         if counts.pop(None, 0):
             new = Counter(filterfalse(codes.__contains__, values))
             if len(codes) + len(new) > self.size:
@@ -86,18 +93,17 @@ class BucketMemo:
             for v, n in new.items():
                 code = codes[v] = bucket_code(v)
                 counts[code] += n
-        return counts
 
 
 class StageAccumulator:
-    """One stage of one request type in one window: DDSketch buckets + fixed histogram buckets."""
+    """One stage of one request type in one window: how many values per bucket code (DDSketch
+    key and histogram index in one int, :func:`bucket_code`), split into the DDSketch buckets
+    and the fixed histogram buckets when asked (at close), never per chunk."""
 
-    __slots__ = ("buckets", "count", "hist", "max", "min", "sum", "zero")
+    __slots__ = ("codes", "count", "max", "min", "sum")
 
     def __init__(self) -> None:
-        self.zero = 0
-        self.buckets: Counter[int] = Counter()
-        self.hist = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
+        self.codes: Counter[int] = Counter()
         self.count = 0
         self.sum = 0.0
         self.min = math.inf
@@ -110,14 +116,29 @@ class StageAccumulator:
         self.sum += math.fsum(values)
         self.min = min(self.min, min(values))
         self.max = max(self.max, max(values))
-        buckets, hist = self.buckets, self.hist
-        for code, n in (memo or BucketMemo()).count(values).items():
-            if code == _ZERO_CODE:
-                self.zero += n
-                hist[0] += n
-            else:
-                buckets[code >> _HIST_BITS] += n
-                hist[code & 31] += n
+        (memo or BucketMemo()).count_into(self.codes, values)
+
+    @property
+    def zero(self) -> int:
+        """Values in DDSketch's zero bucket."""
+        return self.codes.get(_ZERO_CODE, 0)
+
+    @property
+    def buckets(self) -> Counter[int]:
+        """DDSketch key -> count (the zero bucket not included)."""
+        out: Counter[int] = Counter()
+        for code, n in self.codes.items():
+            if code != _ZERO_CODE:
+                out[code >> _HIST_BITS] += n
+        return out
+
+    @property
+    def hist(self) -> list[int]:
+        """Counts per fixed histogram bucket (:data:`HISTOGRAM_BOUNDS_MS`, then +Inf)."""
+        out = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
+        for code, n in self.codes.items():
+            out[0 if code == _ZERO_CODE else code & 31] += n
+        return out
 
     def sketch(self) -> LatencySketch:
         return LatencySketch.from_dict(self.sketch_dict())
@@ -134,22 +155,36 @@ class StageAccumulator:
         }
 
 
-class RequestAccumulator:
-    """All stages of one request type in one window; stage tuples are buffered, then folded
-    column by column (one list append per line on the hot path)."""
+# The order of the stage times in a buffered row: the order the log line writes them in
+# (totalTimeMs first), so the ingest loop buffers what one orjson call over many lines gives,
+# with no tuple per line. Indexes into STAGES (whose order is STAGE_KEYS').
+ROW_ORDER = (6, 0, 1, 2, 3, 4, 5)
+ROW_TOTAL, ROW_REMOTE = ROW_ORDER.index(6), ROW_ORDER.index(2)
 
-    __slots__ = ("memo", "pending", "stages")
+
+def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
+    """A :data:`STAGE_KEYS`-ordered stage tuple as a buffered row (:data:`ROW_ORDER`)."""
+    return (stages[6], stages[0], stages[1], stages[2], stages[3], stages[4], stages[5])
+
+
+class RequestAccumulator:
+    """All stages of one request type in one window: rows of stage times (:data:`ROW_ORDER`)
+    are buffered in ``pending`` (one list append per line on the hot path), then folded column
+    by column into each stage's buckets, :data:`CHUNK` rows at a time."""
+
+    __slots__ = ("columns", "memo", "pending", "stages")
 
     def __init__(self, memo: BucketMemo | None = None) -> None:
-        self.pending: list[tuple[float, ...]] = []
+        self.pending: list[tuple[float, ...] | list[float]] = []
         self.stages = tuple(StageAccumulator() for _ in STAGES)
+        self.columns = tuple(self.stages[i] for i in ROW_ORDER)
         self.memo = memo or BucketMemo()
 
     def fold(self) -> None:
         if self.pending:
             columns = zip(*self.pending, strict=True)
             self.pending = []
-            for acc, column in zip(self.stages, columns, strict=True):
+            for acc, column in zip(self.columns, columns, strict=True):
                 acc.fold(column, self.memo)
 
 
@@ -229,7 +264,7 @@ class WindowAggregator:
         acc = win.requests.get(req.request)
         if acc is None:
             acc = win.requests[req.request] = RequestAccumulator(self.memo)
-        acc.pending.append(req.stages)
+        acc.pending.append(row_of(req.stages))
         if len(acc.pending) >= CHUNK:
             acc.fold()
         total = req.stages[6]
