@@ -98,10 +98,26 @@ def ingest_lines(
     """Parse and account ``lines`` (without their newlines); returns the windows they closed.
 
     The same result as ``aggregator.add(parser.parse(line))`` for every line; see
-    :func:`ingest_block`, which this calls with the lines joined."""
-    lines = list(lines)
-    if not lines:
-        return []
+    :func:`ingest_block`, which this calls with the lines joined ``INGEST_CHUNK_LINES`` at a
+    time (bounded memory whatever the input's length)."""
+    closed_all: list[ClosedWindow] = []
+    chunk: list[bytes] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= INGEST_CHUNK_LINES:
+            closed_all += _ingest_chunk(chunk, parser, aggregator, health, context)
+            chunk = []
+    if chunk:
+        closed_all += _ingest_chunk(chunk, parser, aggregator, health, context)
+    return closed_all
+
+
+INGEST_CHUNK_LINES = 512
+
+
+def _ingest_chunk(
+    lines: list[bytes], parser: LineParser, aggregator: WindowAggregator, health: Health, context: str
+) -> list[ClosedWindow]:
     block = b"\n".join(lines) + b"\n"
     if block.count(b"\n") == len(lines):
         return ingest_block(block, parser, aggregator, health, context)
