@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -35,6 +35,8 @@ from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 from remediation.pipeline import FindingPipeline, PipelineConfig
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
     from spark_metrics.streaming import StreamOptions
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,37 @@ class PipelineSink(FindingSink):
         self.pipeline.handle(finding)
 
 
+class WindowStateCollector:
+    """Exports the incremental state's size and what it dropped (``reason`` as in
+    :class:`~analyzer.window_state.WindowState`), read at scrape time."""
+
+    def __init__(self, service: AnalysisService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        state = self.service.state
+        if state is None:
+            return
+        yield GaugeMetricFamily(
+            "linkwatch_analyzer_window_state_records", "records held by the window state", value=state.records
+        )
+        dropped = CounterMetricFamily(
+            "linkwatch_analyzer_window_state_dropped",
+            "records the window state could not keep",
+            labels=["reason"],
+        )
+        for reason, n in sorted({**state.dropped, "duplicate": state.duplicates}.items()):
+            dropped.add_metric([reason], n)
+        yield dropped
+        yield CounterMetricFamily(
+            "linkwatch_analyzer_window_state_expired",
+            "records of windows aged out of the lookback",
+            value=state.expired,
+        )
+
+
 class AnalysisService:
     def __init__(
         self,
@@ -152,6 +185,7 @@ class AnalysisService:
         self.last: Aggregates | None = None
         self.state: WindowState | None = None
         self.window_query = None
+        self.metrics.registry.register(WindowStateCollector(self))
         self._http = None
 
     @property

@@ -170,3 +170,18 @@ def test_interval_parsing_for_the_horizon() -> None:
     cfg = AnalyzerConfig(window_s=2, lookback_windows=90, watermark="60 seconds")
     assert cfg.state_horizon_ms == 2000 * 91 + 60_000
     assert cfg.evaluation == "incremental"
+
+
+def test_the_service_exports_the_state_size_and_its_drops() -> None:
+    from analyzer.base import InMemorySink
+    from analyzer.service import AnalysisService
+
+    service = AnalysisService(AnalyzerConfig(cluster=CLUSTER, window_s=WINDOW_S), sinks=[InMemorySink()])
+    service.state = fresh()
+    rec = stage(1, T0, [1.0])
+    service.state.add_json([rec.to_json(), rec.to_json(), b"{bad"])
+    reg = service.metrics.registry
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_records") == 1
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "not_json"}) == 1
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "duplicate"}) == 1
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_expired_total") == 0
