@@ -71,7 +71,7 @@ class AnalyzerConfig(StrictModel):
     # incremental: windows kept in memory, fed once per micro-batch; reread: the archive read
     # again at every evaluation (the earlier path, kept for comparison and as a fallback).
     evaluation: Literal["incremental", "reread"] = "incremental"
-    state_max_records: int = Field(500_000, ge=1)  # records held by the incremental state
+    state_max_records: int = Field(200_000, ge=1)  # records held by the incremental state (docs)
     trigger_s: float = Field(2.0, gt=0)
     state_dir: DirLocation = Path.home() / ".local" / "share" / "linkwatch" / "analyzer"
     spark_master: str = "local[2]"
