@@ -2,8 +2,11 @@
 
 :class:`AnalysisService` wires the parts: the Spark stream (Kafka → dedup → Parquet archive),
 the key sampler, the engine (detectors → policy → sinks) and the metric gauges. Each
-:meth:`AnalysisService.tick` reads the last ``lookback_windows`` windows from the archive with
-the batch transforms and evaluates them at ``now``. :func:`run_continuously` is the entry point
+:meth:`AnalysisService.tick` evaluates the last ``lookback_windows`` windows at ``now``: with
+``evaluation: incremental`` from the in-driver :class:`~analyzer.window_state.WindowState`
+that a second stream feeds once per micro-batch (rebuilt from the archive at start), with no
+Spark job per evaluation; with ``evaluation: reread`` (the default) by reading the archive again with the
+batch transforms. :func:`run_continuously` is the entry point
 for the CLI and ``spark-submit`` (the demo runs the service through
 ``linkwatch.testbed.demo.analyzer``).
 """
@@ -11,10 +14,12 @@ for the CLI and ``spark-submit`` (the demo runs the service through
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
@@ -22,10 +27,17 @@ from analyzer.base import FindingSink, PolicyConfig, SeverityPolicy
 from analyzer.engine import Changes, Engine
 from analyzer.registry import load_detectors
 from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
+from analyzer.window_state import KINDS as STATE_KINDS
+from analyzer.window_state import WindowState
 from linkwatch.aggregates import Aggregates
 from linkwatch.config import DirLocation, StrictModel
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 from remediation.pipeline import FindingPipeline, PipelineConfig
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from spark_metrics.streaming import StreamOptions
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +68,11 @@ class AnalyzerConfig(StrictModel):
     lookback_windows: int = Field(18, ge=1)  # × window_s must exceed the pipeline latency (docs)
     interval_s: float = Field(5.0, gt=0)
     watermark: str = "2 minutes"
+    # incremental: windows kept in memory, fed once per micro-batch; reread (default until the
+    # live e2e passes with incremental, see docs/analyzer.md): the archive read
+    # again at every evaluation (the earlier path, kept for comparison and as a fallback).
+    evaluation: Literal["incremental", "reread"] = "reread"
+    state_max_records: int = Field(200_000, ge=1)  # records held by the incremental state (docs)
     trigger_s: float = Field(2.0, gt=0)
     state_dir: DirLocation = Path.home() / ".local" / "share" / "linkwatch" / "analyzer"
     spark_master: str = "local[2]"
@@ -72,6 +89,30 @@ class AnalyzerConfig(StrictModel):
     def _expand(cls, v: Path) -> Path:
         return Path(v).expanduser()
 
+    @field_validator("watermark")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        interval_ms(v)
+        return v
+
+    @property
+    def state_horizon_ms(self) -> int:
+        """How far back the incremental state keeps windows: the lookback, the window being
+        filled and the watermark (records later than that are counted drops)."""
+        return self.window_s * 1000 * (self.lookback_windows + 1) + interval_ms(self.watermark)
+
+
+_UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+_PART = re.compile(r"\s*(\d+)\s*(millisecond|second|minute|hour|day)s?\s*")
+
+
+def interval_ms(text: str) -> int:
+    """A Spark interval such as ``"2 minutes"`` or ``"1 minute 30 seconds"`` in milliseconds."""
+    parts = _PART.findall(text)
+    if not parts or _PART.sub("", text):
+        raise ValueError(f"watermark {text!r}: expected '<n> <unit>' pairs, unit one of {sorted(_UNITS_MS)}")
+    return sum(int(n) * _UNITS_MS[unit] for n, unit in parts)
+
 
 class PipelineSink(FindingSink):
     """Hands every finding event (appeared, ongoing, cleared) to the findings pipeline."""
@@ -81,6 +122,37 @@ class PipelineSink(FindingSink):
 
     def emit(self, finding: Finding) -> None:
         self.pipeline.handle(finding)
+
+
+class WindowStateCollector:
+    """Exports the incremental state's size and what it dropped (``reason`` as in
+    :class:`~analyzer.window_state.WindowState`), read at scrape time."""
+
+    def __init__(self, service: AnalysisService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        state = self.service.state
+        if state is None:
+            return
+        yield GaugeMetricFamily(
+            "linkwatch_analyzer_window_state_records", "records held by the window state", value=state.records
+        )
+        dropped = CounterMetricFamily(
+            "linkwatch_analyzer_window_state_dropped",
+            "records the window state could not keep",
+            labels=["reason"],
+        )
+        for reason, n in sorted({**state.dropped, "duplicate": state.duplicates}.items()):
+            dropped.add_metric([reason], n)
+        yield dropped
+        yield CounterMetricFamily(
+            "linkwatch_analyzer_window_state_expired",
+            "records of windows aged out of the lookback",
+            value=state.expired,
+        )
 
 
 class AnalysisService:
@@ -112,6 +184,9 @@ class AnalysisService:
         self.query = None
         self.sampler = None
         self.last: Aggregates | None = None
+        self.state: WindowState | None = None
+        self.window_query = None
+        self.metrics.registry.register(WindowStateCollector(self))
         self._http = None
 
     @property
@@ -141,6 +216,8 @@ class AnalysisService:
             trigger_s=self.cfg.trigger_s,
         )
         self.query = start_archive_stream(self.spark, opts)
+        if self.cfg.evaluation == "incremental":
+            self._start_state(opts)
         if self.cfg.publish_findings:
             self.engine.sinks.append(KafkaFindingSink(self.cfg.bootstrap, self.cfg.findings_topic))
         if self.cfg.hot_keys.topics:
@@ -163,30 +240,83 @@ class AnalysisService:
             )
         return self
 
-    def tick(self, now_ms: int | None = None) -> Changes:
-        """Evaluate once over the archive's recent windows."""
+    def _start_state(self, archive: StreamOptions) -> None:
+        """Rebuild the window state from the archive's horizon, then feed it from a second
+        stream that re-reads the same horizon from Kafka (re-sends are dropped by key)."""
+        from spark_metrics.streaming import StreamOptions, start_window_stream
+
+        now_ms = int(self.clock() * 1000)
+        self.state = self.rebuild_state(now_ms)
+        opts = StreamOptions(
+            bootstrap=archive.bootstrap,
+            archive_dir=archive.archive_dir,
+            checkpoint_dir=self.cfg.state_dir / "window-checkpoint",
+            topic=archive.topic,
+            trigger_s=archive.trigger_s,
+        )
+        self.window_query = start_window_stream(
+            self.spark, opts, self._on_batch, now_ms - self.cfg.state_horizon_ms, STATE_KINDS
+        )
+
+    def rebuild_state(self, now_ms: int) -> WindowState:
+        """A window state holding the archive's records of the state horizon before ``now_ms``."""
+        state = WindowState(
+            self.cfg.cluster, self.cfg.window_s, self.cfg.state_horizon_ms, self.cfg.state_max_records
+        )
+        state.add_json(self._archived_values(now_ms - self.cfg.state_horizon_ms, now_ms), now_ms)
+        return state
+
+    def _archived_values(self, from_ms: int, to_ms: int) -> list[str]:
+        from pyspark.sql import functions as F
+
+        from spark_metrics.batch import read_archive
+
+        raw = read_archive(self.spark, self.archive_dir, from_ms, to_ms, single_partition=True)
+        if raw is None:
+            return []
+        kinds = F.get_json_object("value", "$.kind").isin(list(STATE_KINDS))
+        return [r["value"] for r in raw.where(kinds).collect()]
+
+    def _on_batch(self, values: list[str]) -> None:
+        # Runs in the driver for each micro-batch; an exception would stop the stream.
+        try:
+            self.state.add_json(values, int(self.clock() * 1000))
+        except Exception:
+            self.state.dropped["batch_failed"] += len(values)
+            log.exception(
+                "merging a micro-batch into the window state failed; %d records dropped", len(values)
+            )
+
+    def _reread(self, since: int, now_ms: int, hot: tuple) -> Aggregates:
         from spark_metrics.aggregate import aggregate, collect
         from spark_metrics.batch import read_archive
 
-        now_ms = int(self.clock() * 1000) if now_ms is None else now_ms
         # Our own scheduler pool: shares the cores fairly with the stream's (default) pool.
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "linkwatch-analysis")
+        raw = read_archive(self.spark, self.archive_dir, since, now_ms, single_partition=True)
+        if raw is None:
+            return Aggregates(cluster=self.cfg.cluster, window_s=self.cfg.window_s, hot_keys=hot)
+        raw = raw.cache()  # read the archive once per evaluation, not once per aggregate
+        try:
+            frames = aggregate(raw, self.cfg.window_s, cluster=self.cfg.cluster, deduplicate=False)
+            return collect(frames, self.cfg.cluster, self.cfg.window_s, hot)
+        finally:
+            raw.unpersist()
+
+    def tick(self, now_ms: int | None = None) -> Changes:
+        """Evaluate once over the recent windows (from the window state, or re-read from the
+        archive with ``evaluation: reread``)."""
+        now_ms = int(self.clock() * 1000) if now_ms is None else now_ms
         span = self.cfg.window_s * 1000 * self.cfg.lookback_windows
         hot = ()
         if self.sampler is not None:
             self.sampler.poll()
             hot = self.sampler.hot_keys()
         since = now_ms - span - self.cfg.window_s * 1000
-        raw = read_archive(self.spark, self.archive_dir, since, now_ms, single_partition=True)
-        if raw is None:
-            data = Aggregates(cluster=self.cfg.cluster, window_s=self.cfg.window_s, hot_keys=hot)
+        if self.state is not None:
+            data = self.state.aggregates(now_ms, since, hot)
         else:
-            raw = raw.cache()  # read the archive once per evaluation, not once per aggregate
-            try:
-                frames = aggregate(raw, self.cfg.window_s, cluster=self.cfg.cluster, deduplicate=False)
-                data = collect(frames, self.cfg.cluster, self.cfg.window_s, hot)
-            finally:
-                raw.unpersist()
+            data = self._reread(since, now_ms, hot)
         self.last = data
         changes = self.engine.evaluate(data, now_ms)
         if self.pipeline is not None:
@@ -207,11 +337,13 @@ class AnalysisService:
             stop.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - started)))
 
     def stop(self) -> None:
-        if self.query is not None:
+        for query in (self.window_query, self.query):
+            if query is None:
+                continue
             try:
-                self.query.stop()
+                query.stop()
             except Exception:
-                log.exception("stopping the stream failed")
+                log.exception("stopping the stream %s failed", query.name)
         if self.sampler is not None:
             self.sampler.close()
         self.engine.close()

@@ -61,3 +61,18 @@ def read_kafka(
         .load()
     )
     return _in_range(envelope(raw), from_ms, to_ms).dropDuplicates(["key"]).select("value")
+
+
+def write_archive(spark: SparkSession, values: list[str], archive_dir: Path) -> None:
+    """Append record JSON to the archive in the stream's layout (``kind=…/hour=…``, the same
+    envelope columns), in one batch job: for backfills, tests and benches. The stream's own
+    files stay as they are; reads deduplicate by ``key`` across both."""
+    raw = spark.createDataFrame([(v,) for v in values], "value string")
+    (
+        envelope(raw)
+        .drop("event_time")
+        .coalesce(1)
+        .write.mode("append")
+        .partitionBy("kind", "hour")
+        .parquet(str(archive_dir))
+    )

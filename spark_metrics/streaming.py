@@ -5,11 +5,15 @@ The stream keeps the raw record JSON plus the envelope columns (``kind``, ``key`
 with a checkpoint is exactly-once, so a restart resumes from the committed offsets without
 writing a batch twice; re-sends that arrive after the watermark are removed again when the
 archive is read (:func:`spark_metrics.batch.read_archive` deduplicates by ``key``). The
-analysis reads the archive with the same transforms as the batch path.
+analysis reads the archive with the same transforms as the batch path (``evaluation: reread``, the default), or keeps its
+windows in memory fed by :func:`start_window_stream` (``evaluation: incremental``;
+:mod:`analyzer.window_state`).
 """
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,5 +78,47 @@ def start_archive_stream(spark: SparkSession, opts: StreamOptions) -> StreamingQ
         .partitionBy("kind", "hour")
         .trigger(processingTime=f"{opts.trigger_s} seconds")
         .queryName("linkwatch-samples-archive")
+        .start()
+    )
+
+
+def start_window_stream(
+    spark: SparkSession,
+    opts: StreamOptions,
+    on_batch: Callable[[list[str]], None],
+    starting_timestamp_ms: int,
+    kinds: tuple[str, ...],
+) -> StreamingQuery:
+    """A second query beside the archive stream: each micro-batch's records of ``kinds`` are
+    brought to the driver once and handed to ``on_batch`` (the analyzer's in-memory window
+    state, which merges them and drops re-sends by ``key``).
+
+    It starts at ``starting_timestamp_ms`` (the state's horizon; offsets past the end start at
+    the end) from a fresh checkpoint under ``opts.checkpoint_dir``: the driver state does not
+    survive a restart, so the query must not resume where the lost state left off — the state
+    is rebuilt from the archive and this re-read of the horizon, and its dedup makes the
+    overlap harmless. ``on_batch`` runs in the driver; an exception from it fails the query
+    (catch and count inside it)."""
+    shutil.rmtree(opts.checkpoint_dir, ignore_errors=True)
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", opts.bootstrap)
+        .option("subscribe", opts.topic)
+        .option("startingTimestamp", str(starting_timestamp_ms))
+        .option("startingOffsetsByTimestampStrategy", "latest")
+        .option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+    rows = envelope(source).where(F.col("kind").isin(list(kinds))).select("value")
+
+    def batch(df: DataFrame, _batch_id: int) -> None:
+        on_batch([r["value"] for r in df.collect()])
+
+    return (
+        rows.writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(opts.checkpoint_dir))
+        .trigger(processingTime=f"{opts.trigger_s} seconds")
+        .queryName("linkwatch-samples-windows")
         .start()
     )

@@ -153,9 +153,13 @@ class Live:
     uniform: str
     cluster: object
     windows_seen: set[int] = field(default_factory=set)
+    last_tick: float = 0.0
 
     def tick(self) -> None:
-        started = time.monotonic()
+        # Paced like AnalysisService.run: an incremental evaluation takes milliseconds, and
+        # back-to-back ticks would only take CPU from the brokers and the stream.
+        time.sleep(max(0.0, self.last_tick + self.service.cfg.interval_s - time.monotonic()))
+        started = self.last_tick = time.monotonic()
         self.service.tick()
         data = self.service.last
         self.windows_seen |= {r.window_start_ms for r in data.broker_stages}

@@ -1,0 +1,380 @@
+"""Per-window state of the streaming analyzer: merged once per record, evaluated with no Spark job.
+
+:class:`WindowState` holds, for the windows of the lookback, exactly what the batch transforms
+(:mod:`spark_metrics.transforms`) reduce the raw records to, and builds the same
+:class:`linkwatch.aggregates.Aggregates` from it:
+
+* stage sketches: per (broker, request, stage, window) the zero count, the sum and the bucket
+  counts summed per log-bucket key; p50/p99/p999 and the mean are read at evaluation with the
+  arithmetic of :func:`spark_metrics.transforms.stage_quantiles`; the cluster row sums the
+  brokers' buckets again (:func:`~spark_metrics.transforms.cluster_quantiles`);
+* partition sizes: per (topic, partition, broker, window) the last reading (size, log end
+  offset); traffic is the change between consecutive windows in the evaluated range, as
+  :func:`~spark_metrics.transforms.partition_windows` computes it;
+* log-dir usage: per (broker, log dir, window) the last reading;
+* imbalances are computed at evaluation from the two above, as
+  :func:`~spark_metrics.transforms.all_imbalances` does.
+
+Contract:
+
+* :meth:`WindowState.add` / :meth:`WindowState.add_json` take records in any order, any number
+  of times: a record whose ``key`` was already merged is skipped (``duplicates``), so a
+  micro-batch re-run, the start-up rebuild from the archive overlapping the stream, or an
+  agent's spool re-send never counts a window twice. Only records of this ``cluster`` and of
+  the three kinds above are kept; other kinds are ``skipped`` (they reach the archive, not this
+  state). Malformed JSON is dropped and counted in ``dropped[reason]``, never raised.
+* Memory is bounded twice: windows older than ``horizon_ms`` before the newest ``now`` seen
+  (lookback + watermark) are evicted with their dedup keys (``expired`` counts their records),
+  and a record older than that is dropped (``dropped["too_old"]``); at most ``max_records``
+  record keys are held — past that the oldest window is evicted whole
+  (``dropped["state_full"]`` counts its records), and a record that would still not fit is
+  dropped with the same reason.
+* :meth:`WindowState.aggregates` evaluates the windows overlapping ``[since_ms, now_ms)``
+  whole (the re-read path cut the oldest window at a record boundary). It never raises on
+  data the ``add`` methods accepted.
+* Thread-safe: the stream's micro-batch callback adds while the service's tick evaluates.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from linkwatch import records as R
+from linkwatch.aggregates import (
+    Aggregates,
+    HotKey,
+    ImbalanceWindow,
+    LogDirWindow,
+    PartitionWindow,
+    StageWindow,
+)
+from linkwatch.sketch import _MAPPING
+
+QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
+KINDS: tuple[str, ...] = (R.StageSketch.KIND, R.PartitionSize.KIND, R.LogDirUsage.KIND)
+
+
+def bucket_value(key: int) -> float:
+    """Milliseconds of a log bucket: the same expression as Spark's ``transforms.key_to_value``."""
+    m = _MAPPING
+    return math.pow(2.0, (key - m._offset) / m._multiplier) * (2.0 / (1 + m.gamma))
+
+
+@dataclass
+class _Sketch:
+    zero: int = 0
+    sum_ms: float = 0.0
+    buckets: dict[int, int] = field(default_factory=dict)
+
+    def merge(self, zero: int, sum_ms: float, buckets: Iterable[tuple[int, int]]) -> None:
+        self.zero += zero
+        self.sum_ms += sum_ms
+        for key, n in buckets:
+            self.buckets[key] = self.buckets.get(key, 0) + n
+
+
+@dataclass
+class _Window:
+    """Everything kept for one window start; ``keys`` are the records merged into it."""
+
+    keys: set[str] = field(default_factory=set)
+    stages: dict[tuple[int, str, str], _Sketch] = field(default_factory=dict)
+    # (topic, partition, broker) -> (ts_ms, size_bytes, log_end_offset) of the last reading
+    partitions: dict[tuple[str, int, int], tuple[int, int, int | None]] = field(default_factory=dict)
+    # (broker, log_dir) -> (ts_ms, capacity_bytes, used_bytes, io_util) of the last reading
+    logdirs: dict[tuple[int, str], tuple[int, int, int, float | None]] = field(default_factory=dict)
+
+
+class WindowState:
+    def __init__(self, cluster: str, window_s: int, horizon_ms: int, max_records: int = 500_000) -> None:
+        if window_s < 1 or horizon_ms < 0 or max_records < 1:
+            raise ValueError(f"bad window state bounds: {window_s=} {horizon_ms=} {max_records=}")
+        self.cluster = cluster
+        self.window_ms = window_s * 1000
+        self.horizon_ms = horizon_ms
+        self.max_records = max_records
+        self.dropped: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.duplicates = 0
+        self.expired = 0  # records of windows aged out past the horizon (normal, not a loss)
+        self._windows: dict[int, _Window] = {}
+        self._key_window: dict[str, int] = {}
+        self._now_ms = 0
+        self._lock = threading.Lock()
+
+    # --- adding ---------------------------------------------------------------------------
+
+    def add_json(self, values: Iterable[bytes | str], now_ms: int | None = None) -> None:
+        """Decode and add raw record JSON (the ``value`` column); bad records are counted drops."""
+        recs = []
+        for value in values:
+            try:
+                recs.append(R.decode(value))
+            except R.RecordError as e:
+                self.dropped[e.reason] += 1
+        self.add(recs, now_ms)
+
+    def add(self, records: Iterable[R.Record], now_ms: int | None = None) -> None:
+        """Merge records; ``now_ms`` (when given) moves the eviction horizon forward first."""
+        with self._lock:
+            if now_ms is not None:
+                self._advance(now_ms)
+            for rec in records:
+                self._add_one(rec)
+
+    def _add_one(self, rec: R.Record) -> None:
+        if rec.KIND not in KINDS:
+            self.skipped[rec.KIND] += 1
+            return
+        if rec.cluster != self.cluster:
+            self.skipped["other_cluster"] += 1
+            return
+        key = rec.dedup_key()
+        if key in self._key_window:
+            self.duplicates += 1
+            return
+        start = rec.ts_ms - rec.ts_ms % self.window_ms
+        if start + self.window_ms <= self._oldest_kept():
+            self.dropped["too_old"] += 1
+            return
+        if not self._make_room(start):
+            self.dropped["state_full"] += 1
+            return
+        win = self._windows.setdefault(start, _Window())
+        if isinstance(rec, R.StageSketch):
+            if not self._merge_sketch(win, rec):
+                return
+        elif isinstance(rec, R.PartitionSize):
+            cell = (rec.topic, rec.partition, rec.broker)
+            if cell not in win.partitions or rec.ts_ms > win.partitions[cell][0]:
+                win.partitions[cell] = (rec.ts_ms, rec.size_bytes, rec.log_end_offset)
+        elif isinstance(rec, R.LogDirUsage):
+            cell2 = (rec.broker, rec.log_dir)
+            if cell2 not in win.logdirs or rec.ts_ms > win.logdirs[cell2][0]:
+                win.logdirs[cell2] = (rec.ts_ms, rec.capacity_bytes, rec.used_bytes, rec.io_util)
+        win.keys.add(key)
+        self._key_window[key] = start
+
+    def _merge_sketch(self, win: _Window, rec: R.StageSketch) -> bool:
+        sk = rec.sketch
+        try:
+            buckets = [(int(k), int(n)) for k, n in dict(sk.get("buckets", {})).items()]
+            zero, sum_ms = int(sk.get("zero", 0)), float(sk.get("sum", 0.0))
+        except (TypeError, ValueError):
+            self.dropped["bad_sketch"] += 1
+            return False
+        win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketch()).merge(zero, sum_ms, buckets)
+        return True
+
+    # --- bounds ---------------------------------------------------------------------------
+
+    def _oldest_kept(self) -> int:
+        return self._now_ms - self.horizon_ms
+
+    def _advance(self, now_ms: int) -> None:
+        self._now_ms = max(self._now_ms, now_ms)
+        for start in [s for s in self._windows if s + self.window_ms <= self._oldest_kept()]:
+            self.expired += self._evict(start)
+
+    def _evict(self, start: int) -> int:
+        win = self._windows.pop(start)
+        for key in win.keys:
+            del self._key_window[key]
+        return len(win.keys)
+
+    def _make_room(self, start: int) -> bool:
+        while len(self._key_window) >= self.max_records:
+            older = [s for s in self._windows if s < start]
+            if not older:
+                return False
+            self.dropped["state_full"] += self._evict(min(older))
+        return True
+
+    @property
+    def records(self) -> int:
+        """Record keys held (the ``max_records`` bound)."""
+        return len(self._key_window)
+
+    @property
+    def window_starts(self) -> list[int]:
+        with self._lock:
+            return sorted(self._windows)
+
+    # --- evaluating -----------------------------------------------------------------------
+
+    def aggregates(
+        self,
+        now_ms: int | None = None,
+        since_ms: int | None = None,
+        hot_keys: Sequence[HotKey] = (),
+    ) -> Aggregates:
+        """The rows of every window overlapping ``[since_ms, now_ms)`` (all held windows when
+        both are None). ``now_ms`` also moves the eviction horizon."""
+        with self._lock:
+            if now_ms is not None:
+                self._advance(now_ms)
+            lo = -math.inf if since_ms is None else since_ms
+            hi = math.inf if now_ms is None else now_ms
+            picked = sorted((s, w) for s, w in self._windows.items() if s + self.window_ms > lo and s < hi)
+            stages = _stage_rows(picked)
+            partitions = _partition_rows(picked)
+            logdirs = _logdir_rows(picked)
+        return Aggregates(
+            cluster=self.cluster,
+            window_s=self.window_ms // 1000,
+            broker_stages=[r for r in stages if r.broker is not None],
+            cluster_stages=[r for r in stages if r.broker is None],
+            partitions=partitions,
+            logdirs=logdirs,
+            imbalances=_imbalances(partitions, logdirs),
+            hot_keys=tuple(hot_keys),
+        )
+
+
+# --- the transforms' arithmetic on the held cells (pure functions) ---------------------------
+
+
+def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: _Sketch) -> StageWindow:
+    count = sk.zero + sum(sk.buckets.values())
+    values: dict[str, float | None] = {}
+    ordered = sorted(sk.buckets.items())
+    for name, q in QUANTILES.items():
+        if count == 0:
+            values[name] = None
+            continue
+        rank = math.floor(q * (count - 1))
+        if rank < sk.zero:
+            values[name] = 0.0
+            continue
+        values[name] = None  # no key passes the rank (only with negative counts)
+        cum = 0
+        for key, n in ordered:
+            cum += n
+            if sk.zero + cum > rank:
+                values[name] = bucket_value(key)
+                break
+    return StageWindow(
+        broker=broker,
+        request=request,
+        stage=stage,
+        window_start_ms=start,
+        count=count,
+        mean_ms=sk.sum_ms / count if count > 0 else None,
+        **values,
+    )
+
+
+def _stage_rows(picked: list[tuple[int, _Window]]) -> list[StageWindow]:
+    out = []
+    for start, win in picked:
+        merged: dict[tuple[str, str], _Sketch] = defaultdict(_Sketch)
+        for (broker, request, stage), sk in win.stages.items():
+            out.append(_quantile_row(broker, request, stage, start, sk))
+            merged[(request, stage)].merge(sk.zero, sk.sum_ms, sk.buckets.items())
+        out.extend(_quantile_row(None, rq, st, start, sk) for (rq, st), sk in merged.items())
+    return out
+
+
+def _partition_rows(picked: list[tuple[int, _Window]]) -> list[PartitionWindow]:
+    # Per window: the largest replica's size and offset (the leader's); then traffic from the
+    # previous window in the range, null for the first one or when the value shrank.
+    series: dict[tuple[str, int], list[tuple[int, int, int | None]]] = defaultdict(list)
+    for start, win in picked:
+        per: dict[tuple[str, int], list[tuple[int, int | None]]] = defaultdict(list)
+        for (topic, partition, _broker), (_ts, size, leo) in win.partitions.items():
+            per[(topic, partition)].append((size, leo))
+        for tp, readings in per.items():
+            leos = [leo for _, leo in readings if leo is not None]
+            series[tp].append((start, max(s for s, _ in readings), max(leos) if leos else None))
+    out = []
+    for (topic, partition), windows in series.items():
+        prev: tuple[int, int, int | None] | None = None
+        for start, size, leo in windows:
+            out.append(
+                PartitionWindow(
+                    topic=topic,
+                    partition=partition,
+                    window_start_ms=start,
+                    size_bytes=size,
+                    bytes_in_per_s=_rate(prev and prev[1], size, prev and prev[0], start),
+                    messages_in_per_s=_rate(prev and prev[2], leo, prev and prev[0], start),
+                )
+            )
+            prev = (start, size, leo)
+    return out
+
+
+def _rate(before: int | None, after: int | None, t0: int | None, t1: int) -> float | None:
+    if before is None or after is None or t0 is None or after - before < 0:
+        return None
+    return (after - before) / ((t1 - t0) / 1000.0)
+
+
+def _logdir_rows(picked: list[tuple[int, _Window]]) -> list[LogDirWindow]:
+    return [
+        LogDirWindow(
+            broker=broker,
+            log_dir=log_dir,
+            window_start_ms=start,
+            capacity_bytes=cap,
+            used_bytes=used,
+            usage_ratio=used / cap if cap > 0 else 0.0,
+            io_util=io,
+        )
+        for start, win in picked
+        for (broker, log_dir), (_ts, cap, used, io) in win.logdirs.items()
+    ]
+
+
+def _imbalance(
+    scope: str, measure: str, members: Iterable[tuple[str, int, str, float | None]]
+) -> list[ImbalanceWindow]:
+    """``members`` are (group, window, member, value); null values are ignored."""
+    groups: dict[tuple[str, int], list[tuple[str, float]]] = defaultdict(list)
+    for group, start, member, x in members:
+        if x is not None:
+            groups[(group, start)].append((member, x))
+    out = []
+    for (group, start), xs in groups.items():
+        top_member, top = max(xs, key=lambda mx: mx[1])
+        avg = sum(float(x) for _, x in xs) / len(xs)
+        out.append(
+            ImbalanceWindow(
+                scope=scope,
+                measure=measure,
+                group=group,
+                window_start_ms=start,
+                members=len(xs),
+                max_value=float(top),
+                avg_value=avg,
+                ratio=top / avg - 1.0 if avg > 0 else 0.0,
+                max_member=top_member,
+            )
+        )
+    return out
+
+
+def _imbalances(partitions: list[PartitionWindow], logdirs: list[LogDirWindow]) -> list[ImbalanceWindow]:
+    out = []
+    for measure, col in (
+        ("bytes_in", "bytes_in_per_s"),
+        ("messages_in", "messages_in_per_s"),
+        ("size", "size_bytes"),
+    ):
+        out += _imbalance(
+            "topic",
+            measure,
+            ((p.topic, p.window_start_ms, str(p.partition), getattr(p, col)) for p in partitions),
+        )
+    per_broker: dict[tuple[int, int], int] = defaultdict(int)
+    for d in logdirs:
+        per_broker[(d.broker, d.window_start_ms)] += d.used_bytes
+    out += _imbalance("broker", "size", (("", w, str(b), used) for (b, w), used in per_broker.items()))
+    out += _imbalance(
+        "log_dir", "size", (("", d.window_start_ms, f"{d.broker}:{d.log_dir}", d.used_bytes) for d in logdirs)
+    )
+    return out

@@ -1,0 +1,187 @@
+"""The incremental window state without Spark: dedup, order independence, the memory bounds and
+bad input. (Its equivalence with the Spark transforms is in
+tests/spark_metrics/test_window_state_spark.py.)"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.service import AnalyzerConfig, interval_ms
+from analyzer.window_state import WindowState
+from linkwatch import records as R
+from tests.analyzer.window_records import (
+    CLUSTER,
+    T0,
+    WINDOW_S,
+    assert_same_aggregates,
+    logdir,
+    partition,
+    record_sets,
+    stage,
+)
+
+WMS = WINDOW_S * 1000
+PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
+
+
+def fresh(horizon_ms: int = 10**9, max_records: int = 10_000) -> WindowState:
+    return WindowState(CLUSTER, WINDOW_S, horizon_ms, max_records)
+
+
+def test_a_resent_record_counts_once() -> None:
+    rec = stage(1, T0 + 10, [5.0, 7.0, 9.0])
+    state = fresh()
+    state.add([rec, rec])
+    state.add_json([rec.to_json()])
+    [row] = state.aggregates().broker_stages
+    assert (row.count, state.duplicates, state.records) == (3, 2, 1)
+
+
+def test_sketches_of_one_window_merge_and_the_cluster_row_sums_brokers() -> None:
+    state = fresh()
+    state.add([stage(1, T0, [1.0] * 10), stage(1, T0 + 500, [100.0] * 10), stage(2, T0 + 1, [50.0] * 5)])
+    data = state.aggregates()
+    counts = {(r.broker, r.window_start_ms): r.count for r in data.broker_stages}
+    assert counts == {(1, T0): 20, (2, T0): 5}
+    [cluster] = data.cluster_stages
+    assert (cluster.broker, cluster.count) == (None, 25)
+    assert cluster.p99_ms == pytest.approx(100.0, rel=0.01)
+    assert cluster.mean_ms == pytest.approx((10 * 1.0 + 10 * 100.0 + 5 * 50.0) / 25)
+
+
+@PROPERTY
+@given(record_sets())
+def test_order_and_resends_do_not_change_the_aggregates(sets) -> None:
+    distinct, sent = sets
+    once, streamed = fresh(), fresh()
+    once.add(distinct)
+    for i in range(0, len(sent), 3):  # micro-batches of three
+        streamed.add(sent[i : i + 3])
+    assert_same_aggregates(streamed.aggregates(), once.aggregates())
+    assert streamed.duplicates == len(sent) - len(distinct)
+
+
+def test_windows_overlapping_the_range_are_evaluated_whole() -> None:
+    state = fresh()
+    state.add([stage(1, T0 + i * WMS + 100, [1.0]) for i in range(5)])
+    # since falls inside window 1, now at the start of window 4: windows 1, 2, 3.
+    data = state.aggregates(now_ms=T0 + 4 * WMS, since_ms=T0 + WMS + 500)
+    assert sorted(r.window_start_ms for r in data.broker_stages) == [T0 + i * WMS for i in (1, 2, 3)]
+
+
+def test_windows_past_the_horizon_expire_and_late_records_are_counted_drops() -> None:
+    state = fresh(horizon_ms=3 * WMS)
+    for i in range(10):
+        state.add([stage(1, T0 + i * WMS, [1.0])], now_ms=T0 + (i + 1) * WMS)
+        assert state.window_starts[0] + WMS > T0 + (i + 1) * WMS - 3 * WMS
+    assert len(state.window_starts) == 3
+    assert state.expired == 7
+    state.add([stage(2, T0, [1.0])])
+    assert state.dropped["too_old"] == 1
+    assert state.records == 3
+
+
+def test_the_record_cap_evicts_the_oldest_window_and_counts_it() -> None:
+    state = fresh(max_records=4)
+    state.add([stage(b, T0 + w * WMS, [1.0]) for w in range(3) for b in (1, 2)])
+    assert state.records == 4
+    assert state.window_starts == [T0 + WMS, T0 + 2 * WMS]
+    assert state.dropped["state_full"] == 2
+    # One window larger than the cap: what does not fit is dropped and counted, never raised.
+    state.add([stage(b, T0 + 3 * WMS, [1.0]) for b in range(1, 7)])
+    assert state.records <= 4
+    assert state.dropped["state_full"] == 2 + 4 + 2
+    assert state.window_starts == [T0 + 3 * WMS]
+
+
+@PROPERTY
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 4), st.integers(0, 3)), max_size=120),
+    st.integers(1, 25),
+    st.integers(0, 8),
+)
+def test_state_stays_within_its_bounds_and_accounts_for_every_record(steps, cap, horizon_windows) -> None:
+    state = fresh(horizon_ms=horizon_windows * WMS, max_records=cap)
+    now = T0
+    distinct = set()
+    for window, broker, lateness in steps:
+        ts = T0 + window * WMS + 7
+        now = max(now, ts + lateness * WMS)
+        rec = stage(broker, ts, [1.0])
+        distinct.add(rec.dedup_key())
+        state.add([rec], now_ms=now)
+        assert state.records <= cap
+        assert all(s + WMS > now - horizon_windows * WMS for s in state.window_starts)
+    lost = state.dropped["too_old"] + state.dropped["state_full"]
+    assert state.records + state.expired + lost + state.duplicates >= len(distinct)
+    assert state.records + state.expired + lost == len(steps) - state.duplicates
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{not json", "not_json"),
+        (b"[1, 2]", "not_object"),
+        (b'{"v": 0, "kind": "stage_sketch"}', "bad_version"),
+        (b'{"v": 99, "kind": "stage_sketch"}', "future_version"),
+        (b'{"v": 1, "kind": "nope"}', "unknown_kind"),
+        (b'{"v": 1, "kind": "stage_sketch", "cluster": "c1"}', "missing_field"),
+        (
+            stage(1, T0, [1.0]).to_json().replace(b'"buckets":{', b'"buckets":{"x":1,'),
+            "bad_sketch",
+        ),
+    ],
+)
+def test_bad_input_is_a_counted_drop(raw: bytes, reason: str) -> None:
+    state = fresh()
+    state.add_json([raw, stage(2, T0, [3.0]).to_json()])
+    assert dict(state.dropped) == {reason: 1}
+    assert [r.broker for r in state.aggregates().broker_stages] == [2]
+
+
+def test_other_clusters_and_kinds_are_skipped_and_counted() -> None:
+    other = R.StageSketch(**{**stage(1, T0, [1.0]).__dict__, "cluster": "c2"})
+    host = R.HostStats(
+        cluster=CLUSTER,
+        source="b",
+        ts_ms=T0,
+        broker=1,
+        window_s=2,
+        cpu_percent=1.0,
+        page_cache_bytes=0,
+        disk_write_bytes_per_s=0.0,
+        disk_read_bytes_per_s=0.0,
+        net_rx_bytes_per_s=0.0,
+        net_tx_bytes_per_s=0.0,
+    )
+    state = fresh()
+    state.add([other, host, partition("a", 0, 1, T0, 10, 1), logdir(1, "/d", T0, 100, 50, None)])
+    assert dict(state.skipped) == {"other_cluster": 1, "host": 1}
+    assert state.records == 2
+
+
+def test_interval_parsing_for_the_horizon() -> None:
+    assert interval_ms("2 minutes") == 120_000
+    assert interval_ms("1 minute 30 seconds") == 90_000
+    with pytest.raises(ValueError, match="watermark 'soon'"):
+        interval_ms("soon")
+    cfg = AnalyzerConfig(window_s=2, lookback_windows=90, watermark="60 seconds")
+    assert cfg.state_horizon_ms == 2000 * 91 + 60_000
+    assert cfg.evaluation == "reread"
+
+
+def test_the_service_exports_the_state_size_and_its_drops() -> None:
+    from analyzer.base import InMemorySink
+    from analyzer.service import AnalysisService
+
+    service = AnalysisService(AnalyzerConfig(cluster=CLUSTER, window_s=WINDOW_S), sinks=[InMemorySink()])
+    service.state = fresh()
+    rec = stage(1, T0, [1.0])
+    service.state.add_json([rec.to_json(), rec.to_json(), b"{bad"])
+    reg = service.metrics.registry
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_records") == 1
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "not_json"}) == 1
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "duplicate"}) == 1
+    assert reg.get_sample_value("linkwatch_analyzer_window_state_expired_total") == 0

@@ -1,0 +1,160 @@
+"""Record sets for the window-state tests: Hypothesis strategies shaped like the agents'
+samples (stage sketches, partition sizes, log-dir usage), and a row comparison for Aggregates."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from hypothesis import strategies as st
+
+from linkwatch import records as R
+from linkwatch.aggregates import Aggregates
+from linkwatch.sketch import LatencySketch
+
+T0 = 1_700_000_000_000
+WINDOW_S = 2
+CLUSTER = "c1"
+
+
+def sketch_of(values: list[float]) -> dict:
+    sk = LatencySketch()
+    for v in values:
+        sk.add(v)
+    return sk.to_dict()
+
+
+def stage(broker: int, ts_ms: int, values: list[float], request: str = "Produce", stage: str = "total"):
+    return R.StageSketch(
+        cluster=CLUSTER,
+        source=f"broker-{broker}",
+        ts_ms=ts_ms,
+        broker=broker,
+        request=request,
+        stage=stage,
+        window_s=WINDOW_S,
+        sketch=sketch_of(values),
+    )
+
+
+def partition(topic: str, p: int, broker: int, ts_ms: int, size: int, leo: int | None) -> R.PartitionSize:
+    return R.PartitionSize(
+        cluster=CLUSTER,
+        source=f"broker-{broker}",
+        ts_ms=ts_ms,
+        broker=broker,
+        log_dir="/data/1",
+        topic=topic,
+        partition=p,
+        size_bytes=size,
+        segments=1,
+        oldest_segment_ms=T0,
+        newest_segment_ms=ts_ms,
+        log_end_offset=leo,
+    )
+
+
+def logdir(
+    broker: int, log_dir: str, ts_ms: int, capacity: int, used: int, io: float | None
+) -> R.LogDirUsage:
+    return R.LogDirUsage(
+        cluster=CLUSTER,
+        source=f"broker-{broker}",
+        ts_ms=ts_ms,
+        broker=broker,
+        log_dir=log_dir,
+        capacity_bytes=capacity,
+        used_bytes=used,
+        partition_bytes=used,
+        partitions=1,
+        io_util=io,
+    )
+
+
+_ts = st.integers(0, 6 * WINDOW_S * 1000 - 1).map(lambda d: T0 + d)
+_latency = st.one_of(st.just(0.0), st.floats(0.001, 5000.0))
+_stages = st.builds(
+    stage,
+    st.integers(1, 3),
+    _ts,
+    st.lists(_latency, max_size=40),
+    st.sampled_from(["Produce", "FetchConsumer"]),
+    st.sampled_from(["total", "local"]),
+)
+_partitions = st.builds(
+    partition,
+    st.sampled_from(["a", "b"]),
+    st.integers(0, 3),
+    st.integers(1, 3),
+    _ts,
+    st.integers(0, 10**6),
+    st.one_of(st.none(), st.integers(0, 10**6)),
+)
+_logdirs = st.builds(
+    logdir,
+    st.integers(1, 3),
+    st.sampled_from(["/data/1", "/data/2"]),
+    _ts,
+    st.integers(0, 10**9),
+    st.integers(0, 10**9),
+    st.one_of(st.none(), st.floats(0.0, 1.0)),
+)
+
+
+@st.composite
+def record_sets(draw: st.DrawFn) -> tuple[list[R.Record], list[R.Record]]:
+    """``(distinct, sent)``: records with distinct keys, and the same records as a stream
+    delivers them — shuffled across windows, some re-sent (identical copies, as a spool does)."""
+    recs = draw(st.lists(st.one_of(_stages, _partitions, _logdirs), max_size=40))
+    distinct = list({r.dedup_key(): r for r in recs}.values())
+    resent = draw(st.lists(st.sampled_from(distinct), max_size=8)) if distinct else []
+    sent = draw(st.permutations(distinct + resent))
+    return distinct, sent
+
+
+def _close(a: object, b: object, rel: float) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+    return a == b
+
+
+def _member_values(data: Aggregates) -> dict[tuple[str, str, str, int, str], float]:
+    """(scope, measure, group, window, member) → value, for checking ties of ``max_member``."""
+    out: dict[tuple[str, str, str, int, str], float] = {}
+    for p in data.partitions:
+        for measure, v in (
+            ("bytes_in", p.bytes_in_per_s),
+            ("messages_in", p.messages_in_per_s),
+            ("size", p.size_bytes),
+        ):
+            if v is not None:
+                out[("topic", measure, p.topic, p.window_start_ms, str(p.partition))] = float(v)
+    per_broker: dict[tuple[int, int], int] = {}
+    for d in data.logdirs:
+        per_broker[(d.broker, d.window_start_ms)] = (
+            per_broker.get((d.broker, d.window_start_ms), 0) + d.used_bytes
+        )
+        out[("log_dir", "size", "", d.window_start_ms, f"{d.broker}:{d.log_dir}")] = float(d.used_bytes)
+    for (b, w), used in per_broker.items():
+        out[("broker", "size", "", w, str(b))] = float(used)
+    return out
+
+
+def assert_same_aggregates(got: Aggregates, want: Aggregates, rel: float = 1e-9) -> None:
+    """Row sets equal, floats to ``rel``; where several members share the maximum, either may
+    be named ``max_member`` (Spark's ``max_by`` picks any of them)."""
+    values = _member_values(want)
+    for name in ("broker_stages", "cluster_stages", "partitions", "logdirs", "imbalances"):
+        g = sorted((dataclasses.astuple(r) for r in getattr(got, name)), key=repr)
+        w = sorted((dataclasses.astuple(r) for r in getattr(want, name)), key=repr)
+        if name == "imbalances":
+            g = sorted((r[:-1] for r in g), key=repr)
+            w = sorted((r[:-1] for r in w), key=repr)
+        assert len(g) == len(w), f"{name}: {len(g)} rows, want {len(w)}"
+        for a, b in zip(g, w, strict=True):
+            assert len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b, strict=True)), (
+                f"{name}: {a} != {b}"
+            )
+    for r in got.imbalances:
+        member = values[(r.scope, r.measure, r.group, r.window_start_ms, r.max_member)]
+        assert _close(member, r.max_value, rel), f"{r.max_member} does not carry the maximum of {r}"
