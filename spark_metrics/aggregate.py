@@ -20,6 +20,7 @@ from linkwatch.aggregates import (
     ImbalanceWindow,
     LogDirWindow,
     PartitionWindow,
+    ProbeBrokerWindow,
     StageWindow,
 )
 from spark_metrics import transforms as tf
@@ -32,6 +33,7 @@ class AggregateFrames:
     partitions: DataFrame
     logdirs: DataFrame
     imbalances: DataFrame
+    probes: DataFrame
 
 
 def aggregate(
@@ -52,6 +54,7 @@ def aggregate(
         partitions=partitions,
         logdirs=logdirs,
         imbalances=tf.all_imbalances(partitions, logdirs),
+        probes=tf.probe_windows(kind(R.ProbeSample), window_s),
     )
 
 
@@ -73,6 +76,7 @@ def collect(
         partitions = _rows(frames.partitions, PartitionWindow)
         logdirs = _rows(frames.logdirs, LogDirWindow)
         imbalances = _rows(frames.imbalances, ImbalanceWindow)
+        probes = _rows(frames.probes, ProbeBrokerWindow)
     finally:
         for df in cached:
             df.unpersist()
@@ -85,4 +89,5 @@ def collect(
         logdirs=logdirs,
         imbalances=imbalances,
         hot_keys=hot_keys,
+        probes=probes,
     )
