@@ -33,6 +33,10 @@ class ProbeMetrics(Collector):
         self.pending = 0
         self._lock = threading.Lock()
 
+    def count_action(self, action: str, n: int = 1) -> None:
+        with self._lock:
+            self.topic_actions[action] += n
+
     def update(self, windows: Mapping[int, BrokerWindow], dropped: Mapping[str, int], pending: int) -> None:
         """One closed window per broker (``dropped`` is the running total by reason)."""
         with self._lock:

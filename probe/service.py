@@ -103,33 +103,40 @@ class ProbeService:
 
     # --- the topic keeper ---------------------------------------------------------------------
 
-    def check_topic(self) -> None:
-        """One keeper step: plan, apply (when managed), publish the leaders. Errors propagate."""
+    def check_topic(self) -> bool:
+        """One keeper step: plan, apply (when managed), publish the leaders. Errors propagate.
+
+        Returns whether the topic looked settled (nothing planned, every partition led)."""
         cfg = self.config.topic
         view = read_view(self.admin, cfg.name)
-        if cfg.manage:
-            p = plan(view, cfg.replication_factor)
-            if not p.empty:
-                log.info(p.describe())
-                apply(self.admin, cfg.name, view, p)
-                for action, n in (
-                    ("create", len(p.create)),
-                    ("reassign", len(p.reassign)),
-                    ("elect", len(p.elect)),
-                ):
-                    if n:
-                        self.metrics.topic_actions[action] += n
-                view = read_view(self.admin, cfg.name)
+        p = plan(view, cfg.replication_factor) if cfg.manage else None
+        if p is not None and not p.empty:
+            log.info(p.describe())
+            apply(self.admin, cfg.name, view, p)
+            for action, n in (
+                ("create", len(p.create)),
+                ("reassign", len(p.reassign)),
+                ("elect", len(p.elect)),
+            ):
+                if n:
+                    self.metrics.count_action(action, n)
+            view = read_view(self.admin, cfg.name)
         leaders = {part: b for part, b in view.leaders.items() if b != NO_LEADER}
         with self._leaders_lock:
             self._leaders = leaders
+        return (p is None or p.empty) and len(leaders) == len(view.replicas) and not view.reassigning
 
-    def _keep_topic(self, stop: threading.Event) -> None:
-        while not stop.wait(self.config.topic.check_interval_s):
+    def _keep_topic(self, stop: threading.Event, settled: bool) -> None:
+        # An unsettled topic (just created, moving, leaderless) is looked at again within a
+        # second, so new partitions are probed as soon as they have leaders.
+        while not stop.wait(
+            self.config.topic.check_interval_s if settled else min(1.0, self.config.topic.check_interval_s)
+        ):
             try:
-                self.check_topic()
+                settled = self.check_topic()
             except Exception as e:
-                self.metrics.topic_actions["check_failed"] += 1
+                settled = False
+                self.metrics.count_action("check_failed")
                 log.warning("probe topic check failed (probing goes on with the last leaders): %s", e)
 
     def leaders(self) -> dict[int, int]:
