@@ -245,10 +245,10 @@ class ProbeService:
     ) -> None:
         """Probe until ``stop`` is set; ``on_window(window_start_ms, windows)`` after each window."""
         cfg = self.config
-        self.check_topic()
+        settled = self.check_topic()
         keeper_stop = threading.Event()
         self._keeper = threading.Thread(
-            target=self._keep_topic, args=(keeper_stop,), name="probe-topic", daemon=True
+            target=self._keep_topic, args=(keeper_stop, settled), name="probe-topic", daemon=True
         )
         self._keeper.start()
         window_ms = cfg.window_s * 1000
