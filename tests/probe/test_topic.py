@@ -4,8 +4,10 @@ duplicates, no-op rows (settled topic, reassignment in progress)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from probe.topic import NO_LEADER, Plan, TopicView, plan, replicas_for
+from probe.topic import NO_LEADER, Plan, TopicView, owners, plan, replicas_for
 
 
 def view(brokers, replicas, leaders=None, reassigning=False) -> TopicView:
@@ -89,3 +91,49 @@ def test_plan_describes_itself() -> None:
     p = Plan(create=((4,),), reassign={1: (5, 1)}, elect=(0,))
     assert p.describe() == "probe topic: create [4]; reassign 1->[5, 1]; elect preferred leaders of 0"
     assert Plan().describe() == "probe topic: nothing to do"
+
+
+def _applied(v: TopicView, p: Plan) -> TopicView:
+    """The cluster after a plan has completed: new and moved partitions led by their first replica,
+    elected ones by their preferred leader."""
+    replicas = dict(v.replicas)
+    leaders = dict(v.leaders)
+    for r in p.create:
+        n = len(replicas)
+        replicas[n], leaders[n] = r, r[0]
+    for part, r in p.reassign.items():
+        replicas[part], leaders[part] = r, r[0]
+    for part in p.elect:
+        leaders[part] = replicas[part][0]
+    return TopicView(v.brokers, replicas, leaders)
+
+
+_brokers = st.sets(st.integers(1, 8), min_size=1, max_size=6)
+
+
+@st.composite
+def views(draw: st.DrawFn) -> tuple[TopicView, int]:
+    live = sorted(draw(_brokers))
+    known = sorted(set(live) | draw(st.sets(st.integers(1, 8), max_size=3)))  # some have left
+    rf = draw(st.integers(1, 3))
+    n = draw(st.integers(0, 8))
+    replicas, leaders = {}, {}
+    for part in range(n):
+        reps = tuple(draw(st.lists(st.sampled_from(known), min_size=1, max_size=rf, unique=True)))
+        online = [b for b in reps if b in live]
+        replicas[part] = reps
+        leaders[part] = draw(st.sampled_from(online)) if online else NO_LEADER
+    return TopicView(tuple(live), replicas, leaders), rf
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(views())
+def test_one_plan_settles_the_topic(case: tuple[TopicView, int]) -> None:
+    """Whatever the topic looks like, after its plan every live broker owns one partition and
+    leads it, and planning again does nothing."""
+    v, rf = case
+    after = _applied(v, plan(v, rf))
+    own = owners(after)
+    assert set(own) == set(v.brokers)
+    assert all(after.leaders[p] == b for b, p in own.items())
+    assert plan(after, rf) == Plan()
