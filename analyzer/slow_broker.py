@@ -74,6 +74,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from analyzer.base import BarChart, Chart, Detector, DetectorConfig, DetectorGauge, GaugeValues, LineChart
+from analyzer.probe_evidence import probe_evidence
 from linkwatch.aggregates import Aggregates, ClientWindow, StageWindow
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, Finding
 
@@ -732,6 +733,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
                 "baseline": {"p99_threshold_ms": cfg.p99_threshold_ms, "remote_share": cfg.remote_share},
                 "windows": [v.window_start_ms for v in windows],
                 "slow_windows": [v.window_start_ms for v in slow],
+                "probe": probe_evidence(data, sf.broker, [v.window_start_ms for v in windows]),
             },
             action=(
                 f"check broker {sf.broker} for JVM pauses (GC log, safepoints), its replica fetcher "
@@ -778,6 +780,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             "windows": [v.window_start_ms for v in top["windows"]],
             "slow_windows": [v.window_start_ms for v in slow],
             "scores": {r: x["score"] for r, x in ev["requests"].items()},
+            "probe": probe_evidence(data, b, [v.window_start_ms for v in top["windows"]]),
         }
         return self.finding(
             data,

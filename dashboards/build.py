@@ -298,6 +298,52 @@ def slow_nodes() -> db.Dashboard:
             ),
         )
     )
+    return probe_row(d)
+
+
+def probe_row(d: db.Dashboard) -> db.Dashboard:
+    """The clients' view of each broker: the probe's partition led by it (``linkwatch probe``)."""
+    d = d.with_row(db.Row("Probe (one partition led by every broker)"))
+    d = d.with_panel(
+        with_line(
+            ts(
+                "Probe end-to-end p99 per leader broker",
+                "s",
+                q(
+                    f'linkwatch_probe_end_to_end_latency_seconds{{{CB}, quantile="0.99"}}',
+                    "broker {{broker}}",
+                ),
+                desc="Send to read back, from the window's sketch (no upper clamp). A broker far above its peers corroborates a slow-broker finding.",
+                span=8,
+            ),
+            SLOW_LINE_S,
+        )
+    )
+    d = d.with_panel(
+        st(
+            "Lowest probe availability",
+            "percentunit",
+            q(f"min(linkwatch_probe_availability_ratio{{{CB}}})"),
+            span=4,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Probe produce (ack) p99 per leader broker",
+            "s",
+            q(f'linkwatch_probe_produce_latency_seconds{{{CB}, quantile="0.99"}}', "broker {{broker}}"),
+            span=6,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Probe availability per leader broker",
+            "percentunit",
+            q(f"linkwatch_probe_availability_ratio{{{CB}}}", "broker {{broker}}"),
+            desc="Share of probes acked and read back within the deadline, per window.",
+            span=6,
+        )
+    )
     return d
 
 

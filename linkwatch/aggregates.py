@@ -109,6 +109,27 @@ class ClientWindow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProbeBrokerWindow:
+    """The probe's view of one leader broker in one window (``ProbeSample`` records merged over
+    probe instances): quantiles from the merged sketches, availability from the summed counts.
+
+    ``availability`` is ``ok / decided`` and ``None`` when no probe was decided in the window;
+    quantiles are ``None`` when no probe was acked (produce) or read back (end to end).
+    """
+
+    broker: int
+    window_start_ms: int
+    sent: int
+    ok: int
+    decided: int
+    availability: float | None
+    produce_p50_ms: float | None
+    produce_p99_ms: float | None
+    end_to_end_p50_ms: float | None
+    end_to_end_p99_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Aggregates:
     """Everything a detector may look at for one evaluation. Rows are in no particular order."""
 
@@ -121,3 +142,4 @@ class Aggregates:
     imbalances: Sequence[ImbalanceWindow] = ()
     hot_keys: Sequence[HotKey] = ()
     client_windows: Sequence[ClientWindow] = ()
+    probes: Sequence[ProbeBrokerWindow] = ()

@@ -22,6 +22,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
     ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
     ("lag", "lag", "Consumer lag in messages and seconds with an explained status; cold reads; rack spread."),
+    ("probe", "probe", "Probe every broker: produce and end-to-end latency and availability per leader."),
     ("consume", "consume", "Print, forward or store a topic with the async-fetch consumer."),
     ("alerts", "alerts", "Alertmanager webhook receiver and the alert rules' checks."),
     ("dashboards", "dashboards", "Generate the Grafana dashboards and push them to a Grafana."),

@@ -10,6 +10,11 @@ Every record is a JSON object with an envelope and a body::
 
 * ``v`` is :data:`SCHEMA_VERSION`. A reader accepts versions up to its own and ignores fields it
   does not know (so a newer writer with added optional fields still decodes).
+* Extending: a new *kind* or a new *optional* field keeps ``v`` (older readers skip the kind as
+  ``unknown_kind``, counted, and ignore the field); ``v`` is bumped only for a change an older
+  reader would misread (a field removed, retyped or given a new meaning), since a bump makes
+  older readers drop every record of the new version as ``future_version``. Kinds added so far
+  at ``v`` 1: ``probe`` (:class:`ProbeSample`).
 * ``key`` identifies the fact, not the delivery: the same window from the same broker always has
   the same key, so a consumer (the Spark job) drops duplicates from re-sends and restarts.
 * :func:`decode` raises :class:`RecordError` with a short ``reason`` (for a
@@ -211,6 +216,32 @@ class ClientFetch(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProbeSample(Record):
+    """What the probe (``probe/``) measured for the partitions one broker led over one window.
+
+    ``produce`` (send → ack) and ``end_to_end`` (send → read back) are sketches as
+    ``LatencySketch.to_dict()``, without an upper clamp. ``ok`` probes were acked and read back
+    within ``deadline_ms``; ``unavailable`` counts the others by reason; both count the probes
+    *decided* in the window, so availability is ``ok / (ok + sum(unavailable))``.
+    """
+
+    KIND: ClassVar[str] = "probe"
+    broker: int
+    topic: str
+    window_s: int
+    deadline_ms: int
+    sent: int
+    acked: int
+    ok: int
+    unavailable: dict[str, int]
+    produce: dict[str, Any]
+    end_to_end: dict[str, Any]
+
+    def dedup_key(self) -> str:
+        return f"{self.cluster}/{self.source}/probe/{self.broker}/{self.ts_ms}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Finding(Record):
     """What the analyzer (or the lag collector) concluded. ``ts_ms`` is when it was decided."""
 
@@ -238,6 +269,7 @@ KINDS: dict[str, type[Record]] = {
         HostStats,
         ConsumerLag,
         ClientFetch,
+        ProbeSample,
         Finding,
     )
 }
@@ -345,6 +377,7 @@ __all__ = [
     "LogDirUsage",
     "PartitionBytes",
     "PartitionSize",
+    "ProbeSample",
     "Record",
     "RecordError",
     "SlowRequest",

@@ -21,6 +21,7 @@ from linkwatch.aggregates import (
     ImbalanceWindow,
     LogDirWindow,
     PartitionWindow,
+    ProbeBrokerWindow,
     StageWindow,
 )
 from spark_metrics import transforms as tf
@@ -33,6 +34,7 @@ class AggregateFrames:
     partitions: DataFrame
     logdirs: DataFrame
     imbalances: DataFrame
+    probes: DataFrame
     client_windows: DataFrame | None = None  # None: the caller reads no exemplars
 
 
@@ -55,6 +57,7 @@ def aggregate(
         logdirs=logdirs,
         imbalances=tf.all_imbalances(partitions, logdirs),
         client_windows=tf.client_windows(kind(R.SlowRequest), window_s),
+        probes=tf.probe_windows(kind(R.ProbeSample), window_s),
     )
 
 
@@ -76,6 +79,7 @@ def collect(
         partitions = _rows(frames.partitions, PartitionWindow)
         logdirs = _rows(frames.logdirs, LogDirWindow)
         imbalances = _rows(frames.imbalances, ImbalanceWindow)
+        probes = _rows(frames.probes, ProbeBrokerWindow)
     finally:
         for df in cached:
             df.unpersist()
@@ -91,4 +95,5 @@ def collect(
         client_windows=_rows(frames.client_windows, ClientWindow)
         if frames.client_windows is not None
         else [],
+        probes=probes,
     )

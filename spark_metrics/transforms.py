@@ -308,3 +308,59 @@ def all_imbalances(partitions: DataFrame, logdirs: DataFrame) -> DataFrame:
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
+
+
+# --- the probe --------------------------------------------------------------------------------
+
+PROBE_DIMS = ["broker", "window_start_ms"]
+
+
+def _probe_sketch_quantiles(base: DataFrame, column: str) -> DataFrame:
+    """p50/p99 of one sketch column of probe samples merged per (broker, window)."""
+    buckets = (
+        base.select(*PROBE_DIMS, F.explode(f"{column}.buckets").alias("bkey", "n"))
+        .groupBy(*PROBE_DIMS, F.col("bkey").cast("int").alias("bkey"))
+        .agg(F.sum("n").alias("n"))
+    )
+    totals = base.groupBy(*PROBE_DIMS).agg(
+        F.sum(f"{column}.zero").alias("zero"), F.sum(f"{column}.sum").alias("sum_ms")
+    )
+    q = _quantiles(buckets, totals, PROBE_DIMS)
+    return q.select(*PROBE_DIMS, *(F.col(n).alias(f"{column}_{n}") for n in ("p50_ms", "p99_ms")))
+
+
+def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
+    """ProbeSample records → per (leader broker, window): probes sent, ok, decided, availability,
+    and p50/p99 of produce and end-to-end latency from the merged sketches (columns of
+    :class:`linkwatch.aggregates.ProbeBrokerWindow`). Availability is summed counts' ratio,
+    never an average of ratios."""
+    base = samples.select(
+        "broker",
+        window_start("ts_ms", window_s).alias("window_start_ms"),
+        "sent",
+        "ok",
+        F.aggregate(F.map_values("unavailable"), F.lit(0).cast("long"), lambda acc, x: acc + x).alias("bad"),
+        "produce",
+        "end_to_end",
+    )
+    counts = base.groupBy(*PROBE_DIMS).agg(
+        F.sum("sent").alias("sent"), F.sum("ok").alias("ok"), F.sum("bad").alias("bad")
+    )
+    decided = F.col("ok") + F.col("bad")
+    out = (
+        counts.join(_probe_sketch_quantiles(base, "produce"), PROBE_DIMS, "left")
+        .join(_probe_sketch_quantiles(base, "end_to_end"), PROBE_DIMS, "left")
+        .withColumn("decided", decided)
+    )
+    return out.select(
+        F.col("broker").cast("long").alias("broker"),
+        "window_start_ms",
+        F.col("sent").cast("long").alias("sent"),
+        F.col("ok").cast("long").alias("ok"),
+        F.col("decided").cast("long").alias("decided"),
+        F.when(F.col("decided") > 0, F.col("ok") / F.col("decided")).cast("double").alias("availability"),
+        "produce_p50_ms",
+        "produce_p99_ms",
+        "end_to_end_p50_ms",
+        "end_to_end_p99_ms",
+    )

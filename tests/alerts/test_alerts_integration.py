@@ -1,5 +1,5 @@
 """The proof on real parts: the 3-broker cluster, the agents, the lag collector, the analyzer and
-the async-fetch consumer, a real Prometheus scraping
+the async-fetch consumer and the probe, a real Prometheus scraping
 them with the shipped rules, and a real Alertmanager (the shipped example config) delivering
 to a real ``linkwatch alerts serve``.
 
@@ -197,6 +197,38 @@ def _start_async_consumer(cluster: ClusterState, live_stops: list) -> list[Scrap
     return [ScrapeTarget("linkwatch-client", f"127.0.0.1:{server.server_port}", {"cluster": CLUSTER})]
 
 
+def _start_probe(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
+    """The probe (one partition led by every broker) with its metrics on a loopback /metrics."""
+    import threading
+
+    from probe.config import ProbeConfig
+    from probe.service import ProbeService
+
+    cfg = ProbeConfig(
+        bootstrap_servers=cluster.bootstrap,
+        cluster=CLUSTER,
+        instance="alerts-it-probe",
+        interval_ms=500,
+        window_s=2,
+        topic={"name": "alerts-it-probe", "check_interval_s": 10},
+        metrics={"port": 0},
+        publish_samples=False,
+    )
+    service = ProbeService(cfg)
+    port = service.serve_metrics()
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,), name="alerts-it-probe", daemon=True)
+    thread.start()
+
+    def _stop() -> None:
+        stop.set()
+        thread.join(15)
+        service.close()
+
+    live_stops.append(_stop)
+    return [ScrapeTarget("linkwatch-probe", f"127.0.0.1:{port}", {"cluster": CLUSTER})]
+
+
 def _cold_group(bootstrap: str) -> None:
     """COLD_GROUP committed at offset 0 of every COLD_TOPIC partition, whose records there are
     COLD_AGE_S old: a group replaying a month of data, lag in seconds far past the page cache."""
@@ -231,6 +263,7 @@ def live(cluster3: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> It
         targets += _start_lag(cluster3, stops)
         targets += _start_analyzer(cluster3, stops, tmp_path_factory.mktemp("analyzer"))
         targets += _start_async_consumer(cluster3, stops)
+        targets += _start_probe(cluster3, stops)
         producer = ProducerLoad(
             cluster3.bootstrap, TOPIC, 300.0, KeyDistribution.parse("uniform"), acks=1
         ).start()

@@ -9,7 +9,13 @@ from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from linkwatch import records as R
-from linkwatch.aggregates import ImbalanceWindow, LogDirWindow, PartitionWindow, StageWindow
+from linkwatch.aggregates import (
+    ImbalanceWindow,
+    LogDirWindow,
+    PartitionWindow,
+    ProbeBrokerWindow,
+    StageWindow,
+)
 from linkwatch.sketch import LatencySketch, exact_quantile, quantile_from_buckets
 from spark_metrics import transforms as tf
 from spark_metrics.schema import record_schema
@@ -347,3 +353,72 @@ def test_window_start(spark) -> None:
         tf.window_start("ts_ms", 2).alias("w2"), tf.window_start("ts_ms", 10).alias("w10")
     ).collect()
     assert [tuple(r) for r in got] == [(T0, T0), (T0 + 2000, T0), (T0 + 10_000, T0 + 10_000)]
+
+
+def probe_record(
+    source: str, broker: int, ts_ms: int, e2e: list[float], ok: int, unavailable: dict
+) -> R.ProbeSample:
+    return R.ProbeSample(
+        cluster="c1",
+        source=source,
+        ts_ms=ts_ms,
+        broker=broker,
+        topic="linkwatch.probe",
+        window_s=2,
+        deadline_ms=1000,
+        sent=len(e2e),
+        acked=len(e2e),
+        ok=ok,
+        unavailable=unavailable,
+        produce=sketch_of([v / 2 for v in e2e]),
+        end_to_end=sketch_of(e2e),
+    )
+
+
+def test_probe_windows_merge_instances_and_windows(spark) -> None:
+    """Two probe instances and two 2 s windows per broker merge into one 10 s row: counts summed,
+    availability from the sums, quantiles from the merged sketches (the Python reference)."""
+    rng = random.Random(3)
+    fast = [[rng.uniform(2, 20) for _ in range(40)] for _ in range(2)]
+    slow = [
+        [rng.uniform(2, 20) for _ in range(30)] + [rng.uniform(900, 5000) for _ in range(10)]
+        for _ in range(2)
+    ]
+    recs = [
+        probe_record("p1", 1, T0, fast[0], 40, {}),
+        probe_record("p2", 1, T0 + 2_000, fast[1], 40, {}),
+        probe_record("p1", 2, T0, slow[0], 30, {"deadline": 10}),
+        probe_record("p2", 2, T0 + 2_000, slow[1], 28, {"deadline": 10, "send_error": 2}),
+    ]
+    recs.append(recs[0])  # re-sent: dropped by dedup
+    samples = tf.dedup(tf.records_of(raw_frame(spark, recs), R.ProbeSample))
+    actual = tf.probe_windows(samples, window_s=10)
+    assert actual.columns == [f.name for f in dataclasses.fields(ProbeBrokerWindow)]
+
+    def q(values: list[float], p: float) -> float | None:
+        sk = LatencySketch()
+        for v in values:
+            sk.add(v)
+        return sk.quantile(p)
+
+    def expected(broker: int, values: list[list[float]], ok: int, decided: int) -> Row:
+        allv = values[0] + values[1]
+        half = [v / 2 for v in allv]
+        return Row(
+            broker=broker,
+            window_start_ms=T0,
+            sent=len(allv),
+            ok=ok,
+            decided=decided,
+            availability=ok / decided,
+            produce_p50_ms=q(half, 0.5),
+            produce_p99_ms=q(half, 0.99),
+            end_to_end_p50_ms=q(allv, 0.5),
+            end_to_end_p99_ms=q(allv, 0.99),
+        )
+
+    assertDataFrameEqual(
+        actual,
+        [expected(1, fast, 80, 80), expected(2, slow, 58, 80)],
+        rtol=1e-9,
+    )

@@ -1,0 +1,72 @@
+"""``linkwatch probe``: run the probe (one partition led by every broker), or a few windows of it."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+import typer
+
+from linkwatch.config import load_config
+from probe.config import ProbeConfig
+from probe.service import ProbeService, format_window
+
+app = typer.Typer(no_args_is_help=True)
+
+ConfigOpt = typer.Option(..., "--config", "-c", help="YAML config (see config/probe.sample.yaml).")
+
+
+@app.command()
+def run(
+    config: Path = ConfigOpt,
+    verbose: bool = typer.Option(False, "--print", help="Print every window per broker."),
+) -> None:
+    """Probe every broker until stopped; serve /metrics; publish ProbeSample records."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_config(config, ProbeConfig, env_prefix="LINKWATCH_PROBE_")
+    service = ProbeService(cfg)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        if cfg.metrics.enabled:
+            port = service.serve_metrics()
+            typer.echo(f"metrics on http://{cfg.metrics.host}:{port}/metrics")
+        service.run(stop, (lambda start, ws: typer.echo(format_window(start, ws))) if verbose else None)
+    finally:
+        service.close()
+
+
+@app.command()
+def once(
+    config: Path = ConfigOpt,
+    windows: int = typer.Option(1, min=1, max=100, help="Windows to run before exiting."),
+    publish: bool = typer.Option(False, help="Also publish ProbeSample records (default: print only)."),
+) -> None:
+    """Probe for a few windows and print each broker's latency and availability."""
+    cfg = load_config(config, ProbeConfig, env_prefix="LINKWATCH_PROBE_")
+    if not publish:
+        cfg = cfg.model_copy(update={"publish_samples": False})
+    service = ProbeService(cfg)
+    stop = threading.Event()
+    seen = [0]
+
+    def on_window(start: int, ws: dict) -> None:
+        typer.echo(format_window(start, ws))
+        seen[0] += 1
+        if seen[0] >= windows:
+            stop.set()
+
+    try:
+        service.run(stop, on_window)
+    finally:
+        service.close()
+
+
+@app.command()
+def check(config: Path = ConfigOpt) -> None:
+    """Validate the config file and print it with defaults filled in."""
+    cfg = load_config(config, ProbeConfig, env_prefix="LINKWATCH_PROBE_")
+    typer.echo(cfg.model_dump_json(indent=2))

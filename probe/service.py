@@ -1,0 +1,312 @@
+"""Run the probe: keep the topic, send probes, read them back, report windows.
+
+:class:`ProbeService` owns its Kafka clients. Threads:
+
+* the *probe loop* (:meth:`run`): every ``interval_ms`` one probe to every partition with an
+  online leader, attributed to that leader; read-backs from the async-fetch consumer
+  (:mod:`consumer.async_fetch`, manually assigned to every partition, starting at the end
+  offsets taken before the first probe, so no probe is missed); deadlines; and every
+  ``window_s`` (on wall-clock boundaries) one window per broker → metrics and ``ProbeSample``
+  records. Nothing in it waits on an admin call, so a stalled broker delays only its own probes.
+* the *topic keeper*: every ``topic.check_interval_s`` reads the cluster and the topic and
+  (with ``topic.manage``) applies :func:`probe.topic.plan`; it publishes the partition →
+  leader map the loop probes. A failed check is logged and counted; the last map stays.
+* kafka-python's producer I/O thread: acks (recorded in the :class:`~probe.ledger.ProbeLedger`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka.admin import OffsetSpec
+from prometheus_client import CollectorRegistry, start_http_server
+
+from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig
+from linkwatch.records import ProbeSample
+from probe.config import ProbeConfig
+from probe.ledger import BrokerWindow, ProbeLedger
+from probe.metrics import ProbeMetrics
+from probe.topic import NO_LEADER, apply, plan, read_view
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class _EndOffsets:
+    """Offset store for the consumer: start every partition at its end before probing."""
+
+    def __init__(self, offsets: Mapping[TP, int]) -> None:
+        self._offsets = dict(offsets)
+
+    def offsets(self) -> dict[TP, int]:
+        return dict(self._offsets)
+
+
+def probe_records(
+    windows: Mapping[int, BrokerWindow], cfg: ProbeConfig, window_start_ms: int
+) -> list[ProbeSample]:
+    return [
+        ProbeSample(
+            cluster=cfg.cluster,
+            source=cfg.instance,
+            ts_ms=window_start_ms,
+            broker=b,
+            topic=cfg.topic.name,
+            window_s=cfg.window_s,
+            deadline_ms=cfg.deadline_ms,
+            sent=w.sent,
+            acked=w.acked,
+            ok=w.ok,
+            unavailable=dict(w.unavailable),
+            produce=w.produce.to_dict(),
+            end_to_end=w.end_to_end.to_dict(),
+        )
+        for b, w in sorted(windows.items())
+    ]
+
+
+class ProbeService:
+    def __init__(self, config: ProbeConfig, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        cfg = config
+        self.admin = KafkaAdminClient(
+            bootstrap_servers=cfg.bootstrap_servers, client_id="linkwatch-probe-admin"
+        )
+        self.producer = KafkaProducer(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=f"linkwatch-probe-{cfg.instance}",
+            acks=1 if cfg.acks == "leader" else "all",
+            linger_ms=0,
+            max_block_ms=1000,  # a send never holds the loop longer (metadata unavailable: send_error)
+            request_timeout_ms=min(30_000, cfg.forget_after_ms),
+            delivery_timeout_ms=cfg.forget_after_ms + 1000,
+        )
+        self.ledger = ProbeLedger(cfg.deadline_ms / 1000, cfg.forget_after_ms / 1000, cfg.max_pending)
+        self.metrics = ProbeMetrics(cfg.cluster)
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(self.metrics)
+        self.publish_errors = 0
+        self._leaders: dict[int, int] = {}  # partition -> leader; replaced whole by the keeper
+        self._leaders_lock = threading.Lock()
+        self._consumer: AsyncFetchConsumer | None = None
+        self._consumed: frozenset[int] = frozenset()
+        self._seq = time.time_ns() // 1000  # unique per run: an earlier run's probes never match
+        self._http: Any = None
+        self._keeper: threading.Thread | None = None
+
+    # --- the topic keeper ---------------------------------------------------------------------
+
+    def check_topic(self) -> bool:
+        """One keeper step: plan, apply (when managed), publish the leaders. Errors propagate.
+
+        Returns whether the topic looked settled (nothing planned, every partition led)."""
+        cfg = self.config.topic
+        view = read_view(self.admin, cfg.name)
+        p = plan(view, cfg.replication_factor) if cfg.manage else None
+        if p is not None and not p.empty:
+            log.info(p.describe())
+            apply(self.admin, cfg.name, view, p)
+            for action, n in (
+                ("create", len(p.create)),
+                ("reassign", len(p.reassign)),
+                ("elect", len(p.elect)),
+            ):
+                if n:
+                    self.metrics.count_action(action, n)
+            view = read_view(self.admin, cfg.name)
+        leaders = {part: b for part, b in view.leaders.items() if b != NO_LEADER}
+        with self._leaders_lock:
+            self._leaders = leaders
+        return (p is None or p.empty) and len(leaders) == len(view.replicas) and not view.reassigning
+
+    def _keep_topic(self, stop: threading.Event, settled: bool) -> None:
+        # An unsettled topic (just created, moving, leaderless) is looked at again within a
+        # second, so new partitions are probed as soon as they have leaders.
+        while not stop.wait(
+            self.config.topic.check_interval_s if settled else min(1.0, self.config.topic.check_interval_s)
+        ):
+            try:
+                settled = self.check_topic()
+            except Exception as e:
+                settled = False
+                self.metrics.count_action("check_failed")
+                log.warning("probe topic check failed (probing goes on with the last leaders): %s", e)
+
+    def leaders(self) -> dict[int, int]:
+        with self._leaders_lock:
+            return dict(self._leaders)
+
+    # --- the probe loop ----------------------------------------------------------------------
+
+    def _ensure_consumer(self, partitions: frozenset[int]) -> None:
+        """(Re)assign the consumer when the probed partitions change, starting at their ends."""
+        if partitions == self._consumed:
+            return
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        self._consumed = partitions
+        if not partitions:
+            return
+        topic = self.config.topic.name
+        ends = self.admin.list_partition_offsets(
+            {TopicPartition(topic, p): OffsetSpec.LATEST for p in partitions}
+        )
+        cc = ConsumerConfig(
+            bootstrap_servers=self.config.bootstrap_servers,
+            client_id=f"linkwatch-probe-{self.config.instance}",
+            cluster=self.config.cluster,
+            auto_offset_reset="latest",
+            fetch_max_wait_ms=200,
+        )
+        self._consumer = AsyncFetchConsumer(
+            cc,
+            partitions=[(topic, p) for p in sorted(partitions)],
+            offset_store=_EndOffsets({(tp.topic, tp.partition): o.offset for tp, o in ends.items()}),
+        ).start()
+
+    def send_round(self, now_s: float) -> int:
+        """One probe to every partition with a leader; returns how many were sent."""
+        cfg = self.config
+        padding = "x" * cfg.payload_bytes
+        sent = 0
+        for part, broker in sorted(self.leaders().items()):
+            self._seq += 1
+            seq = self._seq
+            if not self.ledger.sent(seq, broker, now_s):
+                continue
+            value = orjson.dumps({"i": cfg.instance, "s": seq, "t": int(time.time() * 1000), "p": padding})
+            try:
+                future = self.producer.send(
+                    cfg.topic.name, value=value, key=cfg.instance.encode(), partition=part
+                )
+            except Exception as e:
+                log.debug("probe send to partition %d failed: %s", part, e)
+                self.ledger.failed(seq, time.monotonic())
+                continue
+            future.add_callback(lambda _md, s=seq: self.ledger.acked(s, time.monotonic()))
+            future.add_errback(lambda _e, s=seq: self.ledger.failed(s, time.monotonic()))
+            sent += 1
+        return sent
+
+    def read_back(self, timeout_s: float) -> int:
+        """Read what arrived (waiting at most ``timeout_s`` for the first); returns the count."""
+        if self._consumer is None:
+            time.sleep(timeout_s)
+            return 0
+        got = self._consumer.poll(timeout_s=timeout_s)
+        now = time.monotonic()
+        for d in got:
+            try:
+                body = orjson.loads(d.raw_value or b"")
+                instance, seq = body["i"], body["s"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                self.ledger.drop("bad_value")
+                continue
+            if instance != self.config.instance:
+                self.ledger.drop("other_instance")
+                continue
+            self.ledger.read_back(int(seq), now)
+        if got:
+            self._consumer.ack_many(got)
+            # No group, no commits: the probe restarts at the end offsets. What is read is done;
+            # forgetting it keeps the tracker bounded (else the partition pauses after
+            # max_uncommitted_per_partition probes).
+            tracker = self._consumer.tracker
+            tracker.mark_committed(tracker.committable())
+        return len(got)
+
+    def close_window(self, window_start_ms: int) -> dict[int, BrokerWindow]:
+        windows = self.ledger.take_windows()
+        self.metrics.update(windows, self.ledger.dropped, self.ledger.pending)
+        if self.config.publish_samples:
+            for rec in probe_records(windows, self.config, window_start_ms):
+                try:
+                    self.producer.send(
+                        self.config.samples_topic, key=rec.dedup_key().encode(), value=rec.to_json()
+                    )
+                except Exception as e:
+                    self.publish_errors += 1
+                    self.ledger.drop("publish_error")
+                    log.warning("publish to %s failed: %s", self.config.samples_topic, e)
+        return windows
+
+    def run(
+        self,
+        stop: threading.Event,
+        on_window: Callable[[int, dict[int, BrokerWindow]], Any] | None = None,
+    ) -> None:
+        """Probe until ``stop`` is set; ``on_window(window_start_ms, windows)`` after each window."""
+        cfg = self.config
+        settled = self.check_topic()
+        keeper_stop = threading.Event()
+        self._keeper = threading.Thread(
+            target=self._keep_topic, args=(keeper_stop, settled), name="probe-topic", daemon=True
+        )
+        self._keeper.start()
+        window_ms = cfg.window_s * 1000
+        window_start = int(time.time() * 1000) // window_ms * window_ms
+        next_send = time.monotonic()
+        try:
+            while not stop.is_set():
+                self._ensure_consumer(frozenset(self.leaders()))
+                now = time.monotonic()
+                if now >= next_send:
+                    self.send_round(now)
+                    next_send = max(next_send + cfg.interval_ms / 1000, now)
+                self.read_back(max(0.0, min(next_send - time.monotonic(), 0.2)))
+                self.ledger.expire(time.monotonic())
+                wall_ms = int(time.time() * 1000)
+                if wall_ms >= window_start + window_ms:
+                    windows = self.close_window(window_start)
+                    if on_window is not None:
+                        on_window(window_start, windows)
+                    window_start = wall_ms // window_ms * window_ms
+        finally:
+            keeper_stop.set()
+
+    def serve_metrics(self) -> int:
+        """Start the /metrics endpoint (loopback by default); returns the bound port."""
+        m = self.config.metrics
+        server, _ = start_http_server(m.port, addr=m.host, registry=self.registry)
+        self._http = server
+        return int(server.server_address[1])
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        for closer in (lambda: self.producer.close(timeout=5), self.admin.close):
+            try:
+                closer()
+            except Exception as e:
+                log.debug("close: %s", e)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+def format_window(window_start_ms: int, windows: Mapping[int, BrokerWindow]) -> str:
+    """One line per broker: probes, availability, produce and end-to-end p50/p99."""
+
+    def q(w: BrokerWindow, which: str, p: float) -> str:
+        s = getattr(w, which)
+        v = s.quantile(p) if s.count else None
+        return "-" if v is None else f"{v:.0f}"
+
+    lines = [f"-- window {time.strftime('%H:%M:%S', time.gmtime(window_start_ms / 1000))} UTC"]
+    for b, w in sorted(windows.items()):
+        avail = "-" if w.availability is None else f"{w.availability:.3f}"
+        lines.append(
+            f"broker {b:<4} sent {w.sent:<5} availability {avail:<6} produce p50/p99 "
+            f"{q(w, 'produce', 0.5)}/{q(w, 'produce', 0.99)} ms  end-to-end p50/p99 "
+            f"{q(w, 'end_to_end', 0.5)}/{q(w, 'end_to_end', 0.99)} ms"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The probe's verdict on a suspected broker: a table of scenarios (corroborates by latency or
+availability, contradicts, no data, low-latency noise), and the slow-broker finding citing it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from analyzer.probe_evidence import CONTRADICTS, CORROBORATES, NO_DATA, probe_evidence
+from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector
+from linkwatch.aggregates import Aggregates, ProbeBrokerWindow
+from tests.analyzer.test_slow_broker import now_after, scenario, slow_in, window
+
+WINDOWS = [window(i) for i in range(3, 8)]
+
+
+def probe_row(
+    broker: int, i: int, e2e_p99: float = 12.0, ok: int = 10, decided: int = 10
+) -> ProbeBrokerWindow:
+    return ProbeBrokerWindow(
+        broker=broker,
+        window_start_ms=window(i),
+        sent=decided,
+        ok=ok,
+        decided=decided,
+        availability=ok / decided if decided else None,
+        produce_p50_ms=3.0,
+        produce_p99_ms=e2e_p99 / 2,
+        end_to_end_p50_ms=e2e_p99 / 3,
+        end_to_end_p99_ms=e2e_p99,
+    )
+
+
+def rows(
+    special: dict[int, dict] | None = None, brokers=(0, 1, 2), windows=range(8)
+) -> list[ProbeBrokerWindow]:
+    special = special or {}
+    return [probe_row(b, i, **special.get(b, {})) for b in brokers for i in windows]
+
+
+# (id, probe rows, expected verdict, expected reason fragment)
+CASES = [
+    ("slow end to end", rows({2: {"e2e_p99": 900.0}}), CORROBORATES, "end-to-end p99 above"),
+    ("unavailable", rows({2: {"ok": 6}}), CORROBORATES, "availability below"),
+    ("both", rows({2: {"e2e_p99": 900.0, "ok": 2}}), CORROBORATES, "p99 above its peers' and availability"),
+    ("in line with peers", rows(), CONTRADICTS, "in line with its peers"),
+    ("above peers but under the floor (noise)", rows({2: {"e2e_p99": 60.0}}), CONTRADICTS, "in line"),
+    ("the whole cluster is slow", rows({b: {"e2e_p99": 900.0} for b in (0, 1, 2)}), CONTRADICTS, "in line"),
+    ("no probe rows at all", [], NO_DATA, "no probe sample for broker 2"),
+    ("only outside the windows", rows({2: {"e2e_p99": 900.0}}, windows=range(3)), NO_DATA, "no probe sample"),
+    ("no peer probed", rows({2: {"e2e_p99": 900.0}}, brokers=(2,)), NO_DATA, "no probe sample of any peer"),
+    ("nothing decided, fast", rows({2: {"ok": 0, "decided": 0}}), CONTRADICTS, "in line"),
+]
+
+
+@pytest.mark.parametrize(("probes", "verdict", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_probe_verdict(probes: list[ProbeBrokerWindow], verdict: str, reason: str) -> None:
+    data = Aggregates(cluster="c1", window_s=10, probes=probes)
+    ev = probe_evidence(data, 2, WINDOWS)
+    assert (ev["verdict"], reason in ev["reason"]) == (verdict, True)
+
+
+def test_slow_broker_finding_cites_the_probe() -> None:
+    stages = scenario(8, 3, {2: slow_in(range(3, 8))})
+    detector = SlowBrokerDetector(SlowBrokerConfig())
+    for probes, verdict in [
+        (rows({2: {"e2e_p99": 900.0, "ok": 5}}), CORROBORATES),
+        (rows(), CONTRADICTS),
+        ([], NO_DATA),
+    ]:
+        data = dataclasses.replace(stages, probes=probes)
+        (finding,) = detector.detect(data, now_after(8))
+        assert finding.subject == "broker:2"
+        assert finding.evidence["probe"]["verdict"] == verdict
+    assert finding.evidence["probe"]["windows"] == finding.evidence["windows"]

@@ -1,0 +1,183 @@
+"""The probe on the real 3-broker cluster: it creates its topic with one partition led by every
+broker, puts leadership back when it drifts, and — with broker 2 paused in a duty cycle —
+sees broker 2's latency rise and its availability drop while brokers 1 and 3 stay fine; both
+recover after the fault. The windows it measured feed the analyzer's probe verdict."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from analyzer.probe_evidence import CORROBORATES, probe_evidence
+from linkwatch.aggregates import Aggregates, ProbeBrokerWindow
+from linkwatch.records import ProbeSample, decode
+from linkwatch.testbed.faults import PauseDutyCycle
+from probe.config import ProbeConfig
+from probe.ledger import BrokerWindow
+from probe.service import ProbeService
+from probe.topic import owners, read_view
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]
+
+WINDOW_S = 2
+DEADLINE_MS = 500  # a probe sent early in a 800 ms pause is read back too late
+PAUSE_MS, PERIOD_MS = 800, 1000
+
+
+class Run:
+    """The probe service in a thread; windows recorded with the phase they fell in."""
+
+    def __init__(self, cfg: ProbeConfig) -> None:
+        self.service = ProbeService(cfg)
+        self.phase = "warmup"
+        self.windows: list[tuple[str, int, dict[int, BrokerWindow]]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=self.service.run, args=(self.stop, self._on_window), daemon=True
+        )
+
+    def _on_window(self, start_ms: int, windows: dict[int, BrokerWindow]) -> None:
+        self.windows.append((self.phase, start_ms, windows))
+
+    def wait_windows(self, phase: str, n: int, timeout_s: float = 60) -> None:
+        self.phase = phase
+        deadline = time.monotonic() + timeout_s
+        while sum(p == phase for p, _, _ in self.windows) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sum(p == phase for p, _, _ in self.windows) >= n, f"fewer than {n} windows in {phase}"
+
+    def of(self, phase: str) -> list[dict[int, BrokerWindow]]:
+        return [w for p, _, w in self.windows if p == phase][1:]  # the first straddles the change
+
+
+@pytest.fixture
+def probe_run(cluster3) -> Iterator[Run]:
+    suffix = uuid.uuid4().hex[:8]
+    cfg = ProbeConfig(
+        bootstrap_servers=cluster3.bootstrap,
+        cluster="c1",
+        instance=f"probe-{suffix}",
+        interval_ms=100,
+        deadline_ms=DEADLINE_MS,
+        forget_after_ms=10_000,
+        window_s=WINDOW_S,
+        topic={"name": f"probe-{suffix}", "check_interval_s": 1.0},
+        metrics={"enabled": False},
+        samples_topic=f"samples-{suffix}",
+    )
+    run = Run(cfg)
+    run.thread.start()
+    try:
+        yield run
+    finally:
+        run.stop.set()
+        run.thread.join(30)
+        run.service.close()
+
+
+def p99(windows: list[dict[int, BrokerWindow]], broker: int) -> float:
+    """Median over windows of the broker's end-to-end p99 (ms)."""
+    return statistics.median(w[broker].end_to_end.quantile(0.99) or 0.0 for w in windows if broker in w)
+
+
+def availability(windows: list[dict[int, BrokerWindow]], broker: int) -> float:
+    ok = sum(w[broker].ok for w in windows if broker in w)
+    decided = sum(w[broker].decided for w in windows if broker in w)
+    return ok / decided if decided else 0.0
+
+
+def test_probe_isolates_a_paused_broker_and_sees_it_recover(cluster3, admin, probe_run: Run) -> None:
+    run = probe_run
+    topic = run.service.config.topic.name
+    run.wait_windows("baseline", 4)
+    assert owners(read_view(admin, topic)) == {1: 0, 2: 1, 3: 2}  # created: one partition per broker
+    with PauseDutyCycle(cluster3.node(2).pid, pause_ms=PAUSE_MS, period_ms=PERIOD_MS):
+        run.wait_windows("fault", 6)
+    run.wait_windows("recovered", 5)
+
+    base, fault, rec = run.of("baseline"), run.of("fault"), run.of("recovered")
+    table = {
+        phase: {b: (round(p99(ws, b)), round(availability(ws, b), 3)) for b in (1, 2, 3)}
+        for phase, ws in (("baseline", base), ("fault", fault), ("recovered", rec))
+    }
+    print(f"end-to-end p99 ms (median of windows), availability: {table}")
+    # Broker 2's latency rises and its availability drops; brokers 1 and 3 stay fine.
+    assert p99(fault, 2) > max(300.0, 3 * p99(base, 2)), table
+    assert availability(fault, 2) < 0.9, table
+    for b in (1, 3):
+        assert p99(fault, b) < 300.0, table
+        assert availability(fault, b) >= 0.95, table
+    # Both recover.
+    assert p99(rec, 2) < 300.0, table
+    assert availability(rec, 2) >= 0.95, table
+
+    # What the analyzer makes of it: the probe corroborates a finding against broker 2.
+    rows = [
+        ProbeBrokerWindow(
+            broker=b,
+            window_start_ms=start,
+            sent=w.sent,
+            ok=w.ok,
+            decided=w.decided,
+            availability=w.availability,
+            produce_p50_ms=w.produce.quantile(0.5),
+            produce_p99_ms=w.produce.quantile(0.99),
+            end_to_end_p50_ms=w.end_to_end.quantile(0.5),
+            end_to_end_p99_ms=w.end_to_end.quantile(0.99),
+        )
+        for phase, start, ws in run.windows
+        for b, w in ws.items()
+        if phase == "fault"
+    ]
+    starts = sorted({r.window_start_ms for r in rows})
+    verdict = probe_evidence(Aggregates(cluster="c1", window_s=WINDOW_S, probes=rows), 2, starts)
+    assert verdict["verdict"] == CORROBORATES, verdict
+
+    # And the windows reached the samples topic as ProbeSample records for every broker. (The
+    # probe still publishes a window every 2 s: read until every broker is seen, bounded.)
+    consumer = KafkaConsumer(
+        run.service.config.samples_topic, bootstrap_servers=cluster3.bootstrap, auto_offset_reset="earliest"
+    )
+    brokers: set[int] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while brokers != {1, 2, 3} and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=1000).values():
+                brokers |= {
+                    s.broker for s in map(decode, (m.value for m in batch)) if isinstance(s, ProbeSample)
+                }
+    finally:
+        consumer.close()
+    assert brokers == {1, 2, 3}
+
+
+def test_probe_puts_a_moved_partition_back(cluster3, admin, probe_run: Run) -> None:
+    """Broker 2's partition moved to broker 3 (as an operator's or a tool's reassignment would
+    leave it): broker 2 owns no partition, and broker 3 two; the probe gives one of them to
+    broker 2 (by Rule 1 broker 3 keeps the lower-numbered one)."""
+    run = probe_run
+    topic = run.service.config.topic.name
+    run.wait_windows("baseline", 2)
+    admin.alter_partition_reassignments({TopicPartition(topic, 1): [3]})
+
+    def settled() -> bool:
+        view = read_view(admin, topic)
+        own = owners(view)
+        return (
+            run.service.metrics.topic_actions["reassign"] >= 1
+            and set(own) == {1, 2, 3}  # which partition broker 2 gets back is the plan's choice
+            and all(view.leaders[p] == b for b, p in own.items())
+        )
+
+    deadline = time.monotonic() + 60
+    while not settled() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert settled(), (read_view(admin, topic), run.service.metrics.topic_actions)
+    run.wait_windows("after", 2)
+    assert set(run.of("after")[-1]) == {1, 2, 3}  # every broker probed again
