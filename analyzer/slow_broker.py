@@ -249,7 +249,11 @@ def cluster_score(
         # Leaders waiting on one stalled follower (Rule 5) are not a cluster-wide slowdown, even
         # in the windows before Rule 5's own score has fired.
         suspect, waiting, _ = _window_suspect(table, request, w, cfg)
-        flags.append(fraction > cfg.cluster_wide_fraction and suspect is None)
+        # Nor is one broker slow in its own stages with the other slow ones only waiting on
+        # replication (remote): the leaders wait on that broker as their follower, one cause.
+        own = [b for b in above if b not in waiting]
+        single_cause = len(own) == 1 and len(waiting) >= 1
+        flags.append(fraction > cfg.cluster_wide_fraction and suspect is None and not single_cause)
         evidence.append(
             {
                 "window_start_ms": w,

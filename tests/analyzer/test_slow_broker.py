@@ -330,6 +330,17 @@ CASES = [
         {("cluster_slow", "cluster:c1"): None},
     ),
     (
+        "one broker slow in its own stages, the other leaders waiting on it in remote: that broker",
+        8,
+        3,
+        {
+            2: slow_in(range(2, 8), p99=900.0),
+            0: slow_in(range(2, 8), p99=400.0, stage="remote"),
+            1: {i: {"p99": 250.0, "stage": "remote"} for i in range(2, 8)},
+        },
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    (
         "cluster slowing broker by broker: nobody blamed while the latest window is cluster-wide",
         8,
         3,

@@ -10,14 +10,17 @@ from kafka import KafkaProducer
 from kafka.admin import NewTopic
 
 
-def create_topic(admin, name: str, partitions: int = 6, replication: int = 1) -> None:
-    """Create ``name`` with partition p led by broker ``p % 3 + 1`` and wait for the leaders."""
+def create_topic(admin, name: str, partitions: int = 6, replication: int = 1) -> dict[int, int]:
+    """Create ``name`` with partition p led by broker ``p % 3 + 1`` and wait for the leaders;
+    returns them (partition -> leader). A describe right after may still reach a broker whose
+    metadata lacks the topic: use the returned leaders, not a second describe."""
     assignment = {p: [(p + r) % 3 + 1 for r in range(replication)] for p in range(partitions)}
     admin.create_topics([NewTopic(name, -1, -1, replica_assignments=assignment)])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if leaders(admin, name) == {p: a[0] for p, a in assignment.items()}:
-            return
+        led = leaders(admin, name)
+        if led == {p: a[0] for p, a in assignment.items()}:
+            return led
         time.sleep(0.2)
     raise AssertionError(f"topic {name} has no leaders after 30s")
 

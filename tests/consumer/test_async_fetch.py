@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
-from tests.consumer.conftest import create_topic, leaders, produce
+from tests.consumer.conftest import create_topic, produce
 
 pytestmark = pytest.mark.cluster
 
@@ -30,8 +30,8 @@ def _drain(consumer: AsyncFetchConsumer, expected: int, timeout_s: float = 60) -
     ["subscribe", "assign"],
 )
 def test_every_record_of_every_partition_in_order(cluster3, admin, topic_name, mode):
-    create_topic(admin, topic_name, partitions=6)
-    assert len(set(leaders(admin, topic_name).values())) == 3  # partitions led by all brokers
+    led = create_topic(admin, topic_name, partitions=6)
+    assert len(set(led.values())) == 3  # partitions led by all brokers
     sent = produce(cluster3.bootstrap, topic_name, partitions=6, per_partition=500)
     cfg = ConsumerConfig(
         bootstrap_servers=cluster3.bootstrap,

@@ -3,6 +3,7 @@ pause/resume and dedup, the pipelined disk rebalance with throttles, long-tail c
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -178,7 +179,15 @@ def test_paused_findings_kept_and_never_acted_twice(cluster3: ClusterState, admi
     assert again["event"] == "refused" and "already acted on" in again["reason"]
 
 
-def _fill_broker1_dir(admin, cluster3: ClusterState, topic: str, sizes: list[int]) -> str:
+def _fill_broker1_dir(admin, cluster3: ClusterState, topic: str, sizes: list[int], request) -> str:
+    """Fill broker 1's first log dir with ``topic``; the topic is deleted at teardown whatever
+    the outcome (a failed attempt must not leave its bytes on the other dirs for a rerun)."""
+
+    def drop() -> None:
+        with contextlib.suppress(Exception):
+            admin.delete_topics([topic])
+
+    request.addfinalizer(drop)
     d1 = cluster3.node(1).log_dirs[0]
     create_topic(admin, topic, {p: [1] for p in range(len(sizes))})
     produce(cluster3.bootstrap, topic, dict(enumerate(sizes)))
@@ -196,10 +205,10 @@ def _poll_reassignments(admin, topic: str, stop: threading.Event, seen: list[int
 
 
 def test_full_log_dir_pipeline_window_and_throttles(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, request
 ) -> None:
     sizes = [96_000, 160_000, 224_000, 288_000, 352_000, 416_000]
-    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes)
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes, request)
     view = read_view(admin)
     used = next(d.used_bytes for d in view.log_dirs if (d.broker, d.path) == (1, d1))
     others = max(d.used_bytes for d in view.log_dirs if d.broker != 1)
@@ -250,14 +259,13 @@ def test_full_log_dir_pipeline_window_and_throttles(
     assert throttles(admin, topic_name) == {}  # cleared at the end
     windows = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "window"]
     assert len(windows) >= 2  # a slot refilled as a move completed, not one batch
-    admin.delete_topics([topic_name])  # frees the other brokers' dirs for the next scenario
 
 
 def test_pipeline_backs_off_while_latency_is_high(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, request
 ) -> None:
     sizes = [150_000, 160_000, 170_000, 180_000]
-    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes)
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes, request)
     used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
     cfg, _ = config(
         tmp_path,
@@ -300,14 +308,13 @@ def test_pipeline_backs_off_while_latency_is_high(
     assert {w["size"] for w in windows} == {1}  # halved from 3 at once, never grown back
     assert max(seen) <= 1, seen
     assert throttles(admin, topic_name) == {}
-    admin.delete_topics([topic_name])
 
 
 def test_long_tail_move_cancelled_keeps_replicas(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, request
 ) -> None:
     # The mover is larger than one replica fetch (1 MB), which no throttle holds back.
-    d1 = _fill_broker1_dir(admin, cluster3, topic_name, [6_000_000, 2_000_000])
+    d1 = _fill_broker1_dir(admin, cluster3, topic_name, [6_000_000, 2_000_000], request)
     used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
     cfg, _ = config(
         tmp_path,
@@ -339,7 +346,6 @@ def test_long_tail_move_cancelled_keeps_replicas(
     )
     assert replicas(admin, topic_name) == before
     assert throttles(admin, topic_name) == {}
-    admin.delete_topics([topic_name])
 
 
 def test_cli_plan_status_undo(cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, capsys) -> None:
