@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import typer
@@ -13,6 +11,7 @@ from prometheus_client import start_http_server
 from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig, partitions_of
 from consumer.outputs import ForwardOutput, Output, PrintOutput, SqliteOutput, consume
 from consumer.sink import SqliteSink
+from linkwatch.commands import stop_on_signals
 from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
 
@@ -60,9 +59,7 @@ def app(
         )
     if metrics_port:
         start_http_server(metrics_port, addr="127.0.0.1", registry=consumer.timings.metrics.registry)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     with consumer:
         n = consume(
             consumer,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from pathlib import Path
 
 import typer
 
 from lag.runner import LagConfig, LagService, format_statuses
+from linkwatch.commands import stop_on_signals
 from linkwatch.config import load_config
 
 app = typer.Typer(no_args_is_help=True)
@@ -23,9 +23,7 @@ def run(config: Path = ConfigOpt) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_config(config, LagConfig, env_prefix="LINKWATCH_LAG_")
     service = LagService(cfg)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         if cfg.metrics.enabled:
             port = service.serve_metrics()

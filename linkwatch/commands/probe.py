@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from pathlib import Path
 
 import typer
 
+from linkwatch.commands import stop_on_signals
 from linkwatch.config import load_config
 from probe.config import ProbeConfig
 from probe.service import ProbeService, format_window
@@ -27,9 +27,7 @@ def run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_config(config, ProbeConfig, env_prefix="LINKWATCH_PROBE_")
     service = ProbeService(cfg)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         if cfg.metrics.enabled:
             port = service.serve_metrics()

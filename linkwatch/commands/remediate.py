@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 import time
 from pathlib import Path
 
 import typer
 
+from linkwatch.commands import stop_on_signals
 from linkwatch.errors import ConfigError
 from linkwatch.records import Finding
 from remediation.config import load_remediation_config
@@ -80,9 +79,7 @@ def run(config: Path = ConfigOpt, member: str = typer.Option(None, help="Name in
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_remediation_config(config)
     rem = build(cfg, member=member)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         counters = serve(rem, stop)
         typer.echo(f"stopped: {counters}")
