@@ -63,12 +63,18 @@ class KafkaOutputConfig(StrictModel):
     spool_max_bytes: int = Field(256 << 20, ge=64 << 10)
     segment_bytes: int = Field(4 << 20, ge=4 << 10)
     send_timeout_s: float = Field(10.0, gt=0)
+    # How long the (idempotent) producer keeps retrying a record before the sink takes it back
+    # and sends it again — the one case that can duplicate a record. Longer than the outages
+    # you expect; Kafka's own default.
+    delivery_timeout_s: float = Field(120.0, gt=0)
     retry_backoff_s: float = Field(2.0, gt=0)
 
     @model_validator(mode="after")
     def _needs_servers(self) -> KafkaOutputConfig:
         if self.enabled and not self.bootstrap_servers:
             raise ValueError("kafka.bootstrap_servers is required when kafka.enabled is true")
+        if self.delivery_timeout_s < self.send_timeout_s:
+            raise ValueError("kafka.delivery_timeout_s must be at least kafka.send_timeout_s")
         if self.segment_bytes > self.spool_max_bytes:
             raise ValueError("kafka.segment_bytes must not exceed kafka.spool_max_bytes")
         return self

@@ -22,6 +22,7 @@ class Health:
         self.source_up: dict[str, bool] = {}
         self.log_behind_bytes = 0
         self.spool_records = 0
+        self.spool_resent = 0  # records sent again after the producer gave up on them
         self.slow_requests: Counter[str] = Counter()
         self._log_every_s = log_every_s
         self._clock = clock

@@ -146,6 +146,13 @@ class AgentMetrics(Collector):
             g = GaugeMetricFamily(name, doc, labels=["cluster", "broker"])
             g.add_metric(base, value)
             yield g
+        resent = CounterMetricFamily(
+            "linkwatch_agent_spool_resent",
+            "Records sent again after the producer gave up on them (each may be a duplicate)",
+            labels=["cluster", "broker"],
+        )
+        resent.add_metric(base, health.spool_resent)
+        yield resent
         up = GaugeMetricFamily(
             "linkwatch_agent_source_up",
             "1 if the last read of the source worked",

@@ -1,23 +1,36 @@
 """Shipping to a separate 1-node monitoring cluster through the spool, across an outage of it.
 
-The monitoring cluster is stopped (``down(keep_data=True)``) for a full minute while traffic
-and the agents go on (2-second windows, so ~30 windows per broker are closed and spooled during
-the outage), then started again on the same data: every window must arrive, each exactly once
-by record key.
+The monitoring cluster is stopped (``down(keep_data=True)``) while traffic and the agents go on
+(2-second windows, so a window per broker every 2 s is closed and spooled during the outage),
+then started again on the same data. Two scenarios:
+
+* a full minute's outage, shorter than the producer's delivery timeout: every window arrives,
+  each exactly once by record key, and nothing was re-sent;
+* the broker frozen (SIGSTOP) with records in flight, longer than the delivery timeout: the
+  producer gives up on what it holds, the sink takes the records back, counts them re-sent and
+  keeps them spooled; once the broker resumes every one arrives, with no more copies than
+  re-sends (the frozen broker may still write what it had received).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewTopic
 
+from agent.config import KafkaOutputConfig
+from agent.health import Health
+from agent.output.kafka import KafkaSink
 from agent.requestlog.window import ClosedWindow
-from linkwatch.records import SAMPLES_TOPIC, decode
+from linkwatch.records import SAMPLES_TOPIC, BrokerGauges, decode
 from linkwatch.testbed.agents import config_for_node, start_agents_in_process
 from linkwatch.testbed.cluster import ClusterState
 from tests.agent.conftest import Monitoring
@@ -64,6 +77,7 @@ def test_every_window_arrives_exactly_once_across_an_outage(
     monitoring: Monitoring,
     tmp_path: Path,
 ) -> None:
+    outage_target_s = OUTAGE_S
     mon_cluster, mon_state = monitoring.cluster, monitoring.state
     create_topic(admin, topic_name)
     configs = [
@@ -96,16 +110,18 @@ def test_every_window_arrives_exactly_once_across_an_outage(
 
     for agent, _ in running:
         agent.listeners.append(remember)
-    traffic = threading.Thread(target=run_traffic, args=(cluster3.bootstrap, topic_name, OUTAGE_S + 12, 100))
+    traffic = threading.Thread(
+        target=run_traffic, args=(cluster3.bootstrap, topic_name, outage_target_s + 12, 100)
+    )
     traffic.start()
     try:
         time.sleep(5)
         mon_cluster.down(keep_data=True)
         down_at = time.monotonic()
-        time.sleep(OUTAGE_S / 2)
+        time.sleep(outage_target_s / 2)
         spooled = sum(len(agent.sink.spool) for agent, _ in running)
         down = [agent.health.source_up.get("kafka_output") for agent, _ in running]
-        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
+        time.sleep(max(0.0, outage_target_s - (time.monotonic() - down_at)))
         outage_s = time.monotonic() - down_at
         spooled_at_end = sum(len(agent.sink.spool) for agent, _ in running)
         mon_state = monitoring.state = mon_cluster.start_existing(mon_state)
@@ -121,10 +137,13 @@ def test_every_window_arrives_exactly_once_across_an_outage(
         while time.monotonic() < deadline and any(len(a.sink.spool) for a, _ in running):
             time.sleep(0.5)
         left = {i + 1: len(agent.sink.spool) for i, (agent, _) in enumerate(running)}  # agent -> records
-        print(f"spool drain after the outage: {time.monotonic() - drain_started:.0f} s, left {left}")
+        resent = sum(agent.sink.resent for agent, _ in running)
+        print(
+            f"spool drain after the outage: {time.monotonic() - drain_started:.0f} s, left {left}, re-sent {resent}"
+        )
         for agent, _ in running:
             agent.stop()
-    assert outage_s >= OUTAGE_S
+    assert outage_s >= outage_target_s
     assert 0 < spooled < spooled_at_end, (
         f"the spool did not grow through the outage: {spooled}, {spooled_at_end}"
     )
@@ -135,6 +154,79 @@ def test_every_window_arrives_exactly_once_across_an_outage(
     missing = set(expected) - set(got)
     duplicated = {k: got[k] for k in expected if got[k] > 1}
     assert not missing, f"{len(missing)} of {len(expected)} records never arrived, e.g. {sorted(missing)[:3]}"
+    # The producer held everything through the outage: nothing taken back, no copy.
+    assert resent == 0
     assert not duplicated, f"duplicates: {list(duplicated.items())[:3]}"
     dropped = sum(sum(a.health.dropped.values()) for a, _ in running)
     assert dropped == 0
+
+
+def test_records_the_producer_gave_up_on_are_sent_again(monitoring: Monitoring, tmp_path: Path) -> None:
+    topic = f"resend-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=monitoring.state.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    pid = monitoring.state.nodes[0].pid
+    config = KafkaOutputConfig(
+        enabled=True,
+        bootstrap_servers=monitoring.state.bootstrap,
+        topic=topic,
+        spool_dir=tmp_path / "spool",
+        send_timeout_s=1,
+        delivery_timeout_s=2,
+        retry_backoff_s=0.2,
+    )
+    health = Health()
+    sink = KafkaSink(config, health).start()
+    records = [
+        BrokerGauges(cluster="t", source="test", ts_ms=1_000 * i, broker=1, window_s=1, values={"x": i})
+        for i in range(41)
+    ]
+    try:
+        sink.submit(records[:1])  # connected, metadata known: the next sends go straight out
+        deadline = time.monotonic() + 60
+        while len(sink.spool) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(sink.spool) == 0 and sink.resent == 0
+        # The broker frozen (SIGSTOP) past the delivery timeout with records in flight.
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            sink.submit(records[1:])
+            deadline = time.monotonic() + 30
+            while sink.resent < len(records) - 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            resent_while_frozen = sink.resent
+            spooled_while_frozen = len(sink.spool)
+            up_while_frozen = health.source_up[KafkaSink.SOURCE]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert resent_while_frozen >= len(records) - 1, "the producer never gave up on the frozen broker"
+        assert spooled_while_frozen == len(records) - 1, "records taken back must stay spooled"
+        assert up_while_frozen is False
+        deadline = time.monotonic() + 120
+        while len(sink.spool) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(sink.spool) == 0, f"{len(sink.spool)} records still spooled after the broker resumed"
+        assert health.source_up[KafkaSink.SOURCE] is True
+        assert health.spool_resent == sink.resent
+        resent = sink.resent
+    finally:
+        sink.stop()
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=monitoring.state.bootstrap, auto_offset_reset="earliest"
+    )
+    got: Counter[str] = Counter()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(got) < len(records):
+            for batch in consumer.poll(timeout_ms=500).values():
+                got.update(r.key.decode() for r in batch)
+        for batch in consumer.poll(timeout_ms=1000).values():  # late copies, if any
+            got.update(r.key.decode() for r in batch)
+    finally:
+        consumer.close()
+        admin.delete_topics([topic])
+        admin.close()
+    assert set(got) == {r.dedup_key() for r in records}
+    copies = sum(n - 1 for n in got.values())
+    print(f"re-sent {resent}, copies {copies}")
+    assert copies <= resent
