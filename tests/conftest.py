@@ -25,8 +25,17 @@ TIMING_RERUNS = 1
 TIMING_RERUN_DELAY_S = 5
 
 
+# Fixtures that start a real Kafka cluster: a test using one is a `cluster` test whether or not
+# its module says so, so `-m "not cluster"` never starts a broker.
+CLUSTER_FIXTURES = frozenset({"cluster3", "monitoring", "own_cluster"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())) and not item.get_closest_marker(
+            "cluster"
+        ):
+            item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=TIMING_RERUN_DELAY_S))
 
