@@ -84,6 +84,7 @@ def default_components(
     The agents start first so the alerting stack (Prometheus, Alertmanager, the receiver) knows
     the ports to scrape; ``workdir`` holds the stack's files. ``analyzer`` adds the Spark
     analyzer reading the agents' samples (its findings appear and clear in the display);
+    Spark's log goes to ``workdir/spark.log``, not the screen;
     ``remediate_topics`` lets it demote the slow broker's leadership of those topics and
     restore it after the fault (:mod:`.analyzer`).
     """
@@ -98,7 +99,10 @@ def default_components(
         from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
 
         comps.append(
-            lambda: AnalyzerComponent(demo_config(agents.window_s), remediate_topics=remediate_topics)
+            lambda: AnalyzerComponent(
+                demo_config(agents.window_s, spark_log=workdir / "spark.log"),
+                remediate_topics=remediate_topics,
+            )
         )
     return comps
 
