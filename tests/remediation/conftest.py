@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
 
 import pytest
 
 from linkwatch.testbed import faults
 from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from remediation.view import read_view
-from tests.remediation.kit import create_topic, place, produce
+from tests.remediation.kit import FilledDir, create_topic, place, produce
 
 
 @pytest.fixture(scope="package")
@@ -35,11 +34,6 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]
     finally:
         faults.revert_all()
         cluster.down()
-
-
-class FilledDir(NamedTuple):
-    path: str  # broker 1's first log dir
-    used_bytes: int  # what the dir holds once filled (the disk scenarios size capacity from it)
 
 
 @pytest.fixture

@@ -188,25 +188,14 @@ def _poll_reassignments(admin, topic: str, stop: threading.Event, seen: list[int
 def test_full_log_dir_pipeline_window_and_throttles(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
-    d1, used = fill_broker1_dir([96_000, 160_000, 224_000, 288_000, 352_000, 416_000])
+    filled = fill_broker1_dir([96_000, 160_000, 224_000, 288_000, 352_000, 416_000])
+    d1 = filled.path
     others = max(d.used_bytes for d in read_view(admin).log_dirs if d.broker != 1)
-    capacity = int(used / 0.9)
-    assert others < 0.1 * capacity, "the other dirs must be nearly empty for this scenario"
+    assert others < 0.1 * filled.capacity_bytes, "the other dirs must be nearly empty for this scenario"
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": capacity,
-                "high_ratio": 0.8,
-                "target_ratio": 0.4,
-                "window": 2,
-                "throttle_bytes_per_s": 100_000,
-                "allow_intra_broker": False,
-                "poll_s": 0.2,
-            }
-        },
+        **filled.rebalance_disks(target_ratio=0.4, window=2, throttle_bytes_per_s=100_000, poll_s=0.2),
     )
     rem = Remediator(cfg, admin)
     stop, seen, thr = threading.Event(), [], []
@@ -242,24 +231,19 @@ def test_full_log_dir_pipeline_window_and_throttles(
 def test_pipeline_backs_off_while_latency_is_high(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
-    d1, used = fill_broker1_dir([150_000, 160_000, 170_000, 180_000])
+    filled = fill_broker1_dir([150_000, 160_000, 170_000, 180_000])
+    d1 = filled.path
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": int(used / 0.9),
-                "high_ratio": 0.8,
-                "target_ratio": 0.3,
-                "window": 3,
-                "throttle_bytes_per_s": 200_000,
-                "allow_intra_broker": False,
-                "poll_s": 0.2,
-                "backoff_p99_ms": 500,
-                "recover_s": 600,
-            }
-        },
+        **filled.rebalance_disks(
+            target_ratio=0.3,
+            window=3,
+            throttle_bytes_per_s=200_000,
+            poll_s=0.2,
+            backoff_p99_ms=500,
+            recover_s=600,
+        ),
     )
     readings: list[float] = []
 
@@ -290,23 +274,14 @@ def test_long_tail_move_cancelled_keeps_replicas(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
     # The mover is larger than one replica fetch (1 MB), which no throttle holds back.
-    d1, used = fill_broker1_dir([6_000_000, 2_000_000])
+    filled = fill_broker1_dir([6_000_000, 2_000_000])
+    d1 = filled.path
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": int(used / 0.9),
-                "high_ratio": 0.8,
-                "target_ratio": 0.7,
-                "window": 1,
-                "throttle_bytes_per_s": 1024,
-                "allow_intra_broker": False,
-                "poll_s": 0.3,
-                "move_deadline_s": 6,
-            }
-        },
+        **filled.rebalance_disks(
+            target_ratio=0.7, window=1, throttle_bytes_per_s=1024, poll_s=0.3, move_deadline_s=6
+        ),
     )
     rem = Remediator(cfg, admin)
     before = replicas(admin, topic_name)

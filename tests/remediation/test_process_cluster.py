@@ -64,24 +64,14 @@ def test_sigkill_mid_reassignment_then_restart(
     findings_topic = f"{topic_name}-findings"
     admin.create_topics([NewTopic(findings_topic, 1, 1)])
     # Larger than a replica fetch (1 MB): the first fetch is never throttled, the rest crawl.
-    d1, used = fill_broker1_dir([6_000_000, 4_000_000])
+    filled = fill_broker1_dir([6_000_000, 4_000_000])
+    d1 = filled.path
     cfg, cfg_path = config(
         tmp_path,
         cluster3.bootstrap,
         findings_topic=findings_topic,
         on_restart="cancel",
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": int(used / 0.9),
-                "high_ratio": 0.8,
-                "target_ratio": 0.6,
-                "window": 1,
-                "throttle_bytes_per_s": 1024,
-                "allow_intra_broker": False,
-                "poll_s": 0.3,
-            }
-        },
+        **filled.rebalance_disks(target_ratio=0.6, window=1, throttle_bytes_per_s=1024, poll_s=0.3),
     )
     before = replicas(admin, topic_name)
     log = tmp_path / "run.log"
