@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator, model_validator
 
 from linkwatch.config import DirLocation, FileLocation, StrictModel, load_config
+from linkwatch.metrics_server import MetricsServerConfig, Port
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, SAMPLES_TOPIC
 
 
@@ -48,10 +49,8 @@ class RequestLogConfig(StrictModel):
         return ZoneInfo(self.timezone) if self.timezone is not None else None
 
 
-class PrometheusConfig(StrictModel):
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = Field(9108, ge=0, le=65535)  # 0: any free port (tests)
+class PrometheusConfig(MetricsServerConfig):
+    port: Port = 9108  # 0: any free port (tests)
 
 
 class KafkaOutputConfig(StrictModel):

@@ -21,6 +21,7 @@ from agent.exporters.prometheus import AgentMetrics, make_registry
 from agent.health import Health
 from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
+from linkwatch.metrics_server import serve_metrics
 from linkwatch.records import Record
 
 log = logging.getLogger("linkwatch.agent")
@@ -142,13 +143,13 @@ class Agent:
 
     def start(self) -> Agent:
         cfg = self.config
-        if cfg.prometheus.enabled:
-            self.http_server = AgentHttpServer(
-                self.registry,
-                cfg.prometheus.host,
-                cfg.prometheus.port,
-                page_cache=self.page_cache.handle if self.page_cache is not None else None,
-            ).start()
+        # /metrics and /page-cache on one aiohttp server (agent.exporters.http).
+        page_cache = self.page_cache.handle if self.page_cache is not None else None
+        self.http_server = serve_metrics(
+            cfg.prometheus,
+            self.registry,
+            lambda registry, host, port: AgentHttpServer(registry, host, port, page_cache=page_cache),
+        )
         if cfg.kafka.enabled:
             from agent.output.kafka import KafkaSink
 

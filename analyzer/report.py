@@ -79,7 +79,13 @@ def batch_report(cfg: AnalyzerConfig, from_ms: int, to_ms: int, source: str = "a
     from spark_metrics.session import spark_session
 
     detectors = load_detectors(cfg.detectors)  # before Spark starts: a bad name fails fast
-    spark = spark_session(cfg.spark_master, app_name="linkwatch-report", kafka=source == "kafka")
+    spark = spark_session(
+        cfg.spark_master,
+        app_name="linkwatch-report",
+        kafka=source == "kafka",
+        extra=dict(cfg.spark_conf),
+        log_file=cfg.spark_log,
+    )
     if source == "kafka":
         raw = read_kafka(spark, cfg.bootstrap, from_ms, to_ms, cfg.samples_topic)
     else:

@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictStr, StringConstraints, field_validator
 
 from analyzer.base import FindingSink, PolicyConfig, SeverityPolicy
 from analyzer.engine import Changes, Engine
@@ -30,7 +30,7 @@ from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
 from analyzer.window_state import KINDS as STATE_KINDS
 from analyzer.window_state import WindowState
 from linkwatch.aggregates import Aggregates
-from linkwatch.config import DirLocation, StrictModel
+from linkwatch.config import DirLocation, FileLocation, StrictModel
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 from remediation.pipeline import FindingPipeline, PipelineConfig
 
@@ -58,6 +58,10 @@ class PrometheusConfig(StrictModel):
     port: int = Field(9309, ge=0, le=65535)
 
 
+# A SparkSession setting's name: Spark's own namespace only, so a typo of another key is caught.
+SparkKey = Annotated[str, StringConstraints(pattern=r"^spark\.[A-Za-z0-9_.-]+$", max_length=200)]
+
+
 class AnalyzerConfig(StrictModel):
     cluster: str = "local"
     bootstrap: str = "127.0.0.1:9092"
@@ -77,6 +81,10 @@ class AnalyzerConfig(StrictModel):
     state_dir: DirLocation = Path.home() / ".local" / "share" / "linkwatch" / "analyzer"
     spark_master: str = "local[2]"
     shuffle_partitions: int = Field(2, ge=1)  # the aggregates are small; more partitions only add tasks
+    # Extra SparkSession settings, over linkwatch's (spark_metrics.session); values are strings
+    # as Spark takes them ("false", not false). JVM options only act when the JVM starts.
+    spark_conf: dict[SparkKey, StrictStr] = Field(default_factory=dict)
+    spark_log: FileLocation | None = None  # Spark's log and the JVM's stderr, appended (None: stderr)
     detectors: dict[str, dict | None] = Field(default_factory=lambda: dict(DEFAULT_DETECTORS))
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     hot_keys: HotKeySampling = Field(default_factory=HotKeySampling)
@@ -205,7 +213,8 @@ class AnalysisService:
             shuffle_partitions=self.cfg.shuffle_partitions,
             # The stream submits a job every trigger; FAIR lets evaluation jobs run between them
             # instead of queueing behind a stream that is catching up.
-            extra={"spark.scheduler.mode": "FAIR"},
+            extra={"spark.scheduler.mode": "FAIR", **self.cfg.spark_conf},
+            log_file=self.cfg.spark_log,
         )
         opts = StreamOptions(
             bootstrap=self.cfg.bootstrap,

@@ -48,6 +48,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
+from linkwatch.sketch import exact_quantile
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
 
@@ -251,8 +252,7 @@ def jolokia_send_time(state: ClusterState) -> tuple[float, float]:
 
 
 def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[int(q * (len(s) - 1))] if s else float("nan")
+    return exact_quantile(values, q) if values else float("nan")
 
 
 @dataclass

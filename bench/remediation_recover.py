@@ -34,16 +34,10 @@ from linkwatch.testbed import faults
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 from linkwatch.testbed.demo.agents import AgentsComponent
 from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
-from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic, partition_leaders
+from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic, p99_ms, partition_leaders
 
 VICTIM = 2
 P99_LINE_MS = 300.0
-
-
-def p99_ms(load: ProducerLoad, window_s: float = 5.0) -> float | None:
-    now = time.monotonic()
-    lat = sorted(latency for at, latency, _ in list(load.stats.recent_latencies) if now - at <= window_s)
-    return lat[int(0.99 * (len(lat) - 1))] * 1000 if len(lat) >= 20 else None
 
 
 def one_round(admin, serve: ProducerLoad, analyzer: AnalyzerComponent, pid: int, fault_s: float) -> dict:
@@ -60,7 +54,7 @@ def one_round(admin, serve: ProducerLoad, analyzer: AnalyzerComponent, pid: int,
                 t["finding"] = elapsed
             if t["demoted"] is None and VICTIM not in partition_leaders(admin, serve.topic).values():
                 t["demoted"] = elapsed
-            p99 = p99_ms(serve)
+            p99 = p99_ms((lat for lat, _ in serve.stats.recent(5.0)), min_samples=20)
             if p99 is not None:
                 peak = max(peak, p99)
             slow = p99 is None or p99 >= P99_LINE_MS

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from pydantic import Field
 
 from lag.coldread import ColdReadConfig, ColdReadWatch, HostStatsFeed
@@ -26,16 +26,15 @@ from lag.outputs import FindingTracker, LagMetrics, lag_records
 from lag.rack import RackConfig, RackWatch
 from lag.timestamps import TimestampReader
 from linkwatch.config import StrictModel
+from linkwatch.metrics_server import MetricsServer, MetricsServerConfig, Port
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 from remediation.pipeline import FindingPipeline, PipelineConfig
 
 log = logging.getLogger(__name__)
 
 
-class MetricsConfig(StrictModel):
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = Field(9309, ge=0, le=65535)
+class MetricsConfig(MetricsServerConfig):
+    port: Port = 9309
 
 
 class PublishConfig(StrictModel):
@@ -126,7 +125,7 @@ class LagService:
                 config.instance,
                 ha.session_timeout_ms,
             )
-        self._http: Any = None
+        self._http: MetricsServer | None = None
         self.publish_errors = 0
         self.findings_sent = 0
         self.last: PassResult | None = None
@@ -175,10 +174,8 @@ class LagService:
 
     def serve_metrics(self) -> int:
         """Start the /metrics endpoint (loopback by default); returns the bound port."""
-        m = self.config.metrics
-        server, _ = start_http_server(m.port, addr=m.host, registry=self.registry)
-        self._http = server
-        return int(server.server_address[1])
+        self._http = MetricsServer(self.registry, self.config.metrics.host, self.config.metrics.port).start()
+        return self._http.server_port
 
     def run(
         self, stop: threading.Event, on_pass: Callable[[PassResult, list[Finding]], Any] | None = None
@@ -205,9 +202,7 @@ class LagService:
         if self.producer is not None:
             self.producer.close(timeout=5)
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
+            self._http.close()
 
 
 def format_statuses(result: PassResult) -> str:

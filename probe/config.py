@@ -12,13 +12,12 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from linkwatch.config import StrictModel
+from linkwatch.metrics_server import MetricsServerConfig, Port
 from linkwatch.records import SAMPLES_TOPIC
 
 
-class ProbeMetricsConfig(StrictModel):
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = Field(9311, ge=0, le=65535)
+class ProbeMetricsConfig(MetricsServerConfig):
+    port: Port = 9311
 
 
 class ProbeTopicConfig(StrictModel):

@@ -25,9 +25,10 @@ from typing import Any
 import orjson
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import OffsetSpec
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig
+from linkwatch.metrics_server import MetricsServer
 from linkwatch.records import ProbeSample
 from probe.config import ProbeConfig
 from probe.ledger import BrokerWindow, ProbeLedger
@@ -98,7 +99,7 @@ class ProbeService:
         self._consumer: AsyncFetchConsumer | None = None
         self._consumed: frozenset[int] = frozenset()
         self._seq = time.time_ns() // 1000  # unique per run: an earlier run's probes never match
-        self._http: Any = None
+        self._http: MetricsServer | None = None
         self._keeper: threading.Thread | None = None
 
     # --- the topic keeper ---------------------------------------------------------------------
@@ -274,10 +275,8 @@ class ProbeService:
 
     def serve_metrics(self) -> int:
         """Start the /metrics endpoint (loopback by default); returns the bound port."""
-        m = self.config.metrics
-        server, _ = start_http_server(m.port, addr=m.host, registry=self.registry)
-        self._http = server
-        return int(server.server_address[1])
+        self._http = MetricsServer(self.registry, self.config.metrics.host, self.config.metrics.port).start()
+        return self._http.server_port
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -288,9 +287,7 @@ class ProbeService:
             except Exception as e:
                 log.debug("close: %s", e)
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
+            self._http.close()
 
 
 def format_window(window_start_ms: int, windows: Mapping[int, BrokerWindow]) -> str:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+#: Spark's log4j2 config that writes its log to the file named by ``-Dlinkwatch.spark.log``.
+FILE_LOG_CONFIG = Path(__file__).with_name("log4j2-file.properties")
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def spark_session(
@@ -14,9 +22,16 @@ def spark_session(
     kafka: bool = False,
     shuffle_partitions: int = 4,
     extra: dict[str, str] | None = None,
+    log_file: Path | None = None,
 ) -> SparkSession:
     """Get or create the session. ``kafka=True`` adds the connector jars (resolved once from
-    Maven Central into the local cache, see :mod:`spark_metrics.jars`)."""
+    Maven Central into the local cache, see :mod:`spark_metrics.jars`). ``extra`` settings win
+    over the defaults here, except that ``spark.driver.extraJavaOptions`` is added to ours.
+
+    ``log_file``: Spark's log (log4j2, :data:`FILE_LOG_CONFIG`) and everything else the JVM
+    writes to its stderr (its launcher's warnings, progress bars) go to this file, appended,
+    instead of this process's stderr. Like every JVM option it only takes effect when this call
+    starts the JVM; a session already running keeps its output where it was."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind and advertise loopback only
     # An empty master leaves it to spark-submit (--master).
@@ -36,14 +51,42 @@ def spark_session(
         .config("spark.sql.files.openCostInBytes", "8192")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
     if kafka:
         from spark_metrics.jars import kafka_connector_jars
 
         builder = builder.config("spark.jars", ",".join(str(p) for p in kafka_connector_jars()))
-    for key, value in (extra or {}).items():
+    extra = dict(extra or {})
+    # Spark splits this string like a shell (quotes kept together): the caller's part verbatim,
+    # our paths quoted.
+    java = ["-Dlog4j2.level=WARN", extra.pop(JAVA_OPTIONS, "")]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        java += [
+            shlex.quote(f"-Dlog4j.configurationFile={FILE_LOG_CONFIG}"),
+            shlex.quote(f"-Dlinkwatch.spark.log={log_file}"),
+        ]
+    builder = builder.config(JAVA_OPTIONS, " ".join(o for o in java if o))
+    for key, value in extra.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _stderr_to(log_file) if log_file is not None else contextlib.nullcontext():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while the session starts, so the JVM started meanwhile
+    inherits it as its stderr for its whole life; this process's own stderr is restored after
+    (what it writes in between, from any thread, lands in the file too)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as f:
+            os.dup2(f.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)

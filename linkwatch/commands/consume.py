@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import typer
-from prometheus_client import start_http_server
 
 from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig, partitions_of
 from consumer.outputs import ForwardOutput, Output, PrintOutput, SqliteOutput, consume
@@ -14,6 +13,7 @@ from consumer.sink import SqliteSink
 from linkwatch.commands import stop_on_signals
 from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
+from linkwatch.metrics_server import MetricsServer
 
 ConfigOpt = typer.Option(None, "--config", help="YAML file with a ConsumerConfig (env LINKWATCH_CONSUMER_*).")
 SqliteOpt = typer.Option(None, "--to-sqlite", help="Store records exactly once in this SQLite file.")
@@ -57,17 +57,21 @@ def app(
         consumer = AsyncFetchConsumer(
             cfg, partitions=partitions_of(cfg.bootstrap_servers, topic), offset_store=sink
         )
-    if metrics_port:
-        start_http_server(metrics_port, addr="127.0.0.1", registry=consumer.timings.metrics.registry)
+    registry = consumer.timings.metrics.registry
+    server = MetricsServer(registry, "127.0.0.1", metrics_port).start() if metrics_port else None
     stop = stop_on_signals()
-    with consumer:
-        n = consume(
-            consumer,
-            output,
-            stop=stop,
-            max_records=max_records,
-            idle_exit_s=idle_exit_s,
-            process_ms=process_ms,
-        )
-    output.close()
+    try:
+        with consumer:
+            n = consume(
+                consumer,
+                output,
+                stop=stop,
+                max_records=max_records,
+                idle_exit_s=idle_exit_s,
+                process_ms=process_ms,
+            )
+        output.close()
+    finally:
+        if server is not None:
+            server.close()
     print(f"consumed {n} records; {consumer.stats}", file=sys.stderr)

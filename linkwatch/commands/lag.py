@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from lag.runner import LagConfig, LagService, format_statuses
-from linkwatch.commands import stop_on_signals
+from linkwatch.commands import run_service
 from linkwatch.config import load_config
 
 app = typer.Typer(no_args_is_help=True)
@@ -23,14 +23,7 @@ def run(config: Path = ConfigOpt) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_config(config, LagConfig, env_prefix="LINKWATCH_LAG_")
     service = LagService(cfg)
-    stop = stop_on_signals()
-    try:
-        if cfg.metrics.enabled:
-            port = service.serve_metrics()
-            typer.echo(f"metrics on http://{cfg.metrics.host}:{port}/metrics")
-        service.run(stop)
-    finally:
-        service.close()
+    run_service(service, cfg.metrics, service.run)
 
 
 @app.command()

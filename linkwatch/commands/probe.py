@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from linkwatch.commands import stop_on_signals
+from linkwatch.commands import run_service
 from linkwatch.config import load_config
 from probe.config import ProbeConfig
 from probe.service import ProbeService, format_window
@@ -27,14 +27,8 @@ def run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_config(config, ProbeConfig, env_prefix="LINKWATCH_PROBE_")
     service = ProbeService(cfg)
-    stop = stop_on_signals()
-    try:
-        if cfg.metrics.enabled:
-            port = service.serve_metrics()
-            typer.echo(f"metrics on http://{cfg.metrics.host}:{port}/metrics")
-        service.run(stop, (lambda start, ws: typer.echo(format_window(start, ws))) if verbose else None)
-    finally:
-        service.close()
+    on_window = (lambda start, ws: typer.echo(format_window(start, ws))) if verbose else None
+    run_service(service, cfg.metrics, lambda stop: service.run(stop, on_window))
 
 
 @app.command()

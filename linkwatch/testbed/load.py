@@ -3,7 +3,8 @@
 Used by tests, the demo and ``linkwatch load``. Keys follow :class:`KeyDistribution`
 (``none``, ``uniform`` over N keys, or ``zipf`` with an exponent, which is what makes hot
 partitions and hot keys). Counters are kept per partition so callers can turn them into
-per-broker throughput with the partition leaders.
+per-broker throughput with the partition leaders. :meth:`LoadStats.recent` and
+:func:`p99_ms` are the one place the ack p99 of the last seconds is computed (demo, benches).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from linkwatch.errors import ConfigError
+from linkwatch.sketch import exact_quantile
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,22 @@ class LoadStats:
     # Recent (ack time, latency seconds, partition); bounded.
     recent_latencies: deque[tuple[float, float, int]] = field(default_factory=lambda: deque(maxlen=20000))
     last_error: str = ""
+
+    def recent(self, window_s: float, now: float | None = None) -> list[tuple[float, int]]:
+        """(ack latency seconds, partition) of the acks of the last ``window_s`` seconds
+        (``now``: a ``time.monotonic()`` reading, default the current one)."""
+        now = time.monotonic() if now is None else now
+        return [(latency, p) for at, latency, p in list(self.recent_latencies) if now - at <= window_s]
+
+
+def p99_ms(latencies_s: Iterable[float], min_samples: int = 1) -> float | None:
+    """The exact p99 in ms (the value at rank floor(0.99 * (n - 1)), as
+    :func:`~linkwatch.sketch.exact_quantile`) of latencies in seconds; None with fewer than
+    ``min_samples`` of them (a p99 of a handful of acks says little)."""
+    values = list(latencies_s)
+    if not values or len(values) < min_samples:
+        return None
+    return exact_quantile(values, 0.99) * 1000
 
 
 class ProducerLoad:

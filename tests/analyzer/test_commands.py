@@ -26,6 +26,15 @@ from linkwatch.cli import main
         ),
         (["analyze"], "widnow_s: 2\n", "widnow_s: unknown key"),
         (["analyze"], "detectors:\n  slow_broker: {peer_ratio: 0.5}\n", "peer_ratio=0.5"),
+        # spark_conf: Spark's keys only, string values (YAML's false is not Spark's "false").
+        (
+            ["analyze"],
+            "spark_conf:\n  spark.ui.showConsoleProgress: false\n",
+            "spark_conf.spark.ui.showConsoleProgress=False: Input should be a valid string",
+        ),
+        (["analyze"], "spark_conf:\n  ui.enabled: 'false'\n", "String should match pattern '^spark"),
+        (["analyze"], "spark_conf: [spark.ui.enabled]\n", "spark_conf"),
+        (["analyze"], "spark_log: /\n", "spark_log='/': Value error, is a directory"),
     ],
 )
 def test_bad_input_exits_2_naming_it(args, config, message, tmp_path: Path, capsys) -> None:

@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -34,33 +35,70 @@ class App:
                 time.sleep(0.002)
                 self.consumer.ack(d)
 
+    def finish(self) -> dict[str, int]:
+        """Stop the loop and close the consumer (its commits on leaving); its stats."""
+        self.stop.set()
+        self.thread.join(5)
+        self.consumer.close()
+        return self.consumer.stats
 
-def test_repeated_rebalances_lose_nothing(cluster3, admin, topic_name):
-    create_topic(admin, topic_name, partitions=PARTITIONS)
-    group = f"g-{uuid.uuid4().hex[:6]}"
+
+def group_config(bootstrap: str, group: str, **settings) -> Callable[[str], ConsumerConfig]:
+    """Member ``name``'s config in ``group``: commits every 300 ms, a 10 s session, plus ``settings``."""
 
     def cfg(name: str) -> ConsumerConfig:
         return ConsumerConfig(
-            bootstrap_servers=cluster3.bootstrap,
+            bootstrap_servers=bootstrap,
             group_id=group,
             client_id=name,
             commit_interval_ms=300,
-            buffer_max_records=200,
-            max_uncommitted_per_partition=100,
             session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000,
+            **settings,
         )
 
+    return cfg
+
+
+def produce_rounds(
+    bootstrap: str, topic: str, partitions: int, per_round: int, rounds: int, pause_s: float
+) -> threading.Thread:
+    """Produce ``per_round`` records to every partition, ``rounds`` times, ``pause_s`` apart, on a
+    started thread (offsets 0 .. rounds * per_round - 1 in each partition)."""
+
+    def run() -> None:
+        for i in range(rounds):
+            produce(bootstrap, topic, partitions, per_round, start=i * per_round)
+            time.sleep(pause_s)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def drain(app: App, expected: set[tuple[int, int]], timeout_s: float = 60.0) -> dict[str, int]:
+    """Let ``app`` run until it has processed every record of ``expected`` (or ``timeout_s``),
+    then stop it and close its consumer; its consumer's stats."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with app.lock:
+            if expected <= set(app.processed):
+                break
+        time.sleep(0.2)
+    return app.finish()
+
+
+def test_repeated_rebalances_lose_nothing(cluster3, admin, topic_name):
+    create_topic(admin, topic_name, partitions=PARTITIONS)
+    cfg = group_config(
+        cluster3.bootstrap,
+        f"g-{uuid.uuid4().hex[:6]}",
+        buffer_max_records=200,
+        max_uncommitted_per_partition=100,
+    )
     processed: list[tuple[int, int]] = []
     lock = threading.Lock()
-    producer = threading.Thread(
-        target=lambda: [
-            (produce(cluster3.bootstrap, topic_name, PARTITIONS, 40, start=i * 40), time.sleep(1.5))
-            for i in range(PER_PARTITION // 40)
-        ],
-        daemon=True,
-    )
-    producer.start()
+    producer = produce_rounds(cluster3.bootstrap, topic_name, PARTITIONS, 40, PER_PARTITION // 40, 1.5)
     a = AsyncFetchConsumer(cfg("a"), topics=[topic_name]).start()
     app_a = App(a, processed, lock)
     app_a.thread.start()
@@ -70,23 +108,11 @@ def test_repeated_rebalances_lose_nothing(cluster3, admin, topic_name):
         app_b = App(b, processed, lock)
         app_b.thread.start()
         time.sleep(4)
-        app_b.stop.set()
-        app_b.thread.join(5)
-        b.close()
-        stats.append(b.stats)
+        stats.append(app_b.finish())
         time.sleep(2)
     producer.join(60)
     expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with lock:
-            if expected <= set(processed):
-                break
-        time.sleep(0.2)
-    app_a.stop.set()
-    app_a.thread.join(5)
-    a.close()
-    stats.append(a.stats)
+    stats.append(drain(app_a, expected))
 
     counts = Counter(processed)
     assert set(counts) == expected  # nothing lost, nothing invented
@@ -125,31 +151,10 @@ def test_rebalance_storm_with_a_slow_poll_loop_waits_for_in_flight_records(clust
     a record counted as not acked within ``revoke_wait_ms`` (or acked beyond an unfinished one)."""
     partitions, per_round, rounds = 6, 30, 12
     create_topic(admin, topic_name, partitions=partitions)
-    group = f"g-{uuid.uuid4().hex[:6]}"
-
-    def cfg(name: str) -> ConsumerConfig:
-        return ConsumerConfig(
-            bootstrap_servers=cluster3.bootstrap,
-            group_id=group,
-            client_id=name,
-            commit_interval_ms=300,
-            session_timeout_ms=10_000,
-            heartbeat_interval_ms=1_000,
-        )
-
+    cfg = group_config(cluster3.bootstrap, f"g-{uuid.uuid4().hex[:6]}")
     processed: list[tuple[int, int]] = []
     lock = threading.Lock()
-    producer = threading.Thread(
-        target=lambda: [
-            (
-                produce(cluster3.bootstrap, topic_name, partitions, per_round, start=i * per_round),
-                time.sleep(1.0),
-            )
-            for i in range(rounds)
-        ],
-        daemon=True,
-    )
-    producer.start()
+    producer = produce_rounds(cluster3.bootstrap, topic_name, partitions, per_round, rounds, 1.0)
     a = AsyncFetchConsumer(cfg("slow"), topics=[topic_name]).start()
     app_a = SlowApp(a, processed, lock, per_record_s=0.004, max_records=100)
     app_a.thread.start()
@@ -160,26 +165,14 @@ def test_rebalance_storm_with_a_slow_poll_loop_waits_for_in_flight_records(clust
             m = AsyncFetchConsumer(cfg(f"m{i}{j}"), topics=[topic_name]).start()
             app_m = App(m, processed, lock)
             app_m.thread.start()
-            members.append((m, app_m))
+            members.append(app_m)
             time.sleep(1.0)
         time.sleep(1.0)
-        for m, app_m in members:
-            app_m.stop.set()
-            app_m.thread.join(5)
-            m.close()
-            stats.append(m.stats)
+        for app_m in members:
+            stats.append(app_m.finish())
     producer.join(60)
     expected = {(p, o) for p in range(partitions) for o in range(rounds * per_round)}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with lock:
-            if expected <= set(processed):
-                break
-        time.sleep(0.2)
-    app_a.stop.set()
-    app_a.thread.join(5)
-    a.close()
-    stats.append(a.stats)
+    stats.append(drain(app_a, expected))
 
     counts = Counter(processed)
     assert set(counts) == expected  # nothing lost, nothing invented

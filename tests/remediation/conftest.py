@@ -9,13 +9,16 @@ when the package is done; ``admin`` and the other session fixtures follow it.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from linkwatch.testbed import faults
 from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from remediation.view import read_view
+from tests.remediation.kit import FilledDir, create_topic, place, produce
 
 
 @pytest.fixture(scope="package")
@@ -31,3 +34,27 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]
     finally:
         faults.revert_all()
         cluster.down()
+
+
+@pytest.fixture
+def fill_broker1_dir(
+    cluster3: ClusterState, admin, topic_name: str
+) -> Iterator[Callable[[list[int]], FilledDir]]:
+    """Fill broker 1's first log dir with ``topic_name``: one partition per size (bytes), led and
+    held by broker 1 alone, every replica placed in that dir. The topic is deleted at teardown
+    whatever the outcome (its bytes on any dir would skew the next disk scenario or a rerun)."""
+    filled: list[str] = []
+
+    def fill(sizes: list[int]) -> FilledDir:
+        d1 = cluster3.node(1).log_dirs[0]
+        filled.append(topic_name)
+        create_topic(admin, topic_name, {p: [1] for p in range(len(sizes))})
+        produce(cluster3.bootstrap, topic_name, dict(enumerate(sizes)))
+        place(admin, topic_name, list(range(len(sizes))), 1, d1)
+        used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
+        return FilledDir(d1, used)
+
+    yield fill
+    if filled:
+        with contextlib.suppress(Exception):
+            admin.delete_topics(filled)

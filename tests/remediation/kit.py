@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from kafka import KafkaProducer, TopicPartitionReplica
@@ -131,3 +131,23 @@ def throttles(admin, topic: str) -> dict[str, Any]:
         **{f"broker:{b}": c for b, c in v.broker_configs.items() if c},
         **{f"topic:{t}": c for t, c in v.topic_configs.items() if c},
     }
+
+
+class FilledDir(NamedTuple):
+    """Broker 1's first log dir once filled by the ``fill_broker1_dir`` fixture."""
+
+    path: str
+    used_bytes: int  # what it holds once filled
+
+    def rebalance_disks(self, **settings: Any) -> dict[str, Any]:
+        """``config`` arguments: hot_disk -> rebalance_disks with this dir at 90 % of its
+        capacity (over the 80 % high mark), moves to other brokers only; ``settings`` the rest."""
+        base = {"capacity_bytes": self.capacity_bytes, "high_ratio": 0.8, "allow_intra_broker": False}
+        return {
+            "rules": {"hot_disk": "rebalance_disks"},
+            "remediations": {"rebalance_disks": base | settings},
+        }
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.used_bytes / 0.9)

@@ -3,7 +3,6 @@ pause/resume and dedup, the pipelined disk rebalance with throttles, long-tail c
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from pathlib import Path
@@ -20,8 +19,6 @@ from tests.remediation.kit import (
     create_topic,
     finding,
     leaders,
-    place,
-    produce,
     replica_dirs,
     replicas,
     throttles,
@@ -179,22 +176,6 @@ def test_paused_findings_kept_and_never_acted_twice(cluster3: ClusterState, admi
     assert again["event"] == "refused" and "already acted on" in again["reason"]
 
 
-def _fill_broker1_dir(admin, cluster3: ClusterState, topic: str, sizes: list[int], request) -> str:
-    """Fill broker 1's first log dir with ``topic``; the topic is deleted at teardown whatever
-    the outcome (a failed attempt must not leave its bytes on the other dirs for a rerun)."""
-
-    def drop() -> None:
-        with contextlib.suppress(Exception):
-            admin.delete_topics([topic])
-
-    request.addfinalizer(drop)
-    d1 = cluster3.node(1).log_dirs[0]
-    create_topic(admin, topic, {p: [1] for p in range(len(sizes))})
-    produce(cluster3.bootstrap, topic, dict(enumerate(sizes)))
-    place(admin, topic, list(range(len(sizes))), 1, d1)
-    return d1
-
-
 def _poll_reassignments(admin, topic: str, stop: threading.Event, seen: list[int], thr: list[dict]) -> None:
     while not stop.is_set():
         moving = [tp for tp in admin.list_partition_reassignments() if tp.topic == topic]
@@ -205,30 +186,16 @@ def _poll_reassignments(admin, topic: str, stop: threading.Event, seen: list[int
 
 
 def test_full_log_dir_pipeline_window_and_throttles(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, request
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
-    sizes = [96_000, 160_000, 224_000, 288_000, 352_000, 416_000]
-    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes, request)
-    view = read_view(admin)
-    used = next(d.used_bytes for d in view.log_dirs if (d.broker, d.path) == (1, d1))
-    others = max(d.used_bytes for d in view.log_dirs if d.broker != 1)
-    capacity = int(used / 0.9)
-    assert others < 0.1 * capacity, "the other dirs must be nearly empty for this scenario"
+    filled = fill_broker1_dir([96_000, 160_000, 224_000, 288_000, 352_000, 416_000])
+    d1 = filled.path
+    others = max(d.used_bytes for d in read_view(admin).log_dirs if d.broker != 1)
+    assert others < 0.1 * filled.capacity_bytes, "the other dirs must be nearly empty for this scenario"
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": capacity,
-                "high_ratio": 0.8,
-                "target_ratio": 0.4,
-                "window": 2,
-                "throttle_bytes_per_s": 100_000,
-                "allow_intra_broker": False,
-                "poll_s": 0.2,
-            }
-        },
+        **filled.rebalance_disks(target_ratio=0.4, window=2, throttle_bytes_per_s=100_000, poll_s=0.2),
     )
     rem = Remediator(cfg, admin)
     stop, seen, thr = threading.Event(), [], []
@@ -262,28 +229,21 @@ def test_full_log_dir_pipeline_window_and_throttles(
 
 
 def test_pipeline_backs_off_while_latency_is_high(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, request
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
-    sizes = [150_000, 160_000, 170_000, 180_000]
-    d1 = _fill_broker1_dir(admin, cluster3, topic_name, sizes, request)
-    used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
+    filled = fill_broker1_dir([150_000, 160_000, 170_000, 180_000])
+    d1 = filled.path
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": int(used / 0.9),
-                "high_ratio": 0.8,
-                "target_ratio": 0.3,
-                "window": 3,
-                "throttle_bytes_per_s": 200_000,
-                "allow_intra_broker": False,
-                "poll_s": 0.2,
-                "backoff_p99_ms": 500,
-                "recover_s": 600,
-            }
-        },
+        **filled.rebalance_disks(
+            target_ratio=0.3,
+            window=3,
+            throttle_bytes_per_s=200_000,
+            poll_s=0.2,
+            backoff_p99_ms=500,
+            recover_s=600,
+        ),
     )
     readings: list[float] = []
 
@@ -311,27 +271,17 @@ def test_pipeline_backs_off_while_latency_is_high(
 
 
 def test_long_tail_move_cancelled_keeps_replicas(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, request
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
     # The mover is larger than one replica fetch (1 MB), which no throttle holds back.
-    d1 = _fill_broker1_dir(admin, cluster3, topic_name, [6_000_000, 2_000_000], request)
-    used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
+    filled = fill_broker1_dir([6_000_000, 2_000_000])
+    d1 = filled.path
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": int(used / 0.9),
-                "high_ratio": 0.8,
-                "target_ratio": 0.7,
-                "window": 1,
-                "throttle_bytes_per_s": 1024,
-                "allow_intra_broker": False,
-                "poll_s": 0.3,
-                "move_deadline_s": 6,
-            }
-        },
+        **filled.rebalance_disks(
+            target_ratio=0.7, window=1, throttle_bytes_per_s=1024, poll_s=0.3, move_deadline_s=6
+        ),
     )
     rem = Remediator(cfg, admin)
     before = replicas(admin, topic_name)

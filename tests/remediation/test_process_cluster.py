@@ -16,13 +16,9 @@ from kafka.admin import NewTopic
 
 from linkwatch.testbed.cluster import ClusterState
 from remediation.audit import read_audit
-from remediation.view import read_view
 from tests.remediation.kit import (
     config,
-    create_topic,
     finding,
-    place,
-    produce,
     replicas,
     throttles,
     wait_until,
@@ -63,33 +59,19 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def test_sigkill_mid_reassignment_then_restart(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
     findings_topic = f"{topic_name}-findings"
     admin.create_topics([NewTopic(findings_topic, 1, 1)])
-    d1 = cluster3.node(1).log_dirs[0]
-    create_topic(admin, topic_name, {0: [1], 1: [1]})
     # Larger than a replica fetch (1 MB): the first fetch is never throttled, the rest crawl.
-    produce(cluster3.bootstrap, topic_name, {0: 6_000_000, 1: 4_000_000})
-    place(admin, topic_name, [0, 1], 1, d1)
-    used = next(d.used_bytes for d in read_view(admin).log_dirs if (d.broker, d.path) == (1, d1))
+    filled = fill_broker1_dir([6_000_000, 4_000_000])
+    d1 = filled.path
     cfg, cfg_path = config(
         tmp_path,
         cluster3.bootstrap,
         findings_topic=findings_topic,
         on_restart="cancel",
-        rules={"hot_disk": "rebalance_disks"},
-        remediations={
-            "rebalance_disks": {
-                "capacity_bytes": int(used / 0.9),
-                "high_ratio": 0.8,
-                "target_ratio": 0.6,
-                "window": 1,
-                "throttle_bytes_per_s": 1024,
-                "allow_intra_broker": False,
-                "poll_s": 0.3,
-            }
-        },
+        **filled.rebalance_disks(target_ratio=0.6, window=1, throttle_bytes_per_s=1024, poll_s=0.3),
     )
     before = replicas(admin, topic_name)
     log = tmp_path / "run.log"
@@ -135,7 +117,6 @@ def test_sigkill_mid_reassignment_then_restart(
     assert [e["event"] for e in second[:2]] == ["started", "lease_acquired"]
     assert [e["status"] for e in second if e["event"] == "step"] == ["cancelled"]
     assert "throttle_cleared" in [e["event"] for e in second]
-    admin.delete_topics([topic_name])  # 10 MB in broker 1's dir would skew the next disk scenario
 
 
 def test_two_remediators_one_lease(cluster3: ClusterState, admin, topic_name: str, tmp_path: Path) -> None:

@@ -6,9 +6,11 @@ import random
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from linkwatch.errors import ConfigError
-from linkwatch.testbed.load import KeyDistribution, ProducerLoad
+from linkwatch.testbed.load import KeyDistribution, LoadStats, ProducerLoad, p99_ms
 
 
 def _draw(spec: str, n: int = 50_000, keys: int = 100) -> Counter[bytes | None]:
@@ -59,3 +61,40 @@ def test_bad_key_distribution(spec: str, keys: int, message: str) -> None:
 def test_bad_producer_options(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ProducerLoad("127.0.0.1:1", "t", **kwargs)
+
+
+# -- the ack p99 of the last seconds (demo screen, remediation bench) -------------------------
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.floats(min_value=0.0, max_value=60.0), min_size=1, max_size=400))
+def test_p99_is_the_value_at_rank_floor_099_n_minus_1(latencies_s: list[float]) -> None:
+    ordered = sorted(latencies_s)
+    rank = int(0.99 * (len(ordered) - 1))
+    assert p99_ms(latencies_s) == ordered[rank] * 1000
+    # At least 99 % of the values are at or under it (nearest rank, never interpolated).
+    assert sum(v * 1000 <= p99_ms(latencies_s) for v in latencies_s) >= 0.99 * (len(latencies_s) - 1)
+
+
+@pytest.mark.parametrize(
+    ("latencies_s", "min_samples", "expected"),
+    [
+        ([], 1, None),  # nothing acked: no p99, not 0
+        ([0.5] * 19, 20, None),  # too few for the caller's purpose
+        ([0.5] * 20, 20, 500.0),
+        ([0.001 * i for i in range(1, 101)], 1, 99.0),  # rank floor(0.99 * 99) = 98
+        ([0.002], 1, 2.0),
+    ],
+)
+def test_p99_table(latencies_s: list[float], min_samples: int, expected: float | None) -> None:
+    got = p99_ms(latencies_s, min_samples=min_samples)
+    assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_recent_keeps_the_acks_of_the_window_only() -> None:
+    stats = LoadStats()
+    for at, latency, partition in [(100.0, 0.9, 0), (104.0, 0.2, 1), (105.0, 0.1, 2), (106.0, 0.05, 0)]:
+        stats.recent_latencies.append((at, latency, partition))
+    assert stats.recent(2.0, now=106.0) == [(0.2, 1), (0.1, 2), (0.05, 0)]
+    assert stats.recent(0.5, now=106.0) == [(0.05, 0)]
+    assert stats.recent(10.0, now=200.0) == []

@@ -30,6 +30,7 @@ from linkwatch.testbed.load import (
     KeyDistribution,
     ProducerLoad,
     ensure_topic,
+    p99_ms,
     partition_leaders,
 )
 
@@ -83,6 +84,7 @@ def default_components(
     The agents start first so the alerting stack (Prometheus, Alertmanager, the receiver) knows
     the ports to scrape; ``workdir`` holds the stack's files. ``analyzer`` adds the Spark
     analyzer reading the agents' samples (its findings appear and clear in the display);
+    Spark's log goes to ``workdir/spark.log``, not the screen;
     ``remediate_topics`` lets it demote the slow broker's leadership of those topics and
     restore it after the fault (:mod:`.analyzer`).
     """
@@ -97,7 +99,10 @@ def default_components(
         from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
 
         comps.append(
-            lambda: AnalyzerComponent(demo_config(agents.window_s), remediate_topics=remediate_topics)
+            lambda: AnalyzerComponent(
+                demo_config(agents.window_s, spark_log=workdir / "spark.log"),
+                remediate_topics=remediate_topics,
+            )
         )
     return comps
 
@@ -247,9 +252,7 @@ def _serve_line(
     serve: ProducerLoad, leaders: dict[int, int], victim: int, window_s: float = 4.0
 ) -> tuple[str, float | None]:
     """The acks=1 producer's ack p99 over the last ``window_s`` and what the victim leads."""
-    now = time.monotonic()
-    lat = sorted(latency for at, latency, _ in list(serve.stats.recent_latencies) if now - at <= window_s)
-    p99 = lat[int(0.99 * (len(lat) - 1))] * 1000 if lat else None
+    p99 = p99_ms(latency for latency, _ in serve.stats.recent(window_s))
     led = sorted(p for p, b in leaders.items() if b == victim)
     where = (
         f"broker {victim} leads partitions {','.join(map(str, led))}"
@@ -264,20 +267,19 @@ def _broker_table(
     producer: ProducerLoad, consumer: ConsumerLoad, leaders: dict[int, int], window_s: float
 ) -> tuple[Table, dict[int, float]]:
     """Per-broker produce throughput and client-side ack latency over the last ``window_s``."""
-    now = time.monotonic()
     by_broker: dict[int, list[float]] = {}
-    for at, latency, partition in list(producer.stats.recent_latencies):
-        if now - at <= window_s and partition in leaders:
+    for latency, partition in producer.stats.recent(window_s):
+        if partition in leaders:
             by_broker.setdefault(leaders[partition], []).append(latency)
     table = Table(title=f"per-broker produce (acks={producer.acks}), last few seconds")
     for col in ("broker", "leads partitions", "acked msg/s", "ack p50 ms", "ack p99 ms"):
         table.add_column(col, justify="right")
     p50s: dict[int, float] = {}
     for broker in sorted(set(leaders.values())):
-        lat = sorted(by_broker.get(broker, []))
+        lat = by_broker.get(broker, [])
         led = sorted(p for p, b in leaders.items() if b == broker)
         p50 = statistics.median(lat) * 1000 if lat else 0.0
-        p99 = lat[int(0.99 * (len(lat) - 1))] * 1000 if lat else 0.0
+        p99 = p99_ms(lat) or 0.0
         p50s[broker] = p50
         table.add_row(
             str(broker), ",".join(map(str, led)), f"{len(lat) / window_s:.0f}", f"{p50:.1f}", f"{p99:.1f}"

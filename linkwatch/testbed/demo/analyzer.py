@@ -68,11 +68,14 @@ class _EventNotifier:
         self.emit(f"remediation: {outcome.get('action')} {finding.rule} {finding.subject}: {event}")
 
 
-def demo_config(window_s: int = 5) -> AnalyzerConfig:
+def demo_config(window_s: int = 5, spark_log: Path | None = None) -> AnalyzerConfig:
     """The analyzer's settings in the demo: the demo's agents (cluster ``demo``, ``window_s``
     windows), a lookback wide enough that the stream's latency plus one evaluation on a busy
-    machine still leaves the detectors their history, no extra listening port."""
+    machine still leaves the detectors their history, no extra listening port. The screen is
+    the demo's: no Spark progress bars, and Spark's log goes to ``spark_log`` (named on screen)."""
     return AnalyzerConfig(
+        spark_conf={"spark.ui.showConsoleProgress": "false"},
+        spark_log=spark_log,
         cluster="demo",
         window_s=window_s,
         lookback_windows=max(12, 180 // window_s),
@@ -114,6 +117,8 @@ class AnalyzerComponent:
         cfg = cfg.model_copy(
             update={"bootstrap": cluster.bootstrap, "state_dir": Path(cluster.root) / "analyzer"}
         )
+        if cfg.spark_log is not None:
+            cfg.spark_log.unlink(missing_ok=True)  # this run's log only
         pipeline = None
         if self.remediate_topics:
             from remediation.pipeline import PipelineConfig, build_pipeline
@@ -133,7 +138,8 @@ class AnalyzerComponent:
 
     def lines(self) -> list[str]:
         active = [] if self.service is None else list(self.service.engine.tracker.active.values())
-        head = [f"active findings: {len(active)}"] + [
+        log = self.service.cfg.spark_log if self.service is not None else None
+        head = [f"active findings: {len(active)}" + (f"  (Spark's log: {log})" if log else "")] + [
             f"  {f.rule} {f.subject} [{f.severity}]" for f in active[:5]
         ]
         return head + list(self.events)
@@ -142,7 +148,9 @@ class AnalyzerComponent:
         """Every appear/clear event of the run (printed by the demo at the end)."""
         if self.service is None:
             return ["analyzer: not started"]
-        return [f"analyzer: {line}" for line in self.events] or ["analyzer: no finding appeared or cleared"]
+        events = [f"analyzer: {line}" for line in self.events] or ["analyzer: no finding appeared or cleared"]
+        log = self.service.cfg.spark_log
+        return events + ([f"analyzer: Spark's log is in {log}"] if log else [])
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,0 +1,50 @@
+"""``spark_session(log_file=...)``: Spark's log and the JVM's console output go to the file,
+never to the process's own screen (the demo's screen is linkwatch's). A session starts its JVM
+once per process, so each case runs in a fresh Python process started here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+# The child starts a real local Spark, writes one line through Spark's log4j2 and one to the
+# JVM's stderr, runs a job of several stages (what used to draw progress bars), then writes to
+# its own stdout and stderr, which must still reach the screen.
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from spark_metrics.session import spark_session
+
+    spark = spark_session(
+        "local[2]", app_name="session-log-test", shuffle_partitions=2,
+        extra={"spark.ui.showConsoleProgress": "false"}, log_file=Path(sys.argv[1]),
+    )
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.LogManager.getLogger("linkwatch.test").warn("log4j-marker")
+    jvm.java.lang.System.err.println("jvm-stderr-marker")
+    jvm.java.lang.System.err.flush()
+    spark.range(200_000).selectExpr("id % 7 AS k").groupBy("k").count().collect()
+    print("python-stdout-marker", flush=True)
+    print("python-stderr-marker", file=sys.stderr, flush=True)
+    spark.stop()
+    """
+)
+
+SPARK_LINE_SIGNS = (" WARN ", " INFO ", "[Stage", "log4j", "org.apache", "WARNING: Using incubator")
+
+
+def test_spark_log_and_jvm_output_go_to_the_file_not_the_screen(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "spark.log"  # its folder does not exist yet: the session makes it
+    run = subprocess.run([sys.executable, "-c", CHILD, str(log)], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    screen = run.stdout + run.stderr
+    assert "python-stdout-marker" in run.stdout and "python-stderr-marker" in run.stderr
+    spark_lines = [line for line in screen.splitlines() if any(s in line for s in SPARK_LINE_SIGNS)]
+    assert spark_lines == [], spark_lines
+    assert "marker" not in screen.replace("python-stdout-marker", "").replace("python-stderr-marker", "")
+    written = log.read_text()
+    assert "WARN test: log4j-marker" in written  # through the shipped log4j2 config's layout
+    assert "jvm-stderr-marker" in written
