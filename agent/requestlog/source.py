@@ -289,8 +289,7 @@ def _ingest_fast(
         acc = win.requests.get(request)
         if acc is None:
             acc = win.requests[request] = RequestAccumulator(agg.memo)
-        acc.tokens.update(tokens)
-        acc.fold_if_large()
+        acc.count(tokens)
         totals = list(map(_TOKEN_VALUES.__getitem__, tokens[ROW_TOTAL::7]))
         if request is FETCH_CONSUMER or request is FETCH_FOLLOWER:
             # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.

@@ -29,20 +29,20 @@ import heapq
 import math
 import operator
 import time
-from collections import Counter
+from collections import Counter, _count_elements  # type: ignore[attr-defined]
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count, filterfalse
 
 import orjson
 
-from agent.requestlog.parse import STAGE_KEYS, ParsedRequest, exemplar_fields
+from agent.requestlog.parse import ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
 from linkwatch.sketch import _MAPPING, MIN_POSITIVE_MS, LatencySketch
 
 CHUNK = 2048
-# Distinct stage tokens a request type's window may hold before they are folded into buckets.
-RAW_KEYS = 1 << 15
+# Distinct values a stage's raw counts may hold before they are folded into buckets.
+RAW_KEYS = 1 << 14
 _FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
 MAX_OPEN_WINDOWS = 4
 # Fixed log-spaced histogram bounds (ms): 0.25 ms x 2^k up to ~33 s; the same on every broker so
@@ -88,7 +88,7 @@ class ValueMemo:
     says which tokens are values). Maps key -> value (as float), bucket code
     (:func:`bucket_code`) and exact sum units (:func:`sum_units`), in three dicts so that
     lookups over many keys are C loops (``map(memo.code.__getitem__, keys)``). Bounded: cleared
-    when full, only between folds. One per aggregator (one thread)."""
+    when full, only between folds. Not thread-safe: one thread uses one memo."""
 
     __slots__ = ("code", "size", "units", "value")
 
@@ -110,6 +110,11 @@ class ValueMemo:
             self.value[key] = float(v)
             self.code[key] = bucket_code(v)
             self.units[key] = sum_units(v)
+
+
+# What a value means does not depend on the window or broker: one memo for the process (one
+# thread reads the request log), warm across windows and aggregators.
+SHARED_MEMO = ValueMemo()
 
 
 def _token_value(token: bytes) -> float:
@@ -205,21 +210,19 @@ def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
 
 class RequestAccumulator:
     """All stages of one request type in one window. The general path buffers rows of stage
-    times (:data:`ROW_ORDER`) in ``pending`` (one list append per line); the fast path counts
-    stage tokens (``b'localTimeMs":0.14'``) in ``tokens`` (one ``Counter.update`` per block).
-    Both are counted per stage and distinct value in ``raw``, then folded into each stage's
-    buckets once per distinct value: rows every :data:`CHUNK`, tokens when they hold
-    :data:`RAW_KEYS` distinct ones, and all at close."""
+    times (:data:`ROW_ORDER`) in ``pending`` (one list append per line); the fast path counts a
+    block's stage tokens (``b'localTimeMs":0.14'``) per stage in ``raw`` (:meth:`count`). Both
+    are folded into each stage's buckets once per distinct value: rows every :data:`CHUNK`,
+    raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close."""
 
-    __slots__ = ("columns", "memo", "pending", "raw", "stages", "tokens")
+    __slots__ = ("columns", "memo", "pending", "raw", "stages")
 
     def __init__(self, memo: ValueMemo | None = None) -> None:
         self.pending: list[tuple[float, ...] | list[float]] = []
-        self.tokens: Counter[bytes] = Counter()
         self.stages = tuple(StageAccumulator() for _ in STAGES)
         self.raw: tuple[Counter[object], ...] = tuple(Counter() for _ in STAGES)
         self.columns = tuple(self.raw[i] for i in ROW_ORDER)  # raw in the log line's order
-        self.memo = memo or ValueMemo()
+        self.memo = memo or SHARED_MEMO
 
     def fold(self) -> None:
         if self.pending:
@@ -227,23 +230,19 @@ class RequestAccumulator:
             self.pending = []
             for raw, column in zip(self.columns, rows, strict=True):
                 raw.update(column)
-        if self.tokens:
-            raw, stage_of = self.raw, _STAGE_OF_KEY
-            for token, n in self.tokens.items():
-                raw[stage_of[token[: token.index(b'":')]]][token] += n
-            self.tokens.clear()
         for acc, raw in zip(self.stages, self.raw, strict=True):
             if raw:
                 acc.fold(raw, self.memo)
                 raw.clear()
 
-    def fold_if_large(self) -> None:
-        """Fold if the tokens hold too many distinct values (bounded memory per window)."""
-        if len(self.tokens) >= RAW_KEYS:
+    def count(self, tokens: list[bytes]) -> None:
+        """Count the stage tokens of lines, seven per line in the log's order (one C loop per
+        stage: ``Counter.update``'s own helper, without its per-call checks); fold if a stage
+        holds :data:`RAW_KEYS` distinct values (bounded memory per window)."""
+        for k, raw in enumerate(self.columns):
+            _count_elements(raw, tokens[k::7])
+        if max(map(len, self.raw)) >= RAW_KEYS:
             self.fold()
-
-
-_STAGE_OF_KEY = {key.encode(): i for i, key in enumerate(STAGE_KEYS)}
 
 
 @dataclass
@@ -302,7 +301,7 @@ class WindowAggregator:
         self._closed_before = -1  # windows starting before this are closed
         self._watermark = -1
         self._seq = count()
-        self.memo = ValueMemo()
+        self.memo = SHARED_MEMO
 
     def add(self, req: ParsedRequest) -> list[ClosedWindow]:
         """Account one request; returns windows this line's timestamp closed (usually none)."""
