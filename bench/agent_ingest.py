@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import socket
 import statistics
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -41,6 +43,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.health import Health
+from agent.requestlog import source
 from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import LineParser
 from agent.requestlog.source import ingest_block, ingest_lines
@@ -81,6 +84,61 @@ def json_pass(path: Path, loads) -> int:
     return n
 
 
+def blocks_of(path: Path) -> list[bytes]:
+    """The file as the follower hands it over (blocks of complete lines)."""
+    follower = FileFollower(path, start_at_end=False)
+    blocks: list[bytes] = []
+    while not follower.caught_up:
+        blocks += follower.iter_blocks()
+    follower.close()
+    return blocks
+
+
+def floor_newlines(path: Path) -> int:
+    """Floor 1: read the file as the follower does and find every line's end, nothing else."""
+    n = 0
+    follower = FileFollower(path, start_at_end=False)
+    while not follower.caught_up:
+        for block in follower.iter_blocks():
+            index, pos, size = block.index, 0, len(block)
+            while pos < size:
+                pos = index(b"\n", pos) + 1
+                n += 1
+    follower.close()
+    return n
+
+
+TAIL_RE = re.compile(rb',"connection":"[^"]*","totalTimeMs":([0-9.]+),"requestQueueTimeMs"')
+
+
+def floor_regex(blocks: list[bytes]) -> int:
+    """Floor 2: one compiled regex over each block (in memory), finding each line's stage tail."""
+    return sum(len(TAIL_RE.findall(block)) for block in blocks)
+
+
+def floor_scan(blocks: list[bytes]) -> int:
+    """Floor 3: the agent's per-line scan alone (positions, stamp, type, tail slice)."""
+    parser = LineParser()
+    return sum(len(source._scan(block, parser.ts)[0]) for block in blocks)
+
+
+def floor_count(tokens: list[list[bytes]]) -> int:
+    """Floor 4: counting seven ready-made stage tokens per line into a Counter, nothing else."""
+    counts: Counter[bytes] = Counter()
+    for chunk in tokens:
+        counts.update(chunk)
+    return sum(len(chunk) for chunk in tokens) // 7
+
+
+def stage_tokens(blocks: list[bytes]) -> list[list[bytes]]:
+    parser = LineParser()
+    out = []
+    for block in blocks:
+        for _, _, tokens in source._columns(source._scan(block, parser.ts)[1]):
+            out.append(list(tokens))
+    return out
+
+
 def agent_lines_pass(lines: list[bytes]) -> int:
     health = Health()
     agg = WindowAggregator(cluster="bench", broker=1)
@@ -95,7 +153,7 @@ FIXTURE = CAPTURES[0]
 AGENT = "agent (follow+parse+sketch)"
 
 
-def part1(path: Path, repeat: int) -> None:
+def part1(path: Path, repeat: int, floors: bool = False) -> None:
     lines = path.read_bytes().splitlines()
     size_mb = path.stat().st_size / 1e6
     print(
@@ -107,6 +165,13 @@ def part1(path: Path, repeat: int) -> None:
         "baseline json.loads loop": lambda: json_pass(path, json.loads),
         "orjson.loads full parse loop": lambda: json_pass(path, orjson.loads),
     }
+    if floors:
+        blocks = blocks_of(path)
+        tokens = stage_tokens(blocks)
+        passes["floor: read + find line ends"] = lambda: floor_newlines(path)
+        passes["floor: one tail regex per block"] = lambda: floor_regex(blocks)
+        passes["floor: agent's line scan alone"] = lambda: floor_scan(blocks)
+        passes["floor: Counter of 7 tokens/line"] = lambda: floor_count(tokens)
     # Interleaved rounds: the machine is shared, so load shifts during a run.
     rates: dict[str, list[float]] = {name: [] for name in passes}
     for _ in range(repeat):
@@ -116,8 +181,12 @@ def part1(path: Path, repeat: int) -> None:
             dt = cpu() - c0
             rates[name].append(n / dt if dt > 0 else 0.0)
     median = {name: statistics.median(r) for name, r in rates.items()}
+    orjson_rate = median["orjson.loads full parse loop"]
     for name, r in rates.items():
-        print(f"  {name:32s} {median[name]:10,.0f} lines/CPU-s median of {repeat} (best {max(r):,.0f})")
+        print(
+            f"  {name:32s} {median[name]:10,.0f} lines/CPU-s median of {repeat} (best {max(r):,.0f})"
+            f"  {1e6 / median[name]:5.2f} us/line = {orjson_rate / median[name]:.2f} of orjson's"
+        )
     print(
         f"  agent / orjson full parse = {median[AGENT] / median['orjson.loads full parse loop']:.2f}x, "
         f"agent / json.loads = {median[AGENT] / median['baseline json.loads loop']:.2f}x (medians); "
@@ -219,15 +288,18 @@ def main() -> None:
     ap.add_argument("--as-captured", action="store_true", help="time the log as it is, not re-stamped")
     ap.add_argument("--steady-rate", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument(
+        "--floors", action="store_true", help="also time floors: line ends, a regex, the scan, counting"
+    )
     args = ap.parse_args()
     logs = args.log or CAPTURES
     for log in logs:
         if args.as_captured:
-            part1(log, args.repeat)
+            part1(log, args.repeat, args.floors)
         else:
             with tempfile.TemporaryDirectory() as tmp:
                 print(f"{log}: cycled to {args.lines:,} lines, re-stamped at {args.rate:,} lines/s")
-                part1(retimed(log, Path(tmp) / "dense.log", args.rate, args.lines), args.repeat)
+                part1(retimed(log, Path(tmp) / "dense.log", args.rate, args.lines), args.repeat, args.floors)
         if args.steady_rate:
             part2(log, args.steady_rate, args.seconds)
 

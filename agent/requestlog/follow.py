@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Read size: small enough that a block is done with and its memory reused before the next read
-# (a fresh megabyte per read costs a page fault per 4 KiB, more than reading it).
-READ_BYTES = 1 << 16
+# (a fresh megabyte per read costs a page fault per 4 KiB, more than reading it), large enough
+# that the ingest's per-block work is spread over a few hundred lines.
+READ_BYTES = 1 << 18
 MAX_POLL_BYTES = 8 << 20  # per poll
 # The first bytes of a file identify it (with its inode): a Kafka request line starts with a
 # millisecond timestamp and a correlation id, so two files agree on these only if one is a copy.

@@ -8,9 +8,11 @@ replays of a captured log); :func:`extract` the fast extractor both use.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Iterable
 from datetime import tzinfo
+from itertools import filterfalse
 from pathlib import Path
 
 import orjson
@@ -142,7 +144,23 @@ def ingest_block(
     """Parse and account the lines of ``block`` (complete lines, each ending in ``\n``, as
     :meth:`FileFollower.read_blocks` gives them); returns the windows they closed.
 
-    The same result as ``aggregator.add(parser.parse(line))`` for every line, in two passes:
+    The same result as ``aggregator.add(parser.parse(line))`` for every line. A block of usual
+    lines within one open window (the common case: a window holds ~10 s of log) is accounted in
+    bulk (:func:`_ingest_fast`); any other line by line (:func:`_ingest_ordered`)."""
+    closed = _ingest_fast(block, parser, aggregator, health)
+    if closed is None:
+        closed = _ingest_ordered(block, parser, aggregator, health, context)
+    return closed
+
+
+def _ingest_ordered(
+    block: bytes,
+    parser: LineParser,
+    aggregator: WindowAggregator,
+    health: Health,
+    context: str = "",
+) -> list[ClosedWindow]:
+    """:func:`ingest_block` line by line, in two passes:
     :func:`extract` reads the usual line shape by positions in the block (no object per line
     but one small tuple) and the stage times of all those lines with one orjson call; then each
     line is accounted in order, its stage row appended straight to its open window. A line of
@@ -237,6 +255,187 @@ def _count_slow(closed: list[ClosedWindow], health: Health) -> None:
             health.slow_requests[request] += n_slow
 
 
+def _ingest_fast(
+    block: bytes, parser: LineParser, agg: WindowAggregator, health: Health
+) -> list[ClosedWindow] | None:
+    """:func:`ingest_block` for a block whose every line is of the usual shape, all in one
+    window that stays open: what the line-by-line path would account, in bulk. None (and
+    nothing changed but caches) for any other block: the caller then takes that path.
+
+    Per line only positions, two cache lookups and one slice (:func:`_scan`); per request type
+    in the block, the stage tokens of all its lines are split, checked and counted by C loops
+    (:func:`_columns`). Slow lines are parsed in full, in line order (exemplars)."""
+    if not block.isascii() or len(block) > parser.max_line_bytes:
+        return None
+    scanned = _scan(block, parser.ts)
+    if scanned is None:
+        return None
+    tss, groups = scanned
+    columns = _columns(groups)
+    if columns is None:
+        return None
+    tmin, tmax = min(tss), max(tss)
+    start = tmin - tmin % agg.window_ms
+    if tmax >= start + agg.window_ms or start < agg.closed_before:
+        return None
+    if tmax > agg.ahead_limit and agg.too_far_ahead(tmax):
+        return None
+    win = agg.window(start)  # the line-by-line path would open it at the first line too
+    if tmax >= agg.close_threshold():
+        return None
+    slow: list[tuple[int, float]] = []
+    threshold = agg.slow_threshold_ms
+    for request, positions, tokens in columns:
+        acc = win.requests.get(request)
+        if acc is None:
+            acc = win.requests[request] = RequestAccumulator(agg.memo)
+        acc.count(tokens)
+        totals = list(map(_TOKEN_VALUES.__getitem__, tokens[ROW_TOTAL::7]))
+        if request is FETCH_CONSUMER or request is FETCH_FOLLOWER:
+            # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
+            totals = list(map(operator.sub, totals, map(_TOKEN_VALUES.__getitem__, tokens[ROW_REMOTE::7])))
+        if max(totals) >= threshold:
+            slow += [(at, t) for at, t in zip(positions, totals, strict=True) if t >= threshold]
+    for at, t in sorted(slow):
+        agg.keep_slow(win, parser.parse(block[at : block.index(b"\n", at)]), t)
+    if tmax > agg.watermark:
+        agg.watermark = tmax
+    parser.ts.last_ms = tss[-1]
+    health.lines_read += len(tss)
+    return []
+
+
+def _scan(block: bytes, ts_parser: TimestampParser) -> tuple[list[int], dict[str, list]] | None:
+    """Each line's timestamp (in order), and per request type its lines' start positions and
+    stage tails ``connection":"…","totalTimeMs":…,…,"sendTimeMs":…`` (alternating in one
+    list); None unless every line is of the usual shape as far as positions tell (the tails'
+    tokens are checked by :func:`_columns`).
+
+    Exactly what :meth:`LineParser.parse` reads: the stamp and fixed prefix by the
+    per-millisecond cache (:func:`_stamp`); the first ``"requestApiKeyName":"`` of the JSON,
+    found by its ``N`` (the first capital N of the usual header, in this line; for a Fetch
+    with no ``}`` before it, so the request object comes after it), and its name and a Fetch's
+    kind by a cache keyed by it and the bytes after it (:func:`_kind` otherwise); the last
+    ``,"connection":`` of the line, then the first ``P`` after it, which must be that of the
+    first ``,"securityProtocol":`` after it (stage tokens have no P), with a ``}`` after it,
+    so the tail lies inside the JSON and ends where the general parser's does."""
+    tss: list[int] = []
+    push_ts = tss.append
+    groups: dict[str, list] = {}
+    ms_get, kinds_get = ts_parser.ms_cache.get, _KINDS.get
+    index, find, rindex, startswith = block.index, block.find, block.rindex, block.startswith
+    pos, size = 0, len(block)
+    try:
+        while pos < size:
+            nl = index(b"\n", pos)
+            ts = ms_get(block[pos : pos + _BODY + 1])
+            if ts is None:
+                ts = _stamp(block, pos, ts_parser)
+            i = find(b"N", pos + _BODY, pos + _N_END)
+            request = kinds_get(block[i - _N_AT : i - _N_AT + _KIND_BYTES])
+            if request is None or i > nl or (request in _FETCHES and find(b"}", pos + _BODY, i) >= 0):
+                request = _kind(block, pos, nl)
+            c = rindex(_CONN, pos, nl)
+            p = index(b"P", c, nl)
+            if not startswith(_SEC, p - _P_AT) or find(b"}", p, nl) < 0:
+                return None
+            push_ts(ts)
+            group = groups.get(request)
+            if group is None:
+                group = groups[request] = []
+            group += (pos, block[c + 2 : p - _P_AT])
+            pos = nl + 1
+    except (_Slow, ValueError):
+        return None
+    return (tss, groups) if tss else None
+
+
+def _kind(block: bytes, pos: int, nl: int) -> str:
+    """The request type of the line ``block[pos:nl]`` as :meth:`LineParser.parse` reads it,
+    through :data:`_KINDS` when the name and the bytes after it decide it (remembered then)."""
+    end = block.rfind(b"}", pos, nl)
+    at = block.find(_NAME, pos + _BODY, min(end, pos + _BODY + 4096))
+    if at < 0 or at + _KIND_BYTES > end:
+        raise _Slow
+    key = block[at : at + _KIND_BYTES]
+    request = _kind_of(key)
+    if request is FETCH_CONSUMER:
+        # Decided by the request's first bytes if they start right after the header.
+        decided = _fetch_decision(key[len(_NAME) + len(b"FETCH") :])
+        if decided is None or block.find(b"}", pos + _BODY, at) >= 0:
+            return FETCH_FOLLOWER if is_follower_fetch(block[pos + _BODY : end + 1]) else FETCH_CONSUMER
+        request = decided
+    if block.find(b"}", pos + _BODY, at) < 0:
+        if len(_KINDS) >= _MS_CACHE:
+            _KINDS.clear()
+        _KINDS[key] = request
+    return request
+
+
+def _kind_of(key: bytes) -> str:
+    """The request type named at the start of ``key`` (``"requestApiKeyName":"NAME"…``); FETCH
+    as a consumer fetch (the caller tells them apart); :class:`_Slow` if unknown or cut."""
+    q = key.find(b'"', len(_NAME))
+    request = _REQUEST_TYPES_B.get(key[len(_NAME) : q]) if q > 0 else None
+    if request is None:
+        raise _Slow
+    return request
+
+
+def _columns(groups: dict[str, list]) -> list[tuple[str, list[int], list[bytes]]] | None:
+    """Per request type: its lines' positions and their stage tokens, seven per line in the
+    log's order (:data:`~agent.requestlog.window.ROW_ORDER`), e.g. ``b'localTimeMs":0.14'``;
+    None unless every tail is exactly ``connection":`` + a JSON string, then the seven stage
+    keys in order, each with a value :func:`token_place` accepts. The tails are split by one
+    ``join`` and one ``split`` per request type, and checked by one dict lookup per token
+    (C loops); only tokens not seen before are read (:func:`token_place`)."""
+    if len(_TOKEN_PLACES) > _TOKEN_CACHE:
+        _TOKEN_PLACES.clear()
+        _TOKEN_VALUES.clear()
+    out = []
+    for request, group in groups.items():
+        positions, tails = group[0::2], group[1::2]
+        tokens = b',"'.join(tails).split(b',"')
+        n = len(tokens)
+        if n != 8 * len(tails):
+            return None
+        if len(_PLACES) < n:
+            _PLACES.extend(_PLACE_ROW * (n // 8))
+        places = _PLACES[:n]
+        if list(map(_TOKEN_PLACES.get, tokens)) != places:
+            for token in set(filterfalse(_TOKEN_PLACES.__contains__, tokens)):
+                place = token_place(token)
+                if place is not None:
+                    _TOKEN_PLACES[token] = place
+            if list(map(_TOKEN_PLACES.get, tokens)) != places:
+                return None
+        del tokens[0::8]  # the connections
+        out.append((request, positions, tokens))
+    return out
+
+
+def token_place(token: bytes) -> int | None:
+    """Where ``token`` may stand in a usual tail: 0 for ``connection":`` + a JSON string, 1-7
+    for a stage key (in the log's order) + ``":`` + a number that is a usable stage time
+    (int or float, non-negative, below an eighth of :data:`MAX_STAGE_MS`, so seven of them sum
+    within it), each read as a JSON value of its own; None otherwise. A stage value is
+    remembered in :data:`_TOKEN_VALUES`."""
+    key, sep, rest = token.partition(b'":')
+    place = _TAIL_KEYS.get(key) if sep else None
+    if place is None:
+        return None
+    try:
+        value = orjson.loads(rest)
+    except orjson.JSONDecodeError:
+        return None
+    if place == 0:
+        return 0 if type(value) is str else None
+    if type(value) not in (int, float) or not 0 <= value < _VALUE_LIMIT:
+        return None
+    _TOKEN_VALUES[token] = value
+    return place
+
+
 Entry = tuple[int, "str | None", int, int]
 
 
@@ -314,12 +513,15 @@ def _stamp(block: bytes, pos: int, ts_parser: TimestampParser) -> int:
         raise _Slow
     if not millis.isdigit() or not block.startswith(_PREFIX, pos + 24):
         raise _Slow
-    ts = base + int(millis)
+    # Every millisecond of this second at once: a busy log has a new millisecond every few
+    # lines, a new second only every thousand milliseconds.
     ms_cache = ts_parser.ms_cache
-    if len(ms_cache) >= _MS_CACHE:
+    if len(ms_cache) + len(_MILLIS) > _MS_CACHE:
         ms_cache.clear()
-    ms_cache[block[pos : pos + _BODY + 1]] = ts
-    return ts
+    head, tail = block[pos : pos + 21], block[pos + 24 : pos + _BODY + 1]
+    for ms, digits in enumerate(_MILLIS):
+        ms_cache[head + digits + tail] = base + ms
+    return base + int(millis)
 
 
 def _fetch_type(block: bytes, pos: int, q: int, nl: int) -> str:
@@ -390,6 +592,22 @@ def _stage_row(num: bytes, conn: bytes) -> list[float] | None:
 
 
 _MS_CACHE = 4096
+_MILLIS = [b"%03d" % ms for ms in range(1000)]
+# The fast block path's caches (module-wide: what they hold depends on the bytes only).
+# "requestApiKeyName":" + the 72 bytes after it -> request type (Fetch kind decided).
+_KINDS: dict[bytes, str] = {}
+_KIND_BYTES = 21 + 72
+_N_AT = 14  # the N of "requestApiKeyName":" (its first capital N)
+_N_END = 50 + 4096 - 21 + _N_AT + 1  # the name must end within the JSON's first 4096 bytes
+_FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
+_P_AT = 10  # the P of ,"securityProtocol":
+# Tail tokens seen -> their place (0 connection, 1-7 the stage keys in the log's order), and the
+# stage tokens' values; cleared together when full.
+_TOKEN_PLACES: dict[bytes, int] = {}
+_TOKEN_VALUES: dict[bytes, float] = {}
+_TOKEN_CACHE = 1 << 17
+_PLACE_ROW = list(range(8))
+_PLACES: list[int] = []  # _PLACE_ROW repeated, as long as the longest group so far
 
 
 class _Slow(Exception):
@@ -419,6 +637,7 @@ _ROW_KEYS = tuple(b',"%s":' % STAGE_KEYS[i].encode() for i in ROW_ORDER[1:])
 _NUMBER_CHARS = b"0123456789."
 _SKELETON = b"".join(_ROW_KEYS)
 _KEY_CHARS = bytes(sorted(set(_SKELETON) - set(b",")))
+_TAIL_KEYS = {b"connection": 0, **{STAGE_KEYS[i].encode(): k + 1 for k, i in enumerate(ROW_ORDER)}}
 _CONN_CHARS = bytes(range(ord("0"), ord("9") + 1)) + bytes(range(ord("A"), ord("Z") + 1))
 _CONN_CHARS += bytes(range(ord("a"), ord("z") + 1)) + b".:-_[]%/"
 # Non-negative values each below this sum to below parse.MAX_STAGE_MS in any order.

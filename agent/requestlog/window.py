@@ -15,27 +15,34 @@ fetches the remote stage (purgatory, waiting up to ``maxWaitMs`` for data by des
 out, so idle long polls are not reported as slow. At most ``max_exemplars`` per window are kept
 (the slowest).
 
-Values are appended to small per-stage lists and folded into DDSketch buckets (the exact key
-arithmetic of :mod:`linkwatch.sketch`) and fixed histogram buckets every :data:`CHUNK` values,
-so memory per (request type, stage) is bounded by the chunk and the number of buckets, whatever
-the request rate.
+Values are counted per distinct value (rows of the general path, stage tokens of the fast path,
+see :class:`RequestAccumulator`) and folded into DDSketch buckets (the exact key arithmetic of
+:mod:`linkwatch.sketch`) and fixed histogram buckets once per distinct value, so memory per
+(request type, stage) is bounded by :data:`RAW_KEYS` and the number of buckets, whatever the
+request rate. Sums are exact (correctly rounded), so the order lines are accounted in never
+changes a window's record.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import operator
 import time
-from collections import Counter
+from collections import Counter, _count_elements  # type: ignore[attr-defined]
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count, filterfalse
+
+import orjson
 
 from agent.requestlog.parse import ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
 from linkwatch.sketch import _MAPPING, MIN_POSITIVE_MS, LatencySketch
 
 CHUNK = 2048
+# Distinct values a stage's raw counts may hold before they are folded into buckets.
+RAW_KEYS = 1 << 14
 _FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
 MAX_OPEN_WINDOWS = 4
 # Fixed log-spaced histogram bounds (ms): 0.25 ms x 2^k up to ~33 s; the same on every broker so
@@ -50,6 +57,10 @@ MEMO_SIZE = 1 << 16
 _HIST_TOP = len(HISTOGRAM_BOUNDS_MS)
 _HIST_BITS = 5  # histogram index < 32
 _ZERO_CODE = 1 << 40  # the zero bucket (no DDSketch key is near 2**35)
+# Sums are kept exact: every finite double is a multiple of 2**-1074, so a value times 2**1074 is
+# an int, and an int sum divided by 2**1074 is the correctly rounded sum (as math.fsum's), in
+# whatever order and grouping the values came.
+_SUM_BITS = 1074
 
 
 def bucket_code(v: float) -> int:
@@ -64,59 +75,89 @@ def bucket_code(v: float) -> int:
     return _ZERO_CODE
 
 
-class BucketMemo:
-    """value -> :func:`bucket_code`, remembered (bounded: cleared when full). Stage times have
-    microsecond resolution and repeat a lot, so most values are looked up, not computed, and
-    counting is done by C loops (``Counter`` over ``map``). One per aggregator (one thread)."""
+def sum_units(v: float) -> int:
+    """``v * 2**1074`` exactly (``v`` a finite int or float)."""
+    num, den = v.as_integer_ratio()
+    return num << (_SUM_BITS - den.bit_length() + 1)
 
-    __slots__ = ("codes", "size")
+
+class ValueMemo:
+    """What a stage value means to the accumulators, remembered per distinct key: a key is a
+    number (the general path) or a stage token of the fast path (``b'localTimeMs":0.14'``, whose
+    value is orjson's reading of what follows ``":``; :func:`agent.requestlog.source.token_value`
+    says which tokens are values). Maps key -> value (as float), bucket code
+    (:func:`bucket_code`) and exact sum units (:func:`sum_units`), in three dicts so that
+    lookups over many keys are C loops (``map(memo.code.__getitem__, keys)``). Bounded: cleared
+    when full, only between folds. Not thread-safe: one thread uses one memo."""
+
+    __slots__ = ("code", "size", "units", "value")
 
     def __init__(self, size: int = MEMO_SIZE) -> None:
-        self.codes: dict[float, int] = {}
+        self.value: dict[object, float] = {}
+        self.code: dict[object, int] = {}
+        self.units: dict[object, int] = {}
         self.size = size
 
-    def count(self, values: tuple[float, ...] | list[float]) -> Counter[int]:
-        """How many of ``values`` fall in each bucket code."""
-        counts: Counter[int] = Counter()
-        self.count_into(counts, values)
-        return counts
+    def learn(self, keys: list[object]) -> None:
+        """Make every one of ``keys`` known (tokens must be value tokens)."""
+        if len(self.value) + len(keys) > self.size:
+            self.value.clear()
+            self.code.clear()
+            self.units.clear()
+        known = self.value
+        for key in filterfalse(known.__contains__, keys):
+            v = _token_value(key) if type(key) is bytes else key
+            self.value[key] = float(v)
+            self.code[key] = bucket_code(v)
+            self.units[key] = sum_units(v)
 
-    def count_into(self, counts: Counter[int], values: tuple[float, ...] | list[float]) -> None:
-        """Add to ``counts`` how many of ``values`` fall in each bucket code: one C loop over the
-        values when they are all remembered, a Python loop over the new distinct ones only."""
-        codes = self.codes
-        counts.update(map(codes.get, values))
-        if counts.pop(None, 0):
-            new = Counter(filterfalse(codes.__contains__, values))
-            if len(codes) + len(new) > self.size:
-                codes.clear()
-            for v, n in new.items():
-                code = codes[v] = bucket_code(v)
-                counts[code] += n
+
+# What a value means does not depend on the window or broker: one memo for the process (one
+# thread reads the request log), warm across windows and aggregators.
+SHARED_MEMO = ValueMemo()
+
+
+def _token_value(token: bytes) -> float:
+    # The fast path only accounts tokens it has checked (source.token_value); no checks here.
+    return orjson.loads(token[token.index(b'":') + 2 :])
 
 
 class StageAccumulator:
     """One stage of one request type in one window: how many values per bucket code (DDSketch
     key and histogram index in one int, :func:`bucket_code`), split into the DDSketch buckets
-    and the fixed histogram buckets when asked (at close), never per chunk."""
+    and the fixed histogram buckets when asked (at close); count, exact sum, min and max."""
 
-    __slots__ = ("codes", "count", "max", "min", "sum")
+    __slots__ = ("codes", "count", "max", "min", "units")
 
     def __init__(self) -> None:
         self.codes: Counter[int] = Counter()
         self.count = 0
-        self.sum = 0.0
+        self.units = 0  # the exact sum times 2**1074
         self.min = math.inf
         self.max = -math.inf
 
-    def fold(self, values: tuple[float, ...] | list[float], memo: BucketMemo | None = None) -> None:
+    def fold(self, values: Counter[object], memo: ValueMemo) -> None:
+        """Account ``values`` (key -> how many; keys as :class:`ValueMemo` reads them), once
+        per distinct key: C loops over the keys, a Python one only to add to the codes."""
         if not values:
             return
-        self.count += len(values)
-        self.sum += math.fsum(values)
-        self.min = min(self.min, min(values))
-        self.max = max(self.max, max(values))
-        (memo or BucketMemo()).count_into(self.codes, values)
+        keys = list(values)
+        counts = list(values.values())
+        memo.learn(keys)
+        self.count += sum(counts)
+        self.units += sum(map(operator.mul, counts, map(memo.units.__getitem__, keys)))
+        vs = list(map(memo.value.__getitem__, keys))
+        self.min = min(self.min, min(vs))
+        self.max = max(self.max, max(vs))
+        codes = self.codes
+        get = codes.get
+        for code, n in zip(map(memo.code.__getitem__, keys), counts, strict=True):
+            codes[code] = get(code, 0) + n
+
+    @property
+    def sum(self) -> float:
+        """The sum of the values, correctly rounded (exactly ``math.fsum`` of them all)."""
+        return self.units / (1 << _SUM_BITS)
 
     @property
     def zero(self) -> int:
@@ -150,8 +191,8 @@ class StageAccumulator:
             "buckets": {str(k): c for k, c in sorted(self.buckets.items())},
             "count": n,
             "sum": self.sum,
-            "min": self.min if n else 0.0,
-            "max": self.max if n else 0.0,
+            "min": float(self.min) if n else 0.0,
+            "max": float(self.max) if n else 0.0,
         }
 
 
@@ -168,24 +209,40 @@ def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
 
 
 class RequestAccumulator:
-    """All stages of one request type in one window: rows of stage times (:data:`ROW_ORDER`)
-    are buffered in ``pending`` (one list append per line on the hot path), then folded column
-    by column into each stage's buckets, :data:`CHUNK` rows at a time."""
+    """All stages of one request type in one window. The general path buffers rows of stage
+    times (:data:`ROW_ORDER`) in ``pending`` (one list append per line); the fast path counts a
+    block's stage tokens (``b'localTimeMs":0.14'``) per stage in ``raw`` (:meth:`count`). Both
+    are folded into each stage's buckets once per distinct value: rows every :data:`CHUNK`,
+    raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close."""
 
-    __slots__ = ("columns", "memo", "pending", "stages")
+    __slots__ = ("columns", "memo", "pending", "raw", "stages")
 
-    def __init__(self, memo: BucketMemo | None = None) -> None:
+    def __init__(self, memo: ValueMemo | None = None) -> None:
         self.pending: list[tuple[float, ...] | list[float]] = []
         self.stages = tuple(StageAccumulator() for _ in STAGES)
-        self.columns = tuple(self.stages[i] for i in ROW_ORDER)
-        self.memo = memo or BucketMemo()
+        self.raw: tuple[Counter[object], ...] = tuple(Counter() for _ in STAGES)
+        self.columns = tuple(self.raw[i] for i in ROW_ORDER)  # raw in the log line's order
+        self.memo = memo or SHARED_MEMO
 
     def fold(self) -> None:
         if self.pending:
-            columns = zip(*self.pending, strict=True)
+            rows = zip(*self.pending, strict=True)
             self.pending = []
-            for acc, column in zip(self.columns, columns, strict=True):
-                acc.fold(column, self.memo)
+            for raw, column in zip(self.columns, rows, strict=True):
+                raw.update(column)
+        for acc, raw in zip(self.stages, self.raw, strict=True):
+            if raw:
+                acc.fold(raw, self.memo)
+                raw.clear()
+
+    def count(self, tokens: list[bytes]) -> None:
+        """Count the stage tokens of lines, seven per line in the log's order (one C loop per
+        stage: ``Counter.update``'s own helper, without its per-call checks); fold if a stage
+        holds :data:`RAW_KEYS` distinct values (bounded memory per window)."""
+        for k, raw in enumerate(self.columns):
+            _count_elements(raw, tokens[k::7])
+        if max(map(len, self.raw)) >= RAW_KEYS:
+            self.fold()
 
 
 @dataclass
@@ -244,7 +301,7 @@ class WindowAggregator:
         self._closed_before = -1  # windows starting before this are closed
         self._watermark = -1
         self._seq = count()
-        self.memo = BucketMemo()
+        self.memo = SHARED_MEMO
 
     def add(self, req: ParsedRequest) -> list[ClosedWindow]:
         """Account one request; returns windows this line's timestamp closed (usually none)."""

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from agent.health import Health
 from agent.requestlog.parse import STAGE_KEYS, LineParser
-from agent.requestlog.source import extract, ingest_lines
+from agent.requestlog.source import _ingest_fast, extract, ingest_block, ingest_lines, token_place
 from agent.requestlog.window import ClosedWindow, WindowAggregator, row_of
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
 from tests.agent.test_ingest_fixture import reference, snapshot
@@ -213,5 +213,91 @@ def test_ingest_of_real_and_mutated_lines_equals_the_general_path(lines: list[by
     agg = WindowAggregator(cluster="t", broker=2, clock=clock, **options)
     got: list[ClosedWindow] = ingest_lines(lines, LineParser(), agg, got_health) + agg.close_all()
     assert snapshot(got) == snapshot(want)
+    assert got_health.dropped == want_health.dropped
+    assert got_health.lines_read == len(lines)
+
+
+# -- the bulk path of ingest_block (_ingest_fast): whole blocks of usual lines in one window ----
+
+# One window holds both captures (they are two days apart): every block can take the bulk path.
+ONE_WINDOW = {"window_s": 10**6, "grace_s": 0.5, "slow_threshold_ms": 20.0, "max_exemplars": 3}
+
+
+def bulk_and_general(lines: list[bytes], **options: float) -> tuple[list, list, Health, Health, bool]:
+    """The windows of ``ingest_block`` over ``lines`` as one block and of the general path, and
+    whether the bulk path took the block."""
+    clock = lambda: 4e9  # noqa: E731
+    want_health, got_health = Health(), Health()
+    want = reference(lines, WindowAggregator(cluster="t", broker=2, clock=clock, **options), want_health)
+    agg = WindowAggregator(cluster="t", broker=2, clock=clock, **options)
+    block = b"".join(line + b"\n" for line in lines)
+    closed = _ingest_fast(block, LineParser(), agg, got_health)
+    took = closed is not None
+    if closed is None:
+        closed = ingest_block(block, LineParser(), agg, got_health)
+    return snapshot(closed + agg.close_all()), snapshot(want), got_health, want_health, took
+
+
+@pytest.mark.parametrize("name", sorted(CAPTURES))
+@pytest.mark.parametrize("threshold", [20.0, 300.0, 1e6])
+def test_a_whole_capture_takes_the_bulk_path_with_the_general_result(name: str, threshold: float) -> None:
+    options = {**ONE_WINDOW, "slow_threshold_ms": threshold, "max_exemplars": 5}
+    got, want, got_health, _, took = bulk_and_general(CAPTURES[name], **options)
+    assert took
+    assert got == want
+    assert got_health.lines_read == len(CAPTURES[name]) and not got_health.dropped
+    if threshold == 20.0:
+        assert want[0][2]  # exemplars were kept, in the general path's order
+
+
+def test_a_block_across_windows_or_with_late_lines_is_left_to_the_line_by_line_path() -> None:
+    lines = CAPTURES["kafka-request.log"]
+    options = {**ONE_WINDOW, "window_s": 1}  # the capture spans several 1 s windows
+    got, want, _, _, took = bulk_and_general(lines, **options)
+    assert not took and got == want
+
+
+@pytest.mark.parametrize(("name", "line", "read"), SHAPES, ids=[s[0] for s in SHAPES])
+def test_a_shape_among_real_lines_gives_the_general_result(name: str, line: bytes, read: bool) -> None:
+    """Every shape of the table amid real lines: the block's windows, exemplars and drops are
+    the general path's, and a block of usual lines only is taken in bulk."""
+    real = CAPTURES["kafka-request.log"]
+    lines = [*real[:40], line, *real[40:80]]
+    got, want, got_health, want_health, took = bulk_and_general(lines, **ONE_WINDOW)
+    assert got == want
+    assert got_health.dropped == want_health.dropped
+    if read:
+        assert took
+
+
+@pytest.mark.parametrize(
+    ("token", "place"),
+    [
+        (b'connection":"127.0.0.1:9092-127.0.0.1:5000-0-1"', 0),
+        (b'connection":"a\\u0041"', 0),  # any JSON string, as the general parser reads it
+        (b'connection":null', None),
+        (b'totalTimeMs":47.753', 1),
+        (b'totalTimeMs":0', 1),
+        (b'totalTimeMs":1e3', 1),
+        (b'sendTimeMs":0.194', 7),
+        (b'remoteTimeMs":-0.5', None),  # stage_negative in the general path
+        (b'remoteTimeMs":true', None),  # stage_boolean
+        (b'remoteTimeMs":"1"', None),
+        (b'remoteTimeMs":1 , "remoteTimeMs":2', None),  # a duplicate key hidden by a space
+        (b'remoteTimeMs":999999999', None),  # seven such could sum past MAX_STAGE_MS
+        (b'remoteTimeMs":01', None),
+        (b'remoteTimeMs"1', None),
+        (b'remotetimeMs":1', None),
+    ],
+)
+def test_token_places(token: bytes, place: int | None) -> None:
+    assert token_place(token) == place
+
+
+@BOUNDED
+@given(st.lists(st.one_of(st.sampled_from(ALL_LINES), mutated_line()), min_size=1, max_size=30))
+def test_bulk_ingest_of_real_and_mutated_lines_equals_the_general_path(lines: list[bytes]) -> None:
+    got, want, got_health, want_health, _ = bulk_and_general(lines, **ONE_WINDOW)
+    assert got == want
     assert got_health.dropped == want_health.dropped
     assert got_health.lines_read == len(lines)
