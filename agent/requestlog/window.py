@@ -29,8 +29,8 @@ import heapq
 import math
 import operator
 import time
-from collections import Counter, _count_elements  # type: ignore[attr-defined]
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import count, filterfalse
 
@@ -38,6 +38,17 @@ import orjson
 
 from agent.requestlog.parse import ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
+
+try:  # the C helper behind Counter.update (CPython): counts without per-item Python calls
+    from collections import _count_elements  # type: ignore[attr-defined]
+except ImportError:  # another interpreter: the same contract in Python
+
+    def _count_elements(mapping: dict, iterable: Iterable) -> None:
+        get = mapping.get
+        for elem in iterable:
+            mapping[elem] = get(elem, 0) + 1
+
+
 from linkwatch.sketch import _MAPPING, MIN_POSITIVE_MS, LatencySketch
 
 CHUNK = 2048
