@@ -5,6 +5,7 @@ its own reason (or nothing is dropped), and every valid line around it is counte
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 from agent.config import load_agent_config
 from agent.health import Health
 from agent.requestlog import follow
-from agent.requestlog.follow import FileFollower
+from agent.requestlog.follow import MAX_POLL_BYTES, FileFollower
 from agent.requestlog.parse import LineParser
 from agent.requestlog.source import RequestLogSource, ingest_lines
 from agent.requestlog.window import ClosedWindow, WindowAggregator
@@ -225,3 +226,29 @@ def test_configured_zone_reaches_the_parser(tmp_path: Path) -> None:
     assert agent.request_log.parser.ts(b"2026-11-21 05:30:00,000") == int(
         datetime(2026, 11, 21, tzinfo=UTC).timestamp() * 1000
     )
+
+
+def test_a_log_more_than_one_poll_behind_is_read_on_without_waiting(tmp_path: Path) -> None:
+    # More than one poll's budget of real lines: the agent reads them all at once instead of one
+    # MAX_POLL_BYTES per poll interval (10 s here, the longest allowed).
+    fixture = (Path(__file__).parent / "fixtures" / "kafka-request.log").read_bytes()
+    copies = MAX_POLL_BYTES // len(fixture) + 3
+    log = tmp_path / "r.log"
+    log.write_bytes(fixture * copies)
+    lines = fixture.count(b"\n") * copies
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"broker_id: 1\npoll_interval_s: 10\nrequest_log: {{path: {log}, start_at: beginning}}\n"
+        "prometheus: {enabled: false}\nhost: {enabled: false}\nlog_dirs: {paths: []}\n"
+    )
+    agent = Agent(load_agent_config(path))
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 8
+        while agent.health.lines_read < lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.health.lines_read == lines
+    finally:
+        agent.stop()
+        thread.join(timeout=15)
