@@ -156,6 +156,11 @@ class WindowStateCollector:
             "records of windows aged out of the lookback",
             value=state.expired,
         )
+        yield CounterMetricFamily(
+            "linkwatch_analyzer_window_stream_restarts",
+            "times the window stream failed and was started again from a rebuilt state",
+            value=self.service.window_restarts,
+        )
 
 
 class AnalysisService:

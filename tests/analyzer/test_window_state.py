@@ -321,3 +321,31 @@ def test_the_service_exports_the_state_size_and_its_drops() -> None:
     assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "not_json"}) == 1
     assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "duplicate"}) == 1
     assert reg.get_sample_value("linkwatch_analyzer_window_state_expired_total") == 0
+
+
+class _StoppedQuery:
+    """Stands in for a Spark query that failed (what the service reads of it: two calls)."""
+
+    isActive = False
+
+    def exception(self) -> str:
+        return "WindowBatchError: window micro-batch 7 failed: Py4JJavaError"
+
+
+def test_a_failed_window_stream_is_started_again_but_not_while_stopping() -> None:
+    from analyzer.base import InMemorySink
+    from analyzer.service import AnalysisService
+
+    cfg = AnalyzerConfig(cluster=CLUSTER, window_s=WINDOW_S, evaluation="incremental")
+    service = AnalysisService(cfg, sinks=[InMemorySink()])
+    service.state = fresh()
+    service.window_query = _StoppedQuery()
+    restarted = []
+    service._start_state = restarted.append  # the real one needs Spark and Kafka
+    service.tick(T0)
+    assert len(restarted) == 1 and service.window_restarts == 1
+    reg = service.metrics.registry
+    assert reg.get_sample_value("linkwatch_analyzer_window_stream_restarts_total") == 1
+    service._stopping.set()
+    service.tick(T0 + WMS)
+    assert len(restarted) == 1
