@@ -13,7 +13,11 @@
   :func:`~spark_metrics.transforms.partition_windows` computes it;
 * log-dir usage: per (broker, log dir, window) the last reading;
 * imbalances are computed at evaluation from the two above, as
-  :func:`~spark_metrics.transforms.all_imbalances` does.
+  :func:`~spark_metrics.transforms.all_imbalances` does;
+* slow-request exemplars: per (broker, request, client, window) how many, and the largest
+  ``send`` and ``throttle`` times (:func:`~spark_metrics.transforms.client_windows`);
+* probe samples: per (leader broker, window) the summed counts and the merged produce and
+  end-to-end sketches (:func:`~spark_metrics.transforms.probe_windows`).
 
 Contract:
 
@@ -32,6 +36,16 @@ Contract:
 * :meth:`WindowState.aggregates` evaluates the windows overlapping ``[since_ms, now_ms)``
   whole (the re-read path cut the oldest window at a record boundary). It never raises on
   data the ``add`` methods accepted.
+* Only complete windows are evaluated (given ``now_ms``). A window's records reach the state
+  over several micro-batches (agents close it at different times; one agent's records of a
+  window spread over the samples topic's partitions), and a newest window read half-filled
+  names the wrong hot partition or the wrong slow broker. Per kind, a window is complete when
+  it holds every cell that the nearest earlier window holding that kind held — stage
+  sketches: every broker; partition sizes: every (topic, partition, broker) replica; log dirs:
+  every (broker, log dir) — or when it ended ``settle_ms`` or more before ``now_ms``. Windows
+  are released in order: from the oldest incomplete window on, that kind's rows wait.
+  Exemplars and probe samples are evidence read for windows the rules already judged, and
+  are not held.
 * Thread-safe: the stream's micro-batch callback adds while the service's tick evaluates.
 """
 
@@ -40,22 +54,30 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from linkwatch import records as R
 from linkwatch.aggregates import (
     Aggregates,
+    ClientWindow,
     HotKey,
     ImbalanceWindow,
     LogDirWindow,
     PartitionWindow,
+    ProbeBrokerWindow,
     StageWindow,
 )
 from linkwatch.sketch import _MAPPING
 
 QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
-KINDS: tuple[str, ...] = (R.StageSketch.KIND, R.PartitionSize.KIND, R.LogDirUsage.KIND)
+KINDS: tuple[str, ...] = (
+    R.StageSketch.KIND,
+    R.PartitionSize.KIND,
+    R.LogDirUsage.KIND,
+    R.SlowRequest.KIND,
+    R.ProbeSample.KIND,
+)
 
 
 def bucket_value(key: int) -> float:
@@ -78,6 +100,26 @@ class _Sketch:
 
 
 @dataclass
+class _Clients:
+    """Exemplars of one (broker, request, client) in one window."""
+
+    count: int = 0
+    send_ms_max: float = -math.inf
+    throttle_ms_max: float = -math.inf
+
+
+@dataclass
+class _Probe:
+    """Probe samples of one leader broker in one window, summed."""
+
+    sent: int = 0
+    ok: int = 0
+    bad: int = 0
+    produce: _Sketch = field(default_factory=_Sketch)
+    end_to_end: _Sketch = field(default_factory=_Sketch)
+
+
+@dataclass
 class _Window:
     """Everything kept for one window start; ``keys`` are the records merged into it."""
 
@@ -87,16 +129,28 @@ class _Window:
     partitions: dict[tuple[str, int, int], tuple[int, int, int | None]] = field(default_factory=dict)
     # (broker, log_dir) -> (ts_ms, capacity_bytes, used_bytes, io_util) of the last reading
     logdirs: dict[tuple[int, str], tuple[int, int, int, float | None]] = field(default_factory=dict)
+    clients: dict[tuple[int, str, str], _Clients] = field(default_factory=dict)
+    probes: dict[int, _Probe] = field(default_factory=dict)
 
 
 class WindowState:
-    def __init__(self, cluster: str, window_s: int, horizon_ms: int, max_records: int = 500_000) -> None:
-        if window_s < 1 or horizon_ms < 0 or max_records < 1:
-            raise ValueError(f"bad window state bounds: {window_s=} {horizon_ms=} {max_records=}")
+    def __init__(
+        self,
+        cluster: str,
+        window_s: int,
+        horizon_ms: int,
+        max_records: int = 500_000,
+        settle_ms: int = 0,
+    ) -> None:
+        if window_s < 1 or horizon_ms < 0 or max_records < 1 or settle_ms < 0:
+            raise ValueError(
+                f"bad window state bounds: {window_s=} {horizon_ms=} {max_records=} {settle_ms=}"
+            )
         self.cluster = cluster
         self.window_ms = window_s * 1000
         self.horizon_ms = horizon_ms
         self.max_records = max_records
+        self.settle_ms = settle_ms
         self.dropped: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
         self.duplicates = 0
@@ -145,10 +199,20 @@ class WindowState:
             self.dropped["state_full"] += 1
             return
         win = self._windows.setdefault(start, _Window())
+        if not self._merge(win, rec):
+            return
+        win.keys.add(key)
+        self._key_window[key] = start
+
+    def _merge(self, win: _Window, rec: R.Record) -> bool:
+        """Merge one record of a kept kind into its window; False if it was dropped (counted)."""
         if isinstance(rec, R.StageSketch):
-            if not self._merge_sketch(win, rec):
-                return
-        elif isinstance(rec, R.PartitionSize):
+            return self._merge_sketch(win, rec)
+        if isinstance(rec, R.SlowRequest):
+            return self._merge_exemplar(win, rec)
+        if isinstance(rec, R.ProbeSample):
+            return self._merge_probe(win, rec)
+        if isinstance(rec, R.PartitionSize):
             cell = (rec.topic, rec.partition, rec.broker)
             if cell not in win.partitions or rec.ts_ms > win.partitions[cell][0]:
                 win.partitions[cell] = (rec.ts_ms, rec.size_bytes, rec.log_end_offset)
@@ -156,8 +220,7 @@ class WindowState:
             cell2 = (rec.broker, rec.log_dir)
             if cell2 not in win.logdirs or rec.ts_ms > win.logdirs[cell2][0]:
                 win.logdirs[cell2] = (rec.ts_ms, rec.capacity_bytes, rec.used_bytes, rec.io_util)
-        win.keys.add(key)
-        self._key_window[key] = start
+        return True
 
     def _merge_sketch(self, win: _Window, rec: R.StageSketch) -> bool:
         sk = rec.sketch
@@ -168,6 +231,42 @@ class WindowState:
             self.dropped["bad_sketch"] += 1
             return False
         win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketch()).merge(zero, sum_ms, buckets)
+        return True
+
+    def _merge_exemplar(self, win: _Window, rec: R.SlowRequest) -> bool:
+        # As the transform: a missing client id is "" and a missing stage 0, so none is lost.
+        try:
+            send = float(rec.stages_ms.get("send", 0.0))
+            throttle = float(rec.stages_ms.get("throttle", 0.0))
+        except (TypeError, ValueError):
+            self.dropped["bad_stages"] += 1
+            return False
+        cell = win.clients.setdefault((rec.broker, rec.request, rec.client_id or ""), _Clients())
+        cell.count += 1
+        cell.send_ms_max = max(cell.send_ms_max, send)
+        cell.throttle_ms_max = max(cell.throttle_ms_max, throttle)
+        return True
+
+    def _merge_probe(self, win: _Window, rec: R.ProbeSample) -> bool:
+        try:
+            bad = sum(int(n) for n in rec.unavailable.values())
+            sketches = [
+                (
+                    int(sk.get("zero", 0)),
+                    float(sk.get("sum", 0.0)),
+                    [(int(k), int(n)) for k, n in dict(sk.get("buckets", {})).items()],
+                )
+                for sk in (rec.produce, rec.end_to_end)
+            ]
+        except (TypeError, ValueError, AttributeError):
+            self.dropped["bad_sketch"] += 1
+            return False
+        cell = win.probes.setdefault(rec.broker, _Probe())
+        cell.sent += rec.sent
+        cell.ok += rec.ok
+        cell.bad += bad
+        cell.produce.merge(*sketches[0])
+        cell.end_to_end.merge(*sketches[1])
         return True
 
     # --- bounds ---------------------------------------------------------------------------
@@ -220,9 +319,12 @@ class WindowState:
             lo = -math.inf if since_ms is None else since_ms
             hi = math.inf if now_ms is None else now_ms
             picked = sorted((s, w) for s, w in self._windows.items() if s + self.window_ms > lo and s < hi)
-            stages = _stage_rows(picked)
-            partitions = _partition_rows(picked)
-            logdirs = _logdir_rows(picked)
+            upto = {kind: self._frontier(cells, now_ms) for kind, cells in _CELLS.items()}
+            stages = _stage_rows([(s, w) for s, w in picked if s < upto["stages"]])
+            partitions = _partition_rows([(s, w) for s, w in picked if s < upto["partitions"]])
+            logdirs = _logdir_rows([(s, w) for s, w in picked if s < upto["logdirs"]])
+            clients = _client_rows(picked)
+            probes = _probe_rows(picked)
         return Aggregates(
             cluster=self.cluster,
             window_s=self.window_ms // 1000,
@@ -232,17 +334,54 @@ class WindowState:
             logdirs=logdirs,
             imbalances=_imbalances(partitions, logdirs),
             hot_keys=tuple(hot_keys),
+            client_windows=clients,
+            probes=probes,
         )
+
+    def _frontier(self, cells_of: Callable[[_Window], set], now_ms: int | None) -> float:
+        """Start of the oldest window whose cells of one kind are not complete yet (see the
+        module contract); every window before it is released. No ``now_ms``: all are."""
+        if now_ms is None:
+            return math.inf
+        before: set = set()
+        for start in sorted(self._windows):
+            cells = cells_of(self._windows[start])
+            if not cells:
+                continue  # nothing of this kind in it (yet): nothing to hold
+            settled = start + self.window_ms + self.settle_ms <= now_ms
+            if not settled and not before <= cells:
+                return start
+            before = cells
+        return math.inf
+
+    def pending(self, now_ms: int) -> dict[str, list[int]]:
+        """Window starts held back as incomplete at ``now_ms``, per kind (for tests and logs)."""
+        with self._lock:
+            upto = {kind: self._frontier(cells, now_ms) for kind, cells in _CELLS.items()}
+            return {
+                kind: sorted(s for s, w in self._windows.items() if s >= upto[kind] and _CELLS[kind](w))
+                for kind in _CELLS
+            }
+
+
+# What makes a window complete, per kind: the cells every window must hold again.
+_CELLS: dict[str, Callable[[_Window], set]] = {
+    "stages": lambda w: {broker for broker, _request, _stage in w.stages},
+    "partitions": lambda w: set(w.partitions),
+    "logdirs": lambda w: set(w.logdirs),
+}
 
 
 # --- the transforms' arithmetic on the held cells (pure functions) ---------------------------
 
 
-def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: _Sketch) -> StageWindow:
+def _quantile_values(sk: _Sketch, quantiles: dict[str, float]) -> tuple[int, dict[str, float | None]]:
+    """``(count, {name: value})``: the first bucket whose cumulative count (after the zeros)
+    passes rank ``floor(q·(count−1))``, as ``transforms._quantiles``."""
     count = sk.zero + sum(sk.buckets.values())
     values: dict[str, float | None] = {}
     ordered = sorted(sk.buckets.items())
-    for name, q in QUANTILES.items():
+    for name, q in quantiles.items():
         if count == 0:
             values[name] = None
             continue
@@ -257,6 +396,11 @@ def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: 
             if sk.zero + cum > rank:
                 values[name] = bucket_value(key)
                 break
+    return count, values
+
+
+def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: _Sketch) -> StageWindow:
+    count, values = _quantile_values(sk, QUANTILES)
     return StageWindow(
         broker=broker,
         request=request,
@@ -328,6 +472,49 @@ def _logdir_rows(picked: list[tuple[int, _Window]]) -> list[LogDirWindow]:
         for start, win in picked
         for (broker, log_dir), (_ts, cap, used, io) in win.logdirs.items()
     ]
+
+
+def _client_rows(picked: list[tuple[int, _Window]]) -> list[ClientWindow]:
+    return [
+        ClientWindow(
+            broker=broker,
+            request=request,
+            client_id=client,
+            window_start_ms=start,
+            count=c.count,
+            send_ms_max=c.send_ms_max,
+            throttle_ms_max=c.throttle_ms_max,
+        )
+        for start, win in picked
+        for (broker, request, client), c in win.clients.items()
+    ]
+
+
+PROBE_QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99}
+
+
+def _probe_rows(picked: list[tuple[int, _Window]]) -> list[ProbeBrokerWindow]:
+    out = []
+    for start, win in picked:
+        for broker, p in win.probes.items():
+            _, produce = _quantile_values(p.produce, PROBE_QUANTILES)
+            _, e2e = _quantile_values(p.end_to_end, PROBE_QUANTILES)
+            decided = p.ok + p.bad
+            out.append(
+                ProbeBrokerWindow(
+                    broker=broker,
+                    window_start_ms=start,
+                    sent=p.sent,
+                    ok=p.ok,
+                    decided=decided,
+                    availability=p.ok / decided if decided > 0 else None,
+                    produce_p50_ms=produce["p50_ms"],
+                    produce_p99_ms=produce["p99_ms"],
+                    end_to_end_p50_ms=e2e["p50_ms"],
+                    end_to_end_p99_ms=e2e["p99_ms"],
+                )
+            )
+    return out
 
 
 def _imbalance(

@@ -12,7 +12,9 @@ windows in memory fed by :func:`start_window_stream` (``evaluation: incremental`
 
 from __future__ import annotations
 
+import logging
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from linkwatch.records import SAMPLES_TOPIC
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,12 +86,43 @@ def start_archive_stream(spark: SparkSession, opts: StreamOptions) -> StreamingQ
     )
 
 
+class WindowBatchError(RuntimeError):
+    """A window micro-batch could not be read or merged; the full error is in the driver log."""
+
+
+def window_batch_handler(
+    on_batch: Callable[[list[str]], None], stopping: threading.Event
+) -> Callable[[DataFrame, int], None]:
+    """The ``foreachBatch`` function of :func:`start_window_stream`.
+
+    No error text from inside it reaches Spark. Spark 4.0 tests a Python callback's error
+    message with ``Py4JJavaError: An error occurred while calling((.|\\r\\n|\\r|\\n)*)(…)``
+    (``StreamExecution.isInterruptionException``, to tell a stop from a failure); that pattern
+    recurses once per character, and the message of a failed ``collect`` carries the whole Java
+    stack trace, so the stream thread died of a ``StackOverflowError`` in ``java.util.regex``
+    instead of stopping (or failing) cleanly. So: while ``stopping`` is set (the service is
+    stopping the query, which cancels the running collect) it returns quietly; otherwise it
+    logs the error here and fails the query with a short :class:`WindowBatchError`."""
+
+    def batch(df: DataFrame, batch_id: int) -> None:
+        try:
+            on_batch([r["value"] for r in df.collect()])
+        except Exception as e:
+            if stopping.is_set():
+                return
+            log.exception("window micro-batch %d failed", batch_id)
+            raise WindowBatchError(f"window micro-batch {batch_id} failed: {type(e).__name__}") from None
+
+    return batch
+
+
 def start_window_stream(
     spark: SparkSession,
     opts: StreamOptions,
     on_batch: Callable[[list[str]], None],
     starting_timestamp_ms: int,
     kinds: tuple[str, ...],
+    stopping: threading.Event | None = None,
 ) -> StreamingQuery:
     """A second query beside the archive stream: each micro-batch's records of ``kinds`` are
     brought to the driver once and handed to ``on_batch`` (the analyzer's in-memory window
@@ -98,7 +133,8 @@ def start_window_stream(
     survive a restart, so the query must not resume where the lost state left off — the state
     is rebuilt from the archive and this re-read of the horizon, and its dedup makes the
     overlap harmless. ``on_batch`` runs in the driver; an exception from it fails the query
-    (catch and count inside it)."""
+    with a :class:`WindowBatchError` (catch and count inside it). Set ``stopping`` before
+    ``query.stop()`` (see :func:`window_batch_handler`)."""
     shutil.rmtree(opts.checkpoint_dir, ignore_errors=True)
     source = (
         spark.readStream.format("kafka")
@@ -111,12 +147,9 @@ def start_window_stream(
         .load()
     )
     rows = envelope(source).where(F.col("kind").isin(list(kinds))).select("value")
-
-    def batch(df: DataFrame, _batch_id: int) -> None:
-        on_batch([r["value"] for r in df.collect()])
-
+    handler = window_batch_handler(on_batch, stopping if stopping is not None else threading.Event())
     return (
-        rows.writeStream.foreachBatch(batch)
+        rows.writeStream.foreachBatch(handler)
         .option("checkpointLocation", str(opts.checkpoint_dir))
         .trigger(processingTime=f"{opts.trigger_s} seconds")
         .queryName("linkwatch-samples-windows")

@@ -16,8 +16,10 @@ from tests.analyzer.window_records import (
     T0,
     WINDOW_S,
     assert_same_aggregates,
+    exemplar,
     logdir,
     partition,
+    probe,
     record_sets,
     stage,
 )
@@ -119,6 +121,140 @@ def test_state_stays_within_its_bounds_and_accounts_for_every_record(steps, cap,
     assert state.records + state.expired + lost == len(steps) - state.duplicates
 
 
+# --- only complete windows are evaluated -----------------------------------------------------
+
+SETTLE = 3 * WMS
+
+
+def _sizes(w: int, cells: list[tuple[int, int]], size: int = 1000) -> list[R.PartitionSize]:
+    """Window ``w``'s readings of (partition, broker) replicas of topic "z" (growing with w)."""
+    return [partition("z", p, b, T0 + w * WMS + 10 * p + b, size * (w + 1) * (p + 1), None) for p, b in cells]
+
+
+ALL = [(p, b) for p in range(6) for b in (1, 2, 3)]  # 6 partitions × 3 replicas
+
+
+def _released(recs: list[R.Record], now: int) -> dict[str, list[int]]:
+    """Window offsets (0, 1, …) whose rows an evaluation at ``now`` sees, per kind."""
+    state = WindowState(CLUSTER, WINDOW_S, horizon_ms=10**9, settle_ms=SETTLE)
+    state.add(recs)
+    data = state.aggregates(now_ms=now)
+    offsets = lambda rows: sorted({(r.window_start_ms - T0) // WMS for r in rows})  # noqa: E731
+    return {
+        "stages": offsets(data.broker_stages),
+        "partitions": offsets(data.partitions),
+        "logdirs": offsets(data.logdirs),
+        "clients": offsets(data.client_windows),
+        "probes": offsets(data.probes),
+    }
+
+
+# (records, evaluation time as window offset + ms) -> windows released per kind
+COMPLETENESS = {
+    "every replica reported: the newest window is evaluated at once": (
+        _sizes(0, ALL) + _sizes(1, ALL),
+        2 * WMS + 1,
+        {"partitions": [0, 1]},
+    ),
+    # The live run's failure: the newest window read with 2 of its 6 partitions named none hot.
+    "newest window with 2 of 6 partitions: held": (
+        _sizes(0, ALL) + _sizes(1, [c for c in ALL if c[0] in (4, 5)]),
+        2 * WMS + 1,
+        {"partitions": [0]},
+    ),
+    "one replica of one partition missing: held": (
+        _sizes(0, ALL) + _sizes(1, ALL[:-1]),
+        2 * WMS + 1,
+        {"partitions": [0]},
+    ),
+    "an incomplete window is evaluated once it ended settle_ms ago": (
+        _sizes(0, ALL) + _sizes(1, ALL[:2]),
+        2 * WMS + SETTLE,
+        {"partitions": [0, 1]},
+    ),
+    "a complete window waits behind an incomplete older one": (
+        _sizes(0, ALL) + _sizes(1, ALL[:2]) + _sizes(2, ALL[:2]),
+        3 * WMS + 1,
+        {"partitions": [0]},
+    ),
+    "a new replica does not hold a window; a window without any reading holds nothing": (
+        _sizes(0, ALL[:3]) + _sizes(2, ALL),
+        3 * WMS + 1,
+        {"partitions": [0, 2]},
+    ),
+    "stage sketches: a broker that reported before is missing": (
+        [stage(b, T0 + w * WMS, [1.0]) for w in (0, 1) for b in (1, 2, 3)] + [stage(1, T0 + 2 * WMS, [1.0])],
+        3 * WMS + 1,
+        {"stages": [0, 1]},
+    ),
+    "stage sketches: another request type or stage missing does not hold the window": (
+        [stage(b, T0, [1.0], request="FetchConsumer") for b in (1, 2)]
+        + [stage(b, T0 + WMS, [1.0], stage="local") for b in (1, 2)],
+        2 * WMS + 1,
+        {"stages": [0, 1]},
+    ),
+    "log dirs: one of a broker's two dirs missing": (
+        [logdir(1, d, T0 + w * WMS, 100, 10, None) for w in (0, 1) for d in ("/a", "/b")]
+        + [logdir(1, "/a", T0 + 2 * WMS, 100, 10, None)],
+        3 * WMS + 1,
+        {"logdirs": [0, 1]},
+    ),
+    "kinds are judged apart; exemplars and probes are never held": (
+        _sizes(0, ALL)
+        + _sizes(1, ALL[:1])
+        + [stage(1, T0 + w * WMS, [1.0]) for w in (0, 1)]
+        + [exemplar(1, T0 + WMS + 5, "app", 900.0, 0.0), probe(2, T0 + WMS + 6, [3.0], [5.0])],
+        2 * WMS + 1,
+        {"stages": [0, 1], "partitions": [0], "clients": [1], "probes": [1]},
+    ),
+}
+
+
+@pytest.mark.parametrize(("recs", "at", "want"), COMPLETENESS.values(), ids=COMPLETENESS.keys())
+def test_only_complete_windows_are_evaluated(recs: list[R.Record], at: int, want: dict) -> None:
+    got = _released(recs, T0 + at)
+    assert {k: v for k, v in got.items() if v} == want
+
+
+def test_a_held_window_is_released_when_its_missing_readings_arrive() -> None:
+    state = WindowState(CLUSTER, WINDOW_S, horizon_ms=10**9, settle_ms=SETTLE)
+    state.add(_sizes(0, ALL) + _sizes(1, ALL[:4]))
+    now = T0 + 2 * WMS + 1
+    assert state.pending(now) == {"stages": [], "partitions": [T0 + WMS], "logdirs": []}
+    state.add(_sizes(1, ALL[4:]))
+    assert state.pending(now)["partitions"] == []
+    rows = [r for r in state.aggregates(now_ms=now).partitions if r.window_start_ms == T0 + WMS]
+    assert sorted(r.partition for r in rows) == list(range(6))
+    # Traffic is read between complete windows only: partition p grew by 1000·(p+1) bytes in 2 s.
+    assert {r.partition: r.bytes_in_per_s for r in rows} == {p: 500.0 * (p + 1) for p in range(6)}
+
+
+@PROPERTY
+@given(record_sets(), st.integers(0, 8 * WMS))
+def test_held_windows_are_a_suffix_and_never_change_released_rows(sets, at: int) -> None:
+    """Whatever the records and the time, an evaluation sees the same rows as the full state
+    for every window it releases, and holds only windows after the ones it releases."""
+    _distinct, sent = sets
+    state = WindowState(CLUSTER, WINDOW_S, horizon_ms=10**9, settle_ms=SETTLE)
+    state.add(sent)
+    now = T0 + at
+    held = state.pending(now)
+    full = state.aggregates()
+    data = state.aggregates(now_ms=now)
+    for kind, rows, all_rows in (
+        ("stages", data.broker_stages, full.broker_stages),
+        ("logdirs", data.logdirs, full.logdirs),
+    ):
+        first_held = min(held[kind], default=None)
+        want = [
+            r
+            for r in all_rows
+            if r.window_start_ms < now and (first_held is None or r.window_start_ms < first_held)
+        ]
+        assert sorted(map(repr, rows)) == sorted(map(repr, want)), kind
+        assert all(w + WMS + SETTLE > now for w in held[kind])
+
+
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
@@ -185,3 +321,31 @@ def test_the_service_exports_the_state_size_and_its_drops() -> None:
     assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "not_json"}) == 1
     assert reg.get_sample_value("linkwatch_analyzer_window_state_dropped_total", {"reason": "duplicate"}) == 1
     assert reg.get_sample_value("linkwatch_analyzer_window_state_expired_total") == 0
+
+
+class _StoppedQuery:
+    """Stands in for a Spark query that failed (what the service reads of it: two calls)."""
+
+    isActive = False
+
+    def exception(self) -> str:
+        return "WindowBatchError: window micro-batch 7 failed: Py4JJavaError"
+
+
+def test_a_failed_window_stream_is_started_again_but_not_while_stopping() -> None:
+    from analyzer.base import InMemorySink
+    from analyzer.service import AnalysisService
+
+    cfg = AnalyzerConfig(cluster=CLUSTER, window_s=WINDOW_S, evaluation="incremental")
+    service = AnalysisService(cfg, sinks=[InMemorySink()])
+    service.state = fresh()
+    service.window_query = _StoppedQuery()
+    restarted = []
+    service._start_state = restarted.append  # the real one needs Spark and Kafka
+    service.tick(T0)
+    assert len(restarted) == 1 and service.window_restarts == 1
+    reg = service.metrics.registry
+    assert reg.get_sample_value("linkwatch_analyzer_window_stream_restarts_total") == 1
+    service._stopping.set()
+    service.tick(T0 + WMS)
+    assert len(restarted) == 1

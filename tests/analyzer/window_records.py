@@ -1,5 +1,6 @@
 """Record sets for the window-state tests: Hypothesis strategies shaped like the agents'
-samples (stage sketches, partition sizes, log-dir usage), and a row comparison for Aggregates."""
+samples (stage sketches, partition sizes, log-dir usage, slow-request exemplars) and the
+probe's, and a row comparison for Aggregates."""
 
 from __future__ import annotations
 
@@ -71,6 +72,55 @@ def logdir(
     )
 
 
+def exemplar(
+    broker: int, ts_ms: int, client: str, send: float | None, throttle: float | None, request: str = "Produce"
+) -> R.SlowRequest:
+    """A slow-request exemplar; a stage given as None is absent from ``stages_ms``."""
+    stages = {"total": 500.0}
+    if send is not None:
+        stages["send"] = send
+    if throttle is not None:
+        stages["throttle"] = throttle
+    return R.SlowRequest(
+        cluster=CLUSTER,
+        source=f"broker-{broker}",
+        ts_ms=ts_ms,
+        broker=broker,
+        request=request,
+        client_id=client,
+        correlation_id=ts_ms % 997,
+        connection=f"127.0.0.1:9092-127.0.0.1:{40000 + broker}-0",
+        stages_ms=stages,
+    )
+
+
+def probe(
+    broker: int,
+    ts_ms: int,
+    produce: list[float],
+    end_to_end: list[float],
+    unavailable: dict[str, int] | None = None,
+    source: str = "probe-a",
+) -> R.ProbeSample:
+    """One probe instance's window for a leader broker: every produce acked, every acked one
+    read back ``ok`` unless counted in ``unavailable``."""
+    return R.ProbeSample(
+        cluster=CLUSTER,
+        source=source,
+        ts_ms=ts_ms,
+        broker=broker,
+        topic="linkwatch.probe",
+        window_s=WINDOW_S,
+        deadline_ms=5000,
+        sent=len(produce) + sum((unavailable or {}).values()),
+        acked=len(produce),
+        ok=len(end_to_end),
+        unavailable=dict(unavailable or {}),
+        produce=sketch_of(produce),
+        end_to_end=sketch_of(end_to_end),
+    )
+
+
 _ts = st.integers(0, 6 * WINDOW_S * 1000 - 1).map(lambda d: T0 + d)
 _latency = st.one_of(st.just(0.0), st.floats(0.001, 5000.0))
 _stages = st.builds(
@@ -101,11 +151,31 @@ _logdirs = st.builds(
 )
 
 
+_exemplars = st.builds(
+    exemplar,
+    st.integers(1, 3),
+    _ts,
+    st.sampled_from(["", "app-1", "app-2"]),
+    st.one_of(st.none(), st.floats(0.0, 5000.0)),
+    st.one_of(st.none(), st.floats(0.0, 5000.0)),
+    st.sampled_from(["Produce", "FetchConsumer"]),
+)
+_probes = st.builds(
+    probe,
+    st.integers(1, 3),
+    _ts,
+    st.lists(_latency, max_size=20),
+    st.lists(_latency, max_size=20),
+    st.one_of(st.none(), st.dictionaries(st.sampled_from(["timeout", "error"]), st.integers(0, 5))),
+    st.sampled_from(["probe-a", "probe-b"]),
+)
+
+
 @st.composite
 def record_sets(draw: st.DrawFn) -> tuple[list[R.Record], list[R.Record]]:
     """``(distinct, sent)``: records with distinct keys, and the same records as a stream
     delivers them — shuffled across windows, some re-sent (identical copies, as a spool does)."""
-    recs = draw(st.lists(st.one_of(_stages, _partitions, _logdirs), max_size=40))
+    recs = draw(st.lists(st.one_of(_stages, _partitions, _logdirs, _exemplars, _probes), max_size=40))
     distinct = list({r.dedup_key(): r for r in recs}.values())
     resent = draw(st.lists(st.sampled_from(distinct), max_size=8)) if distinct else []
     sent = draw(st.permutations(distinct + resent))
@@ -144,7 +214,15 @@ def assert_same_aggregates(got: Aggregates, want: Aggregates, rel: float = 1e-9)
     """Row sets equal, floats to ``rel``; where several members share the maximum, either may
     be named ``max_member`` (Spark's ``max_by`` picks any of them)."""
     values = _member_values(want)
-    for name in ("broker_stages", "cluster_stages", "partitions", "logdirs", "imbalances"):
+    for name in (
+        "broker_stages",
+        "cluster_stages",
+        "partitions",
+        "logdirs",
+        "imbalances",
+        "client_windows",
+        "probes",
+    ):
         g = sorted((dataclasses.astuple(r) for r in getattr(got, name)), key=repr)
         w = sorted((dataclasses.astuple(r) for r in getattr(want, name)), key=repr)
         if name == "imbalances":

@@ -18,8 +18,10 @@ from tests.analyzer.window_records import (
     T0,
     WINDOW_S,
     assert_same_aggregates,
+    exemplar,
     logdir,
     partition,
+    probe,
     record_sets,
     stage,
 )
@@ -63,6 +65,19 @@ SCENARIOS = {
         logdir(1, "/d1", T0 + 900, 1000, 600, None),
         logdir(1, "/d2", T0, 0, 0, 0.1),
         logdir(2, "/d1", T0 + 5, 4000, 100, 0.9),
+    ],
+    "exemplars: per client, a missing client id and missing stages": [
+        exemplar(1, T0 + 10, "app-1", 800.0, 0.0),
+        exemplar(1, T0 + 20, "app-1", 1200.0, 5.0, request="FetchConsumer"),
+        exemplar(1, T0 + 30, "app-1", 300.0, None, request="FetchConsumer"),
+        exemplar(2, T0 + 40, "", None, 700.0),
+        exemplar(2, T0 + WMS + 1, "app-2", None, None),
+    ],
+    "probes: two instances merged, unavailable counted, nothing read back": [
+        probe(1, T0 + 5, [3.0] * 30 + [250.0], [8.0] * 30, {"timeout": 1}),
+        probe(1, T0 + 6, [4.0] * 10, [9.0] * 10, source="probe-b"),
+        probe(2, T0 + 7, [], [], {"timeout": 4, "error": 1}),  # no ack: quantiles null
+        probe(3, T0 + WMS, [0.0] * 5, [], {}),  # zeros only; none decided: availability null
     ],
 }
 
