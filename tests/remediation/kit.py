@@ -32,13 +32,16 @@ def create_topic(admin, name: str, assignment: dict[int, list[int]]) -> None:
     def ready() -> bool:
         meta = admin.describe_topics([name])
         parts = meta[0].get("partitions") or [] if meta else []
-        return len(parts) == len(assignment) and all(
+        led = len(parts) == len(assignment) and all(
             p["leader_id"] == assignment[p["partition_index"]][0]
             and len(p["isr_nodes"]) == len(assignment[p["partition_index"]])
             for p in parts
         )
+        # In sync is not yet on a log dir everywhere: a broker lists a new replica in
+        # DescribeLogDirs a moment later, and a snapshot taken before would differ from any later.
+        return led and len(replica_dirs(admin, name)) == sum(len(r) for r in assignment.values())
 
-    wait_until(ready, 30, f"topic {name} led as assigned")
+    wait_until(ready, 30, f"topic {name} led as assigned, every replica on a log dir")
 
 
 def produce(
