@@ -49,8 +49,12 @@ class KafkaSink:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.sent = 0
-        self.resent = 0  # records sent again after the producer gave up on them
         self._reported = (0, 0)
+
+    @property
+    def resent(self) -> int:
+        """Records sent again after the producer gave up on them (kept in :class:`Health`)."""
+        return self.health.spool_resent
 
     def submit(self, records: Iterable[Record]) -> None:
         for r in records:
@@ -169,8 +173,7 @@ class KafkaSink:
             error = TimeoutError(f"no outcome {self._give_up_s():.0f} s after sending")
             self._close_producer()
         if failed:
-            self.resent += failed
-            self.health.spool_resent = self.resent
+            self.health.spool_resent += failed
             self._sent_at = None
             self._down(error or RuntimeError("delivery failed"))
             if not pending:
