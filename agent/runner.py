@@ -191,7 +191,14 @@ class Agent:
     def run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.step()
+            try:
+                self.step()
+            except Exception as e:
+                # A failing step must not end the agent (its thread would die and its windows
+                # stop with no sign but silence): counted as step_error, logged, tried again.
+                self.health.drop("step_error", f"{type(e).__name__}: {e}")
+                self._stop.wait(self.config.poll_interval_s)
+                continue
             if self._behind():
                 # A full poll's worth read and more waiting: read on at once. Waiting a poll
                 # interval per MAX_POLL_BYTES would cap the agent near 13 k lines/s, and a log it

@@ -123,11 +123,6 @@ class ValueMemo:
             self.units[key] = sum_units(v)
 
 
-# What a value means does not depend on the window or broker: one memo for the process (one
-# thread reads the request log), warm across windows and aggregators.
-SHARED_MEMO = ValueMemo()
-
-
 def _token_value(token: bytes) -> float:
     # The fast path only accounts tokens it has checked (source.token_value); no checks here.
     return orjson.loads(token[token.index(b'":') + 2 :])
@@ -233,7 +228,7 @@ class RequestAccumulator:
         self.stages = tuple(StageAccumulator() for _ in STAGES)
         self.raw: tuple[Counter[object], ...] = tuple(Counter() for _ in STAGES)
         self.columns = tuple(self.raw[i] for i in ROW_ORDER)  # raw in the log line's order
-        self.memo = memo or SHARED_MEMO
+        self.memo = memo if memo is not None else ValueMemo()
 
     def fold(self) -> None:
         if self.pending:
@@ -312,7 +307,10 @@ class WindowAggregator:
         self._closed_before = -1  # windows starting before this are closed
         self._watermark = -1
         self._seq = count()
-        self.memo = SHARED_MEMO
+        # What a value means does not depend on the window: one memo per aggregator, warm across
+        # its windows. Never one per process: agents run side by side in one process (tests, the
+        # demo), and one thread's clear between another's learn and lookup loses keys.
+        self.memo = ValueMemo()
 
     def add(self, req: ParsedRequest) -> list[ClosedWindow]:
         """Account one request; returns windows this line's timestamp closed (usually none)."""

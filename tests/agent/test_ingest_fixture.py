@@ -157,3 +157,53 @@ def bucket_counts(vs: list[float]) -> list[int]:
     for v in vs:
         out[bisect.bisect_left(HISTOGRAM_BOUNDS_MS, v)] += 1
     return out
+
+
+def test_aggregators_never_share_their_value_memo() -> None:
+    # Agents run side by side in one process (the demo, tests): a memo shared between their
+    # threads is cleared by one while another is between learning a key and reading it.
+    a, b = WindowAggregator(cluster="t", broker=1), WindowAggregator(cluster="t", broker=2)
+    assert a.memo is not b.memo
+
+
+def distinct_values(lines: list[bytes], copies: int) -> list[bytes]:
+    """The real lines again and again, each copy's stage times made distinct (``x.yyy`` with a
+    copy-specific tail): enough distinct values to fill and clear a value memo many times."""
+    import re
+
+    stage = re.compile(
+        rb'("(?:requestQueue|local|remote|throttle|responseQueue|send|total)TimeMs":)(\d+(?:\.\d+)?)'
+    )
+    out = []
+    for c in range(copies):
+        for i, line in enumerate(lines):
+            tail = b"%03d" % ((c * 131 + i) % 1000)
+            out.append(stage.sub(lambda m, t=tail: m.group(1) + m.group(2).split(b".")[0] + b"." + t, line))
+    return out
+
+
+def test_agents_in_threads_of_one_process_get_the_windows_they_get_alone(lines: list[bytes]) -> None:
+    import threading
+
+    data = distinct_values(lines, 60)
+    alone = reference(data, WindowAggregator(cluster="t", broker=1), Health())
+    results: dict[int, list[ClosedWindow]] = {}
+    errors: list[BaseException] = []
+
+    def run(broker: int) -> None:
+        try:
+            agg = WindowAggregator(cluster="t", broker=1)  # its own memo, as an agent's
+            got: list[ClosedWindow] = []
+            for i in range(0, len(data), 997):
+                got += ingest_lines(data[i : i + 997], LineParser(), agg, Health())
+            results[broker] = got + agg.close_all()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert [snapshot(results[b]) for b in (1, 2, 3)] == [snapshot(alone)] * 3

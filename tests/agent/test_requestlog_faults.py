@@ -252,3 +252,38 @@ def test_a_log_more_than_one_poll_behind_is_read_on_without_waiting(tmp_path: Pa
     finally:
         agent.stop()
         thread.join(timeout=15)
+
+
+def test_a_step_that_raises_is_counted_and_the_agent_goes_on(tmp_path: Path) -> None:
+    # One failing step (a bug, a source raising) must not end the agent's thread: it would stop
+    # every window with no sign but silence.
+    fixture = (Path(__file__).parent / "fixtures" / "kafka-request.log").read_bytes()
+    log = tmp_path / "r.log"
+    log.write_bytes(fixture)
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"broker_id: 1\npoll_interval_s: 0.05\nrequest_log: {{path: {log}, start_at: beginning}}\n"
+        "prometheus: {enabled: false}\nhost: {enabled: false}\nlog_dirs: {paths: []}\n"
+    )
+    agent = Agent(load_agent_config(path))
+    real_step, calls = agent.step, []
+
+    def step(now_ms: int | None = None):
+        calls.append(now_ms)
+        if len(calls) <= 2:
+            raise RuntimeError("boom")
+        return real_step(now_ms)
+
+    agent.step = step  # type: ignore[method-assign]
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 8
+        while agent.health.lines_read < fixture.count(b"\n") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.health.dropped["step_error"] == 2
+        assert agent.health.lines_read == fixture.count(b"\n")
+        assert thread.is_alive()
+    finally:
+        agent.stop()
+        thread.join(timeout=15)
