@@ -52,6 +52,19 @@ its quota holds it back), the finding is ``slow_client``, naming the client from
 slow-request exemplars in the slow windows (``Aggregates.client_windows``), or saying it is
 unknown when no exemplar names one. It is never a ``slow_broker`` finding.
 
+Rule 9 — one broker out of line in its own stages is one cause: in a window where exactly one
+broker above the threshold has an own stage (``requestQueue``, ``local``, ``responseQueue``:
+its own work, not replication, not a client's stages) whose p99 is at least ``degraded_ratio`` ×
+the peers' median p99 of that stage and at least ``culprit_excess_ms`` above it, and every other
+broker above the threshold spends its time waiting in ``remote`` (``remote_share``), that broker
+is the window's *culprit*. The window is slow for it even when its total is not ``peer_ratio``
+× its peers' (Rule 1: its peers are slow too, waiting on it), and it does not count toward Rule
+3's cluster-wide slowdown. The shape is a broker paused most of the time while it leads and
+follows: a request it has read waits out the pause in whatever stage it is in, while its peers'
+acks=all requests wait for it as their follower, and it too waits for followers whose fetches
+it serves late — everyone above 300 ms, everyone's excess in ``remote`` but its own. When every
+broker is paused alike, no one stage is out of line with its peers' and the case stays Rule 3's.
+
 Rule 8 — a degraded broker below the absolute threshold: a window is *degraded* for broker b and
 request r when b served at least ``min_requests`` of r, its ``total`` p99 is at most
 ``p99_threshold_ms``, and in one of its own stages (``stages`` minus ``client_stages`` and the
@@ -134,6 +147,9 @@ class SlowBrokerConfig(DetectorConfig):
     # Rule 8: stage p99 ≥ degraded_ratio × the peers' median and ≥ degraded_excess_ms above it.
     degraded_ratio: float = Field(5.0, ge=1.0)
     degraded_excess_ms: float = Field(20.0, ge=0)
+    # Rule 9: an own stage's p99 at least this many ms above its peers' median (and degraded_ratio ×).
+    culprit_excess_ms: float = Field(150.0, ge=0)
+    culprit_stages: list[str] = Field(default_factory=lambda: ["requestQueue", "local", "responseQueue"])
     # Stages that wait by design per request type (a fetch's long poll in purgatory): never slowness.
     wait_stages: dict[str, list[str]] = Field(
         default_factory=lambda: {FETCH_CONSUMER: ["remote"], FETCH_FOLLOWER: ["remote"]}
@@ -183,6 +199,8 @@ class _Table:
         )
         # Rule 5 per (request, window): read by Rules 3 and 5, computed once per table.
         self.suspects: dict[tuple[str, int], tuple[int | None, list[int], dict[int, StageWindow]]] = {}
+        # Rule 9 per (request, window): read by Rules 1 and 3.
+        self.culprits: dict[tuple[str, int], tuple[int, str] | None] = {}
         for r in rows:
             if r.broker is not None:
                 self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
@@ -225,7 +243,7 @@ def broker_scores(
                     and peers is not None
                     and mine.p99_ms is not None
                     and mine.p99_ms > cfg.p99_threshold_ms
-                    and mine.p99_ms >= cfg.peer_ratio * peers
+                    and (mine.p99_ms >= cfg.peer_ratio * peers or _is_culprit(table, request, w, b, cfg))
                 )
                 verdicts.append(
                     WindowVerdict(w, row.count if row else 0, row.p99_ms if row else None, peers, bool(slow))
@@ -253,7 +271,12 @@ def cluster_score(
         # replication (remote): the leaders wait on that broker as their follower, one cause.
         own = [b for b in above if b not in waiting]
         single_cause = len(own) == 1 and len(waiting) >= 1
-        flags.append(fraction > cfg.cluster_wide_fraction and suspect is None and not single_cause)
+        # Nor is one broker out of line in its own stages with the others waiting in remote,
+        # whether or not it waits in remote too (Rule 9).
+        culprit = window_culprit(table, request, w, cfg)
+        flags.append(
+            fraction > cfg.cluster_wide_fraction and suspect is None and not single_cause and culprit is None
+        )
         evidence.append(
             {
                 "window_start_ms": w,
@@ -261,10 +284,57 @@ def cluster_score(
                 "brokers_above": above,
                 "brokers_reporting": len(usable),
                 "brokers_waiting_remote": waiting,
+                "culprit": None if culprit is None else {"broker": culprit[0], "stage": culprit[1]},
             }
         )
     score, active = walk_score(flags, cfg)
     return Score(score, active, ()), evidence
+
+
+def window_culprit(table: _Table, request: str, w: int, cfg: SlowBrokerConfig) -> tuple[int, str] | None:
+    """Rule 9 in one window: ``(broker, stage)`` of the one broker above the threshold whose own
+    stage is far out of line with its peers', when every other broker above the threshold waits
+    in ``remote``; or ``(broker, "")`` when no own stage stands out anywhere but exactly one
+    broker above the threshold does not wait in ``remote`` while the others above it do; else
+    None."""
+    key = (request, w)
+    if key in table.culprits:
+        return table.culprits[key]
+    usable = table.usable(request, "total", w, cfg.min_requests)
+    above = {b for b, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms}
+    remote = table.usable(request, "remote", w, 1)
+    out_of_line: dict[int, tuple[str, float]] = {}
+    for stage in cfg.culprit_stages:
+        rows = table.usable(request, stage, w, 1)
+        for b in above:
+            mine, peers = rows.get(b), _peer_median(rows, b)
+            if mine is None or mine.p99_ms is None or peers is None:
+                continue
+            excess = mine.p99_ms - peers
+            far = mine.p99_ms >= cfg.degraded_ratio * peers and excess >= cfg.culprit_excess_ms
+            if far and (b not in out_of_line or excess > out_of_line[b][1]):
+                out_of_line[b] = (stage, excess)
+
+    def waits(x: int) -> bool:
+        return x in remote and (remote[x].p99_ms or 0.0) >= cfg.remote_share * (usable[x].p99_ms or 0.0)
+
+    culprit = None
+    if len(usable) >= 2 and len(out_of_line) == 1:
+        ((b, (stage, _)),) = out_of_line.items()
+        culprit = (b, stage) if all(waits(x) for x in above - {b}) else None
+    elif len(usable) >= 2 and not out_of_line:
+        # The same cause when no stage stands out: the one broker above the threshold that does
+        # not wait in remote, while the others above it do (their time is spent waiting on it).
+        own = [b for b in above if not waits(b)]
+        if len(own) == 1 and len(above) >= 2:
+            culprit = (own[0], "")
+    table.culprits[key] = culprit
+    return culprit
+
+
+def _is_culprit(table: _Table, request: str, w: int, b: int, cfg: SlowBrokerConfig) -> bool:
+    found = window_culprit(table, request, w, cfg)
+    return found is not None and found[0] == b
 
 
 def attribute_stage(
@@ -293,6 +363,18 @@ class StalledFollower:
     score: Score
     leaders_waiting: tuple[int, ...]
     leader_p99_ms: tuple[float | None, ...]  # per window: the worst waiting leader's p99
+    # Per window: the own stage that made it the window's culprit (Rule 9), or None.
+    culprit_stages: tuple[str | None, ...] = ()
+
+    @property
+    def own_stage(self) -> str | None:
+        """The own stage it was out of line in most often, when Rule 9's windows outnumber Rule
+        5's (it stalls while serving, not only as a follower); else None (stage ``remote``)."""
+        stages = [x for x in self.culprit_stages if x]  # "": a culprit with no stage out of line
+        suspect_windows = sum(v.slow for v in self.score.windows) - len(stages)
+        if not stages or len(stages) < suspect_windows:
+            return None
+        return max(sorted(set(stages)), key=stages.count)
 
 
 def _window_suspect(
@@ -325,6 +407,11 @@ def _window_suspect(
         b = others[0]
         if b not in usable or (usable[b].p99_ms or 0.0) <= cfg.p99_threshold_ms:
             suspect = b if _replicates_fine(remote, b, waiting, cfg) else None
+        # A waiting broker far out of line in its own stages (Rule 9) is what the others wait
+        # on; the one broker not waiting is then only the one it does not lead for.
+        culprit = window_culprit(table, request, w, cfg)
+        if culprit is not None and culprit[0] != suspect:
+            suspect = None
     table.suspects[(request, w)] = (suspect, waiting, usable)
     return suspect, waiting, usable
 
@@ -344,25 +431,41 @@ def _replicates_fine(
 def stalled_followers(
     data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, table: _Table | None = None
 ) -> list[StalledFollower]:
-    """Rule 5 for every request type: suspects whose score is active."""
+    """Rule 5 for every request type: suspects whose score is active. A window in which a
+    suspect is instead the culprit (Rule 9: stalled while serving, so waiting in ``remote``
+    too) is one of its windows as well: a broker paused most of the time shows one shape or
+    the other from window to window, and is one cause throughout."""
     table = table if table is not None else _Table(data.broker_stages)
     out = []
     for request in cfg.requests:
         windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
         per_window: list[tuple[int, int | None, list[int], dict[int, StageWindow], float | None]] = []
+        culprits: list[tuple[int, str] | None] = []
         for w in windows:
             suspect, waiting, usable = _window_suspect(table, request, w, cfg)
             worst = max((usable[b].p99_ms or 0.0 for b in waiting), default=None)
             per_window.append((w, suspect, waiting, usable, worst))
+            culprits.append(window_culprit(table, request, w, cfg))
         for b in sorted({s for _, s, *_ in per_window if s is not None}):
+            own = tuple(c[1] if c is not None and c[0] == b else None for c in culprits)
             rows = [(w, s, usable.get(b), worst) for w, s, _, usable, worst in per_window]
             verdicts = tuple(
-                WindowVerdict(w, row.count if row else 0, row.p99_ms if row else None, worst, s == b)
-                for w, s, row, worst in rows
+                WindowVerdict(
+                    w, row.count if row else 0, row.p99_ms if row else None, worst, s == b or x is not None
+                )
+                for (w, s, row, worst), x in zip(rows, own, strict=True)
             )
             score, active = walk_score((v.slow for v in verdicts), cfg)
             if active:
-                leaders = sorted({x for _, s, waiting, *_ in per_window if s == b for x in waiting})
+                leaders = sorted(
+                    {
+                        x
+                        for (_, s, waiting, *_), c in zip(per_window, own, strict=True)
+                        if s == b or c
+                        for x in waiting
+                    }
+                    - {b}
+                )
                 out.append(
                     StalledFollower(
                         b,
@@ -370,6 +473,7 @@ def stalled_followers(
                         Score(score, active, verdicts),
                         tuple(leaders),
                         tuple(p[4] for p in per_window),
+                        own,
                     )
                 )
     return out
@@ -712,20 +816,34 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             "look normal: it stalls as a follower (GC or process pauses, a hung fetcher, its network)"
         )
         leaders = ", ".join(map(str, sf.leaders_waiting))
+        summary = (
+            f"brokers {leaders} wait on broker {sf.broker} as follower: their {sf.request} p99 up to "
+            f"{worst:.0f} ms > {cfg.p99_threshold_ms:.0f} ms, spent in stage remote, in {len(slow)} of "
+            f"{len(windows)} windows; broker {sf.broker}'s own p99 stays normal"
+        )
+        stage = sf.own_stage or "remote"
+        if sf.own_stage:  # Rule 9's windows outnumber Rule 5's: it stalls while serving too
+            own = sum(1 for x in sf.culprit_stages if x)
+            meaning = (
+                f"broker {sf.broker} stalls: its own {stage} p99 is far above its peers' while they wait "
+                "on it in replication (remote) — a process that pauses (GC, SIGSTOP, CPU starvation)"
+            )
+            summary = (
+                f"broker {sf.broker} stalls: in {own} of {len(windows)} windows its {sf.request} {stage} p99 "
+                f"is far above its peers' while brokers {leaders} wait on it in remote (their p99 up to "
+                f"{worst:.0f} ms > {cfg.p99_threshold_ms:.0f} ms); slow in {len(slow)} of {len(windows)} windows"
+            )
         return self.finding(
             data,
             now_ms,
             subject=f"broker:{sf.broker}",
             severity="critical" if sf.score.score >= cfg.max_score else "warning",
-            summary=(
-                f"brokers {leaders} wait on broker {sf.broker} as follower: their {sf.request} p99 up to "
-                f"{worst:.0f} ms > {cfg.p99_threshold_ms:.0f} ms, spent in stage remote, in {len(slow)} of "
-                f"{len(windows)} windows; broker {sf.broker}'s own p99 stays normal"
-            ),
+            summary=summary,
             evidence={
                 "request": sf.request,
-                "stage": "remote",
+                "stage": stage,
                 "stage_meaning": meaning,
+                "culprit_stages": list(sf.culprit_stages),
                 "slow_follower": sf.broker,
                 "leaders_waiting": list(sf.leaders_waiting),
                 "score": sf.score.score,

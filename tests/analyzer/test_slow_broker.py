@@ -108,6 +108,18 @@ def slow_in(windows, **kw) -> dict[int, dict]:
     return {i: SLOW | kw for i in windows}
 
 
+def paused(i: int) -> dict:
+    """A broker paused most of the time (Rule 9): a request it had read waits the pause out in
+    one of its own stages (mostly the request queue), and it waits in remote too."""
+    own = "requestQueue" if i % 4 else "responseQueue"
+    return {"p99": 980.0, "count": 40, "stage_p99": {**BUSY_STAGES, "remote": 900.0, own: 907.0}}
+
+
+def waiting(p99: float) -> dict:
+    """A healthy leader waiting in remote on a stalled follower: own stages normal."""
+    return {"p99": p99, "stage_p99": {**BUSY_STAGES, "requestQueue": 20.0, "local": 5.0, "remote": p99 - 10}}
+
+
 def now_after(n_windows: int) -> int:
     return window(n_windows)
 
@@ -353,6 +365,51 @@ CASES = [
         3,
         {2: slow_in(range(2, 10)), 0: slow_in(range(6, 10)), 1: slow_in(range(6, 10))},
         {("cluster_slow", "cluster:c1"): None},
+    ),
+    # -- Rule 9: one broker out of line in its own stages, everyone waiting in remote ---------
+    # Shapes from a real run (broker 2 SIGSTOPped 900 ms of every 1000 ms on a loaded machine,
+    # 2 s windows): every broker above 300 ms and waiting in remote (broker 2 too: its own
+    # acks=all requests wait on followers whose fetches it serves late), broker 2's total not 2×
+    # its peers', but one of its own stages ~900 ms against its peers' ~20 ms.
+    (
+        "paused broker 2 while everyone waits in remote: broker 2, its own stage",
+        10,
+        3,
+        {
+            2: {i: paused(i) for i in range(3, 10)},
+            0: {i: waiting(840.0) for i in range(3, 10)},
+            1: {i: waiting(870.0) for i in range(3, 10)},
+        },
+        {("slow_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        "paused broker 2, some windows too few requests to judge it (Rule 5) and some its own stage",
+        10,
+        3,
+        {
+            2: {i: paused(i) if i % 3 else {"p99": 40.0, "count": 12} for i in range(3, 10)},
+            0: {i: waiting(840.0) for i in range(3, 10)},
+            1: {i: waiting(870.0) for i in range(3, 10)},
+        },
+        {("slow_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        "every broker paused alike, all waiting in remote: one cluster-wide finding, nobody blamed",
+        10,
+        3,
+        {b: {i: paused(i) for i in range(3, 10)} for b in range(3)},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
+        "loaded machine: one window in which one broker's request queue spikes, others waiting",
+        10,
+        3,
+        {
+            2: {7: paused(1)},
+            0: {i: waiting(250.0) for i in range(3, 10)},
+            1: {i: waiting(280.0) for i in range(3, 10)},
+        },
+        {},
     ),
     # -- Rule 7: a slow client is the client's finding --------------------------------------
     (
