@@ -82,6 +82,8 @@ class AnalyzerConfig(StrictModel):
     window_settle_s: float = Field(15.0, ge=0)
     trigger_s: float = Field(2.0, gt=0)
     state_dir: DirLocation = Path.home() / ".local" / "share" / "linkwatch" / "analyzer"
+    # local[N] (the default), spark://host:port (standalone), yarn, k8s://https://host:port, or
+    # "" to take it from spark-submit's --master (docs/analyzer.md "Running on a Spark cluster").
     spark_master: str = "local[2]"
     shuffle_partitions: int = Field(2, ge=1)  # the aggregates are small; more partitions only add tasks
     # Extra SparkSession settings, over linkwatch's (spark_metrics.session); values are strings
@@ -100,6 +102,11 @@ class AnalyzerConfig(StrictModel):
     def _expand(cls, v: Path) -> Path:
         return Path(v).expanduser()
 
+    @field_validator("spark_master")
+    @classmethod
+    def _master(cls, v: str) -> str:
+        return check_master_url(v)
+
     @field_validator("watermark")
     @classmethod
     def _interval(cls, v: str) -> str:
@@ -111,6 +118,26 @@ class AnalyzerConfig(StrictModel):
         """How far back the incremental state keeps windows: the lookback, the window being
         filled and the watermark (records later than that are counted drops)."""
         return self.window_s * 1000 * (self.lookback_windows + 1) + interval_ms(self.watermark)
+
+
+# The master URLs Spark 4 accepts (SparkContext's master parsing, spark-submit's --master).
+_MASTER_FORMS = (
+    ("local", re.compile(r"local(\[(\d+|\*)(,\d+)?\])?")),
+    ("local-cluster[workers,cores,memory_mb]", re.compile(r"local-cluster\[\d+,\d+,\d+\]")),
+    ("spark://host:port[,host:port…]", re.compile(r"spark://[\w.-]+:\d{1,5}(,[\w.-]+:\d{1,5})*")),
+    ("yarn", re.compile(r"yarn")),
+    ("k8s://[https://]host:port", re.compile(r"k8s://(https?://)?[\w.-]+(:\d{1,5})?(/[\w./-]*)?")),
+)
+
+
+def check_master_url(url: str) -> str:
+    """``url`` if Spark takes it as a master URL (or empty: spark-submit's ``--master``
+    decides); otherwise a ``ValueError`` listing the forms, so a typo stops start-up instead of
+    failing later inside Spark."""
+    if url == "" or any(rx.fullmatch(url) for _, rx in _MASTER_FORMS):
+        return url
+    forms = ", ".join(name for name, _ in _MASTER_FORMS)
+    raise ValueError(f'not a Spark master URL: use one of {forms}, or "" to take spark-submit\'s --master')
 
 
 _UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}

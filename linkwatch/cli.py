@@ -18,6 +18,7 @@ from linkwatch.errors import LinkwatchError
 # (subcommand, module under linkwatch.commands, help)
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("cluster", "cluster", "Run a real local Kafka cluster (KRaft, loopback) for tests and demos."),
+    ("spark", "spark", "Run a local Spark standalone cluster (master and workers, loopback) to submit to."),
     ("load", "load", "Produce (and consume) test load at a set rate and key distribution."),
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
     ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),

@@ -2,6 +2,8 @@
 
 * :mod:`.cluster` — a real local Kafka cluster (KRaft, loopback) from Maven Central jars
   (:mod:`.jars`, ``kafka-pom.xml``);
+* :mod:`.spark` — a real Spark standalone cluster (master and workers from pyspark's
+  ``spark-class``, loopback) to submit the analyzer to;
 * :mod:`.load` — produce and consume load; :mod:`.faults` — reversible faults;
 * :mod:`.agents` — agents for the nodes of a test cluster, in threads or as subprocesses;
 * :mod:`.alert_stack` — Prometheus, Alertmanager and the receiver on loopback;

@@ -35,6 +35,10 @@ from linkwatch.cli import main
         (["analyze"], "spark_conf:\n  ui.enabled: 'false'\n", "String should match pattern '^spark"),
         (["analyze"], "spark_conf: [spark.ui.enabled]\n", "spark_conf"),
         (["analyze"], "spark_log: /\n", "spark_log='/': Value error, is a directory"),
+        # The master URL is checked at load, naming the key (default local[2]; "" = spark-submit's).
+        (["analyze"], "spark_master: spark//127.0.0.1:7077\n", "spark_master='spark//127.0.0.1:7077': Value"),
+        (["analyze"], "spark_master: spark://127.0.0.1\n", "not a Spark master URL"),
+        (["report", "--from", "1", "--to", "2"], "spark_master: local[0.5]\n", "spark_master='local[0.5]'"),
     ],
 )
 def test_bad_input_exits_2_naming_it(args, config, message, tmp_path: Path, capsys) -> None:
@@ -58,3 +62,35 @@ def test_sample_config_loads() -> None:
         "skewed_partitions",
         "slow_broker",
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("local[2]", True),
+        ("local", True),
+        ("local[*]", True),
+        ("local[2,3]", True),
+        ("spark://127.0.0.1:7077", True),
+        ("spark://m1:7077,m2:7077", True),
+        ("yarn", True),
+        ("k8s://https://10.0.0.1:6443", True),
+        ("k8s://kube.example:443", True),
+        ("", True),  # spark-submit's --master decides
+        ("local[]", False),
+        ("spark://127.0.0.1", False),
+        ("spark//127.0.0.1:7077", False),
+        ("mesos://m:5050", False),  # removed in Spark 4
+        ("Yarn", False),
+        (" local[2]", False),
+    ],
+)
+def test_master_url(url: str, ok: bool) -> None:
+    from analyzer.service import AnalyzerConfig
+
+    assert AnalyzerConfig().spark_master == "local[2]"
+    if ok:
+        assert AnalyzerConfig(spark_master=url).spark_master == url
+    else:
+        with pytest.raises(ValueError, match="not a Spark master URL"):
+            AnalyzerConfig(spark_master=url)

@@ -1,0 +1,420 @@
+"""The analyzer on a real Spark standalone cluster gives the same findings as in local mode.
+
+A master and two workers (1 core, 1 GiB each) run on loopback from pyspark's own
+``spark-class`` (:mod:`linkwatch.testbed.spark`); Kafka is the real 3-broker test cluster. The
+input is one fixed set of samples on a fresh samples topic: three brokers over 12 windows of
+10 s, broker 2 slow in its ``local`` stage in the last six, and a topic whose partition 0 takes
+eight times the bytes of the others. Every Spark run is its own process, as an operator runs it:
+
+* the batch report (``--source kafka``): ``linkwatch report`` in local mode, and
+  ``spark-submit --master spark://… --jars <connector jars> linkwatch/cli.py report`` (the
+  master from spark-submit, ``spark_master: ""`` in the config); the JSON outputs are equal.
+* the streaming analyzer: ``linkwatch analyze`` with ``spark_master: local[2]`` and with
+  ``spark_master: spark://127.0.0.1:<port>`` (the driver in the linkwatch process, executors
+  on the workers reading the samples topic with the connector jars ``spark.jars`` ships). Each
+  publishes to its own findings topic; the first evaluation's findings (the stream's first
+  micro-batch holds every sample, as they are on the topic before it starts) are equal apart
+  from their decision time.
+
+Then ``down`` leaves no daemon or executor process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from linkwatch import records as R
+from linkwatch.sketch import LatencySketch
+from linkwatch.testbed.load import ensure_topic
+from linkwatch.testbed.spark import (
+    SparkClusterSpec,
+    SparkClusterState,
+    SparkStandalone,
+    alive_worker_ports,
+    find_free_base_port,
+    master_json,
+    spark_home,
+)
+
+pytestmark = [pytest.mark.cluster]
+
+WINDOW_S = 10
+WINDOWS = 12
+SLOW_FROM = 6  # broker 2 is slow in windows 6..11
+CLUSTER = "sparkcluster"
+BROKERS = (1, 2, 3)
+FINDINGS_WITHIN_S = 300.0
+REPORT_TIMEOUT_S = 300.0
+
+
+# --- the input ---------------------------------------------------------------------------
+
+
+def _sketch(p99_ms: float, n: int = 60) -> dict:
+    """n values from 1 ms up to about ``p99_ms`` (the top two at it, so p99 lands there)."""
+    sk = LatencySketch()
+    for i in range(n - 2):
+        sk.add(1.0 + (p99_ms / 4) * i / n)
+    sk.add(p99_ms)
+    sk.add(p99_ms)
+    return sk.to_dict()
+
+
+def _stage_records(t0: int) -> list[R.Record]:
+    out: list[R.Record] = []
+    for i in range(WINDOWS):
+        ts = t0 + i * WINDOW_S * 1000
+        for b in BROKERS:
+            slow = b == 2 and i >= SLOW_FROM
+            total = 600.0 if slow else 20.0 + b + i % 3
+            for stage in R.STAGES:
+                if stage == "total":
+                    p99 = total
+                elif stage == "local":
+                    p99 = total - 15.0 if slow else 3.0 + b
+                else:
+                    p99 = 2.0 + (b + i) % 3
+                out.append(
+                    R.StageSketch(
+                        cluster=CLUSTER,
+                        source=f"broker-{b}",
+                        ts_ms=ts,
+                        broker=b,
+                        request=R.PRODUCE,
+                        stage=stage,
+                        window_s=WINDOW_S,
+                        sketch=_sketch(p99),
+                    )
+                )
+    return out
+
+
+def _partition_records(t0: int) -> list[R.Record]:
+    out: list[R.Record] = []
+    for i in range(WINDOWS):
+        ts = t0 + i * WINDOW_S * 1000
+        for p in range(6):
+            rate = 400_000 if p == 0 else 50_000  # bytes per second
+            size = 2_000_000 + rate * WINDOW_S * i
+            b = BROKERS[p % 3]
+            out.append(
+                R.PartitionSize(
+                    cluster=CLUSTER,
+                    source=f"broker-{b}",
+                    ts_ms=ts,
+                    broker=b,
+                    log_dir="/data/a",
+                    topic="orders",
+                    partition=p,
+                    size_bytes=size,
+                    segments=1,
+                    oldest_segment_ms=t0,
+                    newest_segment_ms=ts,
+                    log_end_offset=size // 100,
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Samples:
+    topic: str
+    from_ms: int
+    to_ms: int
+
+
+@pytest.fixture(scope="module")
+def samples(cluster3, tmp_path_factory: pytest.TempPathFactory) -> Samples:
+    """The fixed input on a fresh samples topic; its windows end before now, so every run sees
+    all of them complete."""
+    from kafka import KafkaAdminClient, KafkaProducer
+
+    topic = f"samples-spark-{tmp_path_factory.mktemp('s').name[-6:]}"
+    admin = KafkaAdminClient(bootstrap_servers=cluster3.bootstrap, client_id="spark-cluster-test")
+    ensure_topic(admin, topic, 3, 1)
+    admin.close()
+    end = (int(time.time()) // WINDOW_S) * WINDOW_S * 1000
+    t0 = end - WINDOWS * WINDOW_S * 1000
+    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, acks="all")
+    for rec in _stage_records(t0) + _partition_records(t0):
+        producer.send(topic, key=rec.dedup_key().encode(), value=rec.to_json())
+    producer.flush(30)
+    producer.close(10)
+    # --source kafka reads records whose Kafka timestamp (now) and ts_ms both fall in the range.
+    return Samples(topic, t0, int(time.time() * 1000) + 5_000)
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClusterState]:
+    root = tmp_path_factory.mktemp("spark") / "standalone"
+    cluster = SparkStandalone(
+        SparkClusterSpec(root=root, base_port=find_free_base_port(2, start=_start_port()))
+    )
+    state = cluster.up()
+    try:
+        yield state
+    finally:
+        cluster.down()
+
+
+def _start_port() -> int:
+    return 30000 + (os.getpid() % 250) * 100
+
+
+# --- running linkwatch as separate processes ---------------------------------------------
+
+
+def _config(
+    path: Path, cluster3, samples: Samples, master: str, state_dir: Path, findings_topic: str
+) -> Path:
+    cfg = {
+        "cluster": CLUSTER,
+        "bootstrap": cluster3.bootstrap,
+        "samples_topic": samples.topic,
+        "findings_topic": findings_topic,
+        "window_s": WINDOW_S,
+        # Wide enough that the fixed windows stay in range for every run of the module.
+        "lookback_windows": 180,
+        "interval_s": 2.0,
+        "trigger_s": 2.0,
+        "state_dir": str(state_dir),
+        "spark_master": master,
+        "spark_log": str(state_dir.parent / f"{state_dir.name}-spark.log"),
+        "spark_conf": {"spark.ui.showConsoleProgress": "false"},
+        "prometheus": {"enabled": False},
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _env() -> dict[str, str]:
+    # The driver's Python and the executors' are this interpreter (the same host).
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def _linkwatch(*args: str) -> list[str]:
+    return [sys.executable, "-m", "linkwatch.cli", *args]
+
+
+def _spark_submit(master: str, *args: str) -> list[str]:
+    import linkwatch.cli
+    from spark_metrics.jars import kafka_connector_jars
+
+    return [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master",
+        master,
+        "--deploy-mode",
+        "client",
+        "--jars",
+        ",".join(str(p) for p in kafka_connector_jars()),
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        linkwatch.cli.__file__,
+        *args,
+    ]
+
+
+def _run(cmd: list[str], log: Path, timeout_s: float) -> None:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+        try:
+            rc = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise AssertionError(f"{cmd[:4]} did not finish within {timeout_s:.0f}s: {log}") from None
+    assert rc == 0, f"{cmd[:4]}… exited {rc}: {log.read_text()[-3000:]}"
+
+
+def _report(cmd: list[str], out: Path, log: Path) -> dict:
+    _run(cmd, log, REPORT_TIMEOUT_S)
+    return json.loads(out.read_text())
+
+
+# --- 1. the helper ------------------------------------------------------------------------
+
+
+def test_workers_registered_with_bounded_resources_on_loopback(spark_cluster: SparkClusterState) -> None:
+    view = master_json(spark_cluster.master.ui_port)
+    assert alive_worker_ports(view) == {w.port for w in spark_cluster.workers}
+    assert sorted((w["cores"], w["memory"]) for w in view["workers"]) == [(1, 1024), (1, 1024)]
+    for d in spark_cluster.daemons:
+        listening = {
+            (c.laddr.ip, c.laddr.port)
+            for c in psutil.Process(d.pid).net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert {port for _, port in listening} >= {d.port, d.ui_port}, d
+        assert {ip for ip, _ in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, (d.name, listening)
+
+
+# --- 2. the batch report ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_report_same_findings_local_and_on_the_cluster(
+    cluster3, spark_cluster: SparkClusterState, samples: Samples, tmp_path: Path
+) -> None:
+    rng = [
+        "--from",
+        str(samples.from_ms),
+        "--to",
+        str(samples.to_ms),
+        "--source",
+        "kafka",
+        "--format",
+        "json",
+    ]
+    local_cfg = _config(
+        tmp_path / "local.yaml", cluster3, samples, "local[2]", tmp_path / "local", "f-unused"
+    )
+    local = _report(
+        _linkwatch("report", *rng, "-c", str(local_cfg), "--out", str(tmp_path / "local.json")),
+        tmp_path / "local.json",
+        tmp_path / "local.log",
+    )
+    cluster_cfg = _config(tmp_path / "cluster.yaml", cluster3, samples, "", tmp_path / "cluster", "f-unused")
+    on_cluster = _report(
+        _spark_submit(
+            spark_cluster.master_url,
+            "report",
+            *rng,
+            "-c",
+            str(cluster_cfg),
+            "--out",
+            str(tmp_path / "cluster.json"),
+        ),
+        tmp_path / "cluster.json",
+        tmp_path / "cluster.log",
+    )
+    rules = sorted((f["rule"], f["subject"]) for f in local["findings"])
+    assert ("slow_broker", "broker:2") in rules and ("skewed_partitions", "topic:orders") in rules, rules
+    slow = next(f for f in local["findings"] if f["subject"] == "broker:2")
+    assert slow["evidence"]["stage"] == "local"
+    assert on_cluster == local
+    # The cluster run's executors were on the workers: the master lists the finished app.
+    apps = master_json(spark_cluster.master.ui_port)["completedapps"]
+    assert any(a["name"] == "linkwatch-report" for a in apps), apps
+
+
+# --- 3. the streaming analyzer ------------------------------------------------------------
+
+
+def _first_evaluation(bootstrap: str, topic: str, proc: subprocess.Popen, log: Path) -> list[dict]:
+    """The findings of the first evaluation that published any: those with the smallest
+    decision time, once a later evaluation shows that group is complete."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=1000
+    )
+    seen: list[dict] = []
+    deadline = time.monotonic() + FINDINGS_WITHIN_S
+    try:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"the analyzer exited {proc.returncode}: {log.read_text()[-3000:]}"
+            seen += [json.loads(m.value) for m in consumer]
+            times = sorted({f["ts_ms"] for f in seen})
+            if len(times) >= 2:
+                return [f for f in seen if f["ts_ms"] == times[0]]
+    finally:
+        consumer.close()
+    raise AssertionError(f"no two evaluations published findings within {FINDINGS_WITHIN_S}s: {log}")
+
+
+def _analyze(cluster3, samples: Samples, master: str, tmp: Path, name: str) -> list[dict]:
+    from kafka import KafkaAdminClient
+
+    findings_topic = f"findings-{name}-{tmp.name[-6:]}"
+    admin = KafkaAdminClient(bootstrap_servers=cluster3.bootstrap, client_id="spark-cluster-test")
+    ensure_topic(admin, findings_topic, 1, 1)
+    admin.close()
+    cfg = _config(tmp / f"{name}.yaml", cluster3, samples, master, tmp / name, findings_topic)
+    log = tmp / f"{name}-analyze.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            _linkwatch("analyze", "-c", str(cfg)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            start_new_session=True,
+        )
+    try:
+        found = _first_evaluation(cluster3.bootstrap, findings_topic, proc, log)
+    finally:
+        _stop(proc)
+    return sorted(({k: v for k, v in f.items() if k != "ts_ms"} for f in found), key=lambda f: f["key"])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C to linkwatch (the service stops its queries; its Spark JVM ends with it), then
+    nothing of its process group may be left."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _comparable(findings: list[dict]) -> list[dict]:
+    # The record key carries the decision time; everything else must be equal.
+    return [{k: v for k, v in f.items() if k != "key"} for f in findings]
+
+
+@pytest.mark.timeout(900)
+def test_streaming_analyzer_same_findings_local_and_on_the_cluster(
+    cluster3, spark_cluster: SparkClusterState, samples: Samples, tmp_path: Path
+) -> None:
+    local = _analyze(cluster3, samples, "local[2]", tmp_path, "local")
+    on_cluster = _analyze(cluster3, samples, spark_cluster.master_url, tmp_path, "cluster")
+    subjects = [(f["rule"], f["subject"]) for f in local]
+    assert ("slow_broker", "broker:2") in subjects, subjects
+    assert _comparable(on_cluster) == _comparable(local)
+    view = master_json(spark_cluster.master.ui_port)
+    apps = view["activeapps"] + view["completedapps"]
+    assert any(a["name"] == "linkwatch-analyze" for a in apps), apps
+
+
+# --- 4. down -------------------------------------------------------------------------------
+
+
+def test_down_leaves_no_spark_process(spark_cluster: SparkClusterState) -> None:
+    groups = {d.pid for d in spark_cluster.daemons}
+    started = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) in groups]
+    assert {d.pid for d in spark_cluster.daemons} <= {p.pid for p in started}
+    stopped = SparkStandalone(SparkClusterSpec(root=Path(spark_cluster.root))).down(keep_logs=True)
+    assert sorted(stopped) == sorted(groups)
+    left = [p.pid for p in started if _running(p)]
+    assert left == [], f"processes left after down: {left}"
+    assert SparkStandalone(SparkClusterSpec(root=Path(spark_cluster.root))).down() == []
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
