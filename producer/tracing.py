@@ -26,7 +26,7 @@ confluent-kafka: the same is ``produce(topic, value, headers=[("traceparent", â€
 on_delivery=callback)`` with the span ended in the delivery callback, which is what
 :class:`TracingConfluentProducer` does. librdkafka does not expose the correlation id of the
 request that carried a message, so its produce spans are not joined with the broker's stage
-spans (``docs/consumer.md``, "Traces").
+spans (``docs/tracing.md``, "Limits").
 """
 
 from __future__ import annotations
