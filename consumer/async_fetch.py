@@ -47,6 +47,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
+from opentelemetry import trace
+from opentelemetry.trace import SpanContext
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
@@ -58,6 +60,7 @@ from consumer.delivery import Delivery
 from consumer.log_limit import limit_retry_logs
 from consumer.metrics import ClientTimings
 from consumer.topic_watch import DeletedTopicWatch
+from linkwatch import trace_context
 from linkwatch.config import StrictModel
 from linkwatch.errors import ConfigError
 from linkwatch.records import SAMPLES_TOPIC
@@ -113,6 +116,9 @@ class ConsumerConfig(StrictModel):
     # Client timings as ClientFetch records on linkwatch.samples.
     metrics_window_s: int = Field(10, gt=0)
     publish_samples: bool = False
+    # With a tracer: one CONSUMER span per record (child of the producer's span in its headers)
+    # or per batch (the records of one partition handed out by one poll; linked to each).
+    trace_spans: Literal["record", "batch"] = "record"
 
 
 class OffsetStore(Protocol):
@@ -361,10 +367,8 @@ class AsyncFetchConsumer:
     def _deliver(self, taken: list[Delivery]) -> list[Delivery]:
         if self._key_deserializer or self._value_deserializer:
             taken = [d for d in taken if self._deserialize(d)]
-        if self._tracer is not None:
-            for d in taken:
-                if d.headers and d.header("traceparent") is not None:
-                    self._link_span(d)
+        if self._tracer is not None and taken:
+            self._trace(taken)
         if taken:
             now = time.time()
             runs = []
@@ -461,26 +465,59 @@ class AsyncFetchConsumer:
                 self._leaders[tp] = leader
         return leader if leader is not None else -1
 
-    def _link_span(self, d: Delivery) -> None:
-        from opentelemetry import trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    def _trace(self, taken: list[Delivery]) -> None:
+        """Consume spans for delivered records (``trace_spans``), never one per poll.
 
-        carrier = {"traceparent": (d.header("traceparent") or b"").decode("ascii", "replace")}
-        state = d.header("tracestate")
-        if state is not None:
-            carrier["tracestate"] = state.decode("ascii", "replace")
-        parent = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)).get_span_context()
-        if not parent.is_valid:
-            self._count("bad_traceparent")
-            return
-        attrs = {
+        ``record``: a span per record that carries a ``traceparent``, a *child* of the producer's
+        span, so the producer's trace holds it (one trace from send to receive). ``batch``: a
+        span per partition run of one poll, with a *link* to each record's context (a batch
+        mixes traces, and one span cannot have several parents), child of the caller's current
+        span. A malformed ``traceparent`` is counted (``bad_traceparent``) and its record gets
+        no span (``record``) or no link (``batch``).
+        """
+        per_record = self.config.trace_spans == "record"
+        for tp, run in groupby(taken, _TP):
+            contexts = []
+            for d in run:
+                if not d.headers or not trace_context.has_traceparent(d.headers):
+                    continue
+                ctx = trace_context.extract(d.headers)
+                if ctx is None:
+                    self._count("bad_traceparent")
+                elif per_record:
+                    self._consume_span(tp, [d], parent=ctx)
+                else:
+                    contexts.append((d, ctx))
+            if contexts:
+                self._consume_span(tp, [d for d, _ in contexts], links=[c for _, c in contexts])
+
+    def _consume_span(
+        self, tp: TP, ds: list[Delivery], parent: SpanContext | None = None, links: Sequence[SpanContext] = ()
+    ) -> None:
+        attrs: dict[str, Any] = {
             "messaging.system": "kafka",
-            "messaging.destination.name": d.topic,
-            "messaging.destination.partition.id": str(d.partition),
-            "messaging.kafka.offset": d.offset,
+            "messaging.operation.type": "receive",
+            "messaging.operation.name": "poll",
+            "messaging.destination.name": tp[0],
+            "messaging.destination.partition.id": str(tp[1]),
+            "messaging.client.id": self.config.client_id,
         }
-        span = self._tracer.start_span(f"{d.topic} receive", links=[trace.Link(parent)], attributes=attrs)
+        if self.config.group_id:
+            attrs["messaging.consumer.group.name"] = self.config.group_id
+        if len(ds) == 1:
+            attrs["messaging.kafka.offset"] = ds[0].offset
+        else:
+            attrs["messaging.batch.message_count"] = len(ds)
+        context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent is not None else None
+        span = self._tracer.start_span(
+            f"receive {tp[0]}",
+            context=context,
+            kind=trace.SpanKind.CONSUMER,
+            links=[trace.Link(c) for c in links],
+            attributes=attrs,
+        )
         span.end()
+        self._count("trace_spans")
 
     # ----------------------------------------------------------------- assignment (IO / pump thread)
 

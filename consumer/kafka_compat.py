@@ -4,8 +4,10 @@ The async-fetch consumer runs on kafka-python **3.0.12** (pinned in ``pyproject.
 reaches past its public API for a few things the public API does not offer: the per-broker
 fetch round trip, committing from inside a rebalance callback, the fetch position of a
 partition, the cluster metadata, two group-join races and a corrupt batch that wedges
-``poll``. Each function below names the private attribute it touches; nothing else in
-:mod:`consumer` touches one (the decoder in :mod:`.delivery` subclasses
+``poll``; and, for the producer's tracing helper (:mod:`producer.tracing`), which Produce
+request (broker, correlation id) carried a record (:func:`note_produce_requests`). Each function
+below names the private attribute it touches; nothing else in :mod:`consumer` or
+:mod:`producer` touches one (the decoder in :mod:`.delivery` subclasses
 kafka-python's ``PartitionRecords`` and is proven field by field against it by
 ``tests/consumer/test_delivery.py``).
 
@@ -18,7 +20,9 @@ naming both versions. Upgrading means re-checking each function here (and runnin
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -231,3 +235,84 @@ def back_off_coordinator_lookup(
     coordinator.coordinator_dead = coordinator_dead_noted
     coordinator._send_group_coordinator_request = send_lookup_after_backoff
     return backoff
+
+
+class ProduceRequests:
+    """Which Produce request carried each batch of a kafka-python producer: see
+    :func:`note_produce_requests`.
+
+    :meth:`carrier` answers only on the thread completing a batch, inside the response handler
+    (record futures' callbacks run there): ``(node_id, correlation_id)`` of the request whose
+    response completed the record's batch, else ``None`` (a failed request, or acks=0).
+    Bounded: requests created but neither answered nor failed (the sender dropped them) are
+    forgotten past ``max_pending`` batches, counted in ``evicted``.
+    """
+
+    def __init__(self, max_pending: int) -> None:
+        self.max_pending = max_pending
+        self.evicted = 0
+        self._pending: OrderedDict[int, tuple[Any, Any]] = (
+            OrderedDict()
+        )  # id(produce future) -> (future, request)
+        self._lock = threading.Lock()
+        self._answering = threading.local()
+
+    def created(self, node_id: int, request: Any, batches: Any) -> None:
+        with self._lock:
+            for batch in batches:
+                pf = batch.produce_future
+                self._pending[id(pf)] = (pf, request)
+            while len(self._pending) > self.max_pending:
+                self._pending.popitem(last=False)
+                self.evicted += 1
+
+    def answered(self, node_id: int, batches: Any) -> dict[int, tuple[int, int]]:
+        """Forget ``batches``; id(produce future) -> (node, correlation id) of their request."""
+        out = {}
+        with self._lock:
+            for batch in batches:
+                entry = self._pending.pop(id(batch.produce_future), None)
+                header = entry[1].header if entry is not None else None
+                if header is not None:
+                    out[id(batch.produce_future)] = (node_id, header.correlation_id)
+        return out
+
+    def carrier(self, record_future: Any) -> tuple[int, int] | None:
+        current = getattr(self._answering, "batches", None)
+        return current.get(id(record_future._produce_future)) if current else None
+
+
+def note_produce_requests(producer: Any, max_pending: int = 100_000) -> ProduceRequests:
+    """Note, per batch, the Produce request that carried it (``_sender._create_produce_requests``,
+    ``_sender._handle_produce_response``, ``_sender._failed_produce``, the request's ``header``
+    and the record future's ``_produce_future``), so a record's callback can ask
+    :meth:`ProduceRequests.carrier` for the (broker, correlation id) the broker logged it under.
+    A retried batch is answered by its last request."""
+    check_version()
+    sender = producer._sender
+    requests = ProduceRequests(max_pending)
+    create = sender._create_produce_requests
+    handle = sender._handle_produce_response
+    failed = sender._failed_produce
+
+    def create_noted(collated: Any) -> Any:
+        made = create(collated)
+        for node_id, request in made.items():
+            requests.created(node_id, request, collated[node_id])
+        return made
+
+    def handle_noted(node_id: int, send_time: float, batches: Any, response: Any) -> Any:
+        requests._answering.batches = requests.answered(node_id, batches)
+        try:
+            return handle(node_id, send_time, batches, response)
+        finally:
+            requests._answering.batches = None
+
+    def failed_noted(batches: Any, node_id: int, error: Any) -> Any:
+        requests.answered(node_id, batches)
+        return failed(batches, node_id, error)
+
+    sender._create_produce_requests = create_noted
+    sender._handle_produce_response = handle_noted
+    sender._failed_produce = failed_noted
+    return requests

@@ -24,6 +24,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
     ("lag", "lag", "Consumer lag in messages and seconds with an explained status; cold reads; rack spread."),
     ("probe", "probe", "Probe every broker: produce and end-to-end latency and availability per leader."),
+    ("trace", "trace", "Relay OTLP spans, joining the broker's slow-request stages into producer traces."),
     ("consume", "consume", "Print, forward or store a topic with the async-fetch consumer."),
     ("alerts", "alerts", "Alertmanager webhook receiver and the alert rules' checks."),
     ("dashboards", "dashboards", "Generate the Grafana dashboards and push them to a Grafana."),

@@ -14,7 +14,8 @@ Every record is a JSON object with an envelope and a body::
   ``unknown_kind``, counted, and ignore the field); ``v`` is bumped only for a change an older
   reader would misread (a field removed, retyped or given a new meaning), since a bump makes
   older readers drop every record of the new version as ``future_version``. Kinds added so far
-  at ``v`` 1: ``probe`` (:class:`ProbeSample`).
+  at ``v`` 1: ``probe`` (:class:`ProbeSample`); optional fields added at ``v`` 1:
+  ``ProbeSample.commit_*``.
 * ``key`` identifies the fact, not the delivery: the same window from the same broker always has
   the same key, so a consumer (the Spark job) drops duplicates from re-sends and restarts.
 * :func:`decode` raises :class:`RecordError` with a short ``reason`` (for a
@@ -236,6 +237,12 @@ class ProbeSample(Record):
     unavailable: dict[str, int]
     produce: dict[str, Any]
     end_to_end: dict[str, Any]
+    # Offset commits to the probe group this broker coordinates (optional, added at v 1):
+    # ``commit_latency`` is a LatencySketch dict of the commits that succeeded (ms; {} when the
+    # writer predates it), ``commit_errors`` counts the others by error name.
+    commit_ok: int = 0
+    commit_errors: dict[str, int] = field(default_factory=dict)
+    commit_latency: dict[str, Any] = field(default_factory=dict)
 
     def dedup_key(self) -> str:
         return f"{self.cluster}/{self.source}/probe/{self.broker}/{self.ts_ms}"

@@ -32,6 +32,17 @@ class ProbeTopicConfig(StrictModel):
     check_interval_s: float = Field(30.0, gt=0, le=3600)
 
 
+class ProbeCommitConfig(StrictModel):
+    """Commit latency per group coordinator broker (``probe/commits.py``): one group per
+    coordinator broker, named ``<group_prefix>.<instance>.<n>``, commits every ``interval_ms``."""
+
+    enabled: bool = True
+    interval_ms: int = Field(1000, ge=10, le=600_000)
+    group_prefix: str = Field(
+        "linkwatch.probe.commit", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$"
+    )
+
+
 class ProbeConfig(StrictModel):
     bootstrap_servers: str = Field(min_length=1)
     cluster: str = "default"
@@ -44,6 +55,7 @@ class ProbeConfig(StrictModel):
     payload_bytes: int = Field(0, ge=0, le=1_000_000)
     max_pending: int = Field(100_000, ge=1, le=10_000_000)
     topic: ProbeTopicConfig = Field(default_factory=ProbeTopicConfig)
+    commit: ProbeCommitConfig = Field(default_factory=ProbeCommitConfig)
     metrics: ProbeMetricsConfig = Field(default_factory=ProbeMetricsConfig)
     publish_samples: bool = True
     samples_topic: str = SAMPLES_TOPIC

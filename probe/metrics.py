@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from probe.commits import CommitWindow
 from probe.ledger import BrokerWindow
 
 QUANTILES = (0.5, 0.99, 0.999, 1.0)  # 1.0: the window's largest, never clamped
@@ -31,6 +32,9 @@ class ProbeMetrics(Collector):
         self.dropped: Mapping[str, int] = {}
         self.topic_actions: Counter[str] = Counter()
         self.pending = 0
+        self._last_commits: dict[int, CommitWindow] = {}
+        self._commits_ok: Counter[int] = Counter()
+        self._commit_errors: Counter[tuple[int, str]] = Counter()
         self._lock = threading.Lock()
 
     def count_action(self, action: str, n: int = 1) -> None:
@@ -48,6 +52,42 @@ class ProbeMetrics(Collector):
                     self._unavailable[(b, reason)] += n
             self.dropped = dict(dropped)
             self.pending = pending
+
+    def update_commits(self, windows: Mapping[int, CommitWindow]) -> None:
+        """One closed commit window per coordinator broker."""
+        with self._lock:
+            self._last_commits = dict(windows)
+            for b, w in windows.items():
+                self._commits_ok[b] += w.ok
+                for reason, n in w.errors.items():
+                    self._commit_errors[(b, reason)] += n
+
+    def _commit_families(self) -> list[Metric]:
+        c = self.cluster
+        latency = GaugeMetricFamily(
+            "linkwatch_probe_commit_latency_seconds",
+            "Offset commit to the probe group a broker coordinates, quantile over the last window (no upper clamp).",
+            labels=["cluster", "broker", "quantile"],
+        )
+        ok = CounterMetricFamily(
+            "linkwatch_probe_commits", "Probe offset commits that succeeded, by coordinator broker.",
+            labels=["cluster", "broker"],
+        )  # fmt: skip
+        errors = CounterMetricFamily(
+            "linkwatch_probe_commit_errors",
+            "Probe offset commits that failed, by coordinator broker and error.",
+            labels=["cluster", "broker", "reason"],
+        )
+        for b, w in sorted(self._last_commits.items()):
+            for q in QUANTILES:
+                v = w.latency.quantile(q) if w.latency.count else None
+                if v is not None:
+                    latency.add_metric([c, str(b), str(q)], v / 1000)
+        for b, n in sorted(self._commits_ok.items()):
+            ok.add_metric([c, str(b)], n)
+        for (b, reason), n in sorted(self._commit_errors.items()):
+            errors.add_metric([c, str(b), reason], n)
+        return [latency, ok, errors]
 
     def collect(self) -> Iterator[Metric]:
         c = self.cluster
@@ -107,4 +147,5 @@ class ProbeMetrics(Collector):
             for action, n in sorted(self.topic_actions.items()):
                 actions.add_metric([c, action], n)
             pending.add_metric([c], self.pending)
-        yield from (produce, e2e, avail, sent, ok, bad, dropped, actions, pending)
+            commits = self._commit_families()
+        yield from (produce, e2e, avail, sent, ok, bad, dropped, actions, pending, *commits)

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.metrics_server import MetricsServer
 from linkwatch.records import ProbeSample
+from probe.commits import CommitProber, CommitWindow
 from probe.config import ProbeConfig
 from probe.ledger import BrokerWindow, ProbeLedger
 from probe.metrics import ProbeMetrics
@@ -51,8 +52,15 @@ class _EndOffsets:
 
 
 def probe_records(
-    windows: Mapping[int, BrokerWindow], cfg: ProbeConfig, window_start_ms: int
+    windows: Mapping[int, BrokerWindow],
+    cfg: ProbeConfig,
+    window_start_ms: int,
+    commits: Mapping[int, CommitWindow] | None = None,
 ) -> list[ProbeSample]:
+    """One record per broker that led a probed partition or coordinated a probe group."""
+    commits = commits or {}
+    windows = {b: windows.get(b) or BrokerWindow(b) for b in set(windows) | set(commits)}
+    none = CommitWindow(-1)
     return [
         ProbeSample(
             cluster=cfg.cluster,
@@ -68,6 +76,9 @@ def probe_records(
             unavailable=dict(w.unavailable),
             produce=w.produce.to_dict(),
             end_to_end=w.end_to_end.to_dict(),
+            commit_ok=commits.get(b, none).ok,
+            commit_errors=dict(commits.get(b, none).errors),
+            commit_latency=commits.get(b, none).latency.to_dict(),
         )
         for b, w in sorted(windows.items())
     ]
@@ -94,6 +105,8 @@ class ProbeService:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(self.metrics)
         self.publish_errors = 0
+        self.last_commits: dict[int, CommitWindow] = {}
+        self._committer: threading.Thread | None = None
         self._leaders: dict[int, int] = {}  # partition -> leader; replaced whole by the keeper
         self._leaders_lock = threading.Lock()
         self._consumer: AsyncFetchConsumer | None = None
@@ -101,6 +114,20 @@ class ProbeService:
         self._seq = time.time_ns() // 1000  # unique per run: an earlier run's probes never match
         self._http: MetricsServer | None = None
         self._keeper: threading.Thread | None = None
+        self.commits: CommitProber | None = None
+        self._commit_admin: KafkaAdminClient | None = None
+        if cfg.commit.enabled:
+            # its own admin client: commits run on their own thread, beside the topic keeper's calls
+            self._commit_admin = KafkaAdminClient(
+                bootstrap_servers=cfg.bootstrap_servers, client_id=f"linkwatch-probe-commit-{cfg.instance}"
+            )
+            self.commits = CommitProber(
+                self._commit_admin,
+                cfg.topic.name,
+                f"{cfg.commit.group_prefix}.{cfg.instance}",
+                cfg.commit.interval_ms / 1000,
+                cfg.topic.check_interval_s,
+            )
 
     # --- the topic keeper ---------------------------------------------------------------------
 
@@ -227,8 +254,11 @@ class ProbeService:
     def close_window(self, window_start_ms: int) -> dict[int, BrokerWindow]:
         windows = self.ledger.take_windows()
         self.metrics.update(windows, self.ledger.dropped, self.ledger.pending)
+        commits = self.commits.take_windows() if self.commits is not None else {}
+        self.metrics.update_commits(commits)
+        self.last_commits = commits
         if self.config.publish_samples:
-            for rec in probe_records(windows, self.config, window_start_ms):
+            for rec in probe_records(windows, self.config, window_start_ms, commits):
                 try:
                     self.producer.send(
                         self.config.samples_topic, key=rec.dedup_key().encode(), value=rec.to_json()
@@ -252,6 +282,11 @@ class ProbeService:
             target=self._keep_topic, args=(keeper_stop, settled), name="probe-topic", daemon=True
         )
         self._keeper.start()
+        if self.commits is not None:
+            self._committer = threading.Thread(
+                target=self.commits.run, args=(keeper_stop,), name="probe-commit", daemon=True
+            )
+            self._committer.start()
         window_ms = cfg.window_s * 1000
         window_start = int(time.time() * 1000) // window_ms * window_ms
         next_send = time.monotonic()
@@ -281,7 +316,12 @@ class ProbeService:
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
-        for closer in (lambda: self.producer.close(timeout=5), self.admin.close):
+        closers = [lambda: self.producer.close(timeout=5), self.admin.close]
+        if self._committer is not None:  # stopped with the loop; its last commit may be in flight
+            self._committer.join(timeout=10)
+        if self._commit_admin is not None:
+            closers.append(self._commit_admin.close)
+        for closer in closers:
             try:
                 closer()
             except Exception as e:

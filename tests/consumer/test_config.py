@@ -27,6 +27,7 @@ def test_sample_config_loads_with_the_defaults():
         ("max_retries: -1", "max_retries=-1"),
         ("buffer_max_byte: 10", "buffer_max_byte: unknown key"),
         ("commit_interval_ms: soon", "commit_interval_ms='soon'"),
+        ("trace_spans: poll", "trace_spans='poll'"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, yaml_text, named):

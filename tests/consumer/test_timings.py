@@ -12,6 +12,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
 from consumer.metrics import APP_BROKER
@@ -64,8 +65,10 @@ def test_timings_metrics_samples_and_span_links(cluster3, admin, topic_name):
     assert _sample(reg, "linkwatch_client_buffer_bytes", **base) is not None
 
     spans = exporter.get_finished_spans()
-    assert len(spans) == 100  # one per valid traceparent; the garbage one is counted, not linked
-    assert {s.links[0].context.trace_id for s in spans} == {int(TRACE_ID, 16)}
+    assert len(spans) == 100  # one per valid traceparent; the garbage one is counted, no span
+    assert {s.context.trace_id for s in spans} == {int(TRACE_ID, 16)}  # children of the producer's
+    assert sorted(s.parent.span_id for s in spans) == list(range(1, 301, 3))
+    assert {s.kind for s in spans} == {SpanKind.CONSUMER}
     assert consumer.stats["bad_traceparent"] == 1
 
     reader = KafkaConsumer(SAMPLES_TOPIC, bootstrap_servers=cluster3.bootstrap, auto_offset_reset="earliest")
@@ -88,6 +91,49 @@ def test_timings_metrics_samples_and_span_links(cluster3, admin, topic_name):
     assert {r.broker for r in ours} == {APP_BROKER, 1, 2, 3}
     assert delivered() == 301  # every delivery counted once across brokers and windows
     assert all(LatencySketch.from_dict(r.wait_fetch).count == 0 for r in ours if r.broker != APP_BROKER)
+
+
+def test_batch_spans_link_each_record_and_are_not_per_record(cluster3, admin, topic_name):
+    create_topic(admin, topic_name, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=50)
+    traces = [f"{t + 1:032x}" for t in range(3)]
+    for i in range(60):
+        producer.send(
+            topic_name,
+            value=b"x",
+            partition=0,
+            headers=[("traceparent", f"00-{traces[i % 3]}-{i + 1:016x}-01".encode())],
+        )
+    producer.send(topic_name, value=b"bad", partition=0, headers=[("traceparent", b"00-xyz")])
+    producer.send(topic_name, value=b"untraced", partition=0)
+    producer.flush()
+    producer.close()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    cfg = ConsumerConfig(bootstrap_servers=cluster3.bootstrap, trace_spans="batch")
+    consumer = AsyncFetchConsumer(cfg, partitions=[(topic_name, 0)], tracer=provider.get_tracer("t"))
+    polls = 0
+    with consumer:
+        n, deadline = 0, time.monotonic() + 30
+        while n < 62 and time.monotonic() < deadline:
+            got = consumer.poll(0.5)
+            polls += bool(got)
+            consumer.ack_many(got)
+            n += len(got)
+    spans = exporter.get_finished_spans()
+    assert n == 62
+    assert 1 <= len(spans) <= polls < 62  # one per partition run of a poll, not one per record
+    links = [link.context for s in spans for link in s.links]
+    assert sorted(c.span_id for c in links) == list(range(1, 61))
+    assert {f"{c.trace_id:032x}" for c in links} == set(traces)
+    assert (
+        sum(s.attributes["messaging.batch.message_count"] for s in spans if len(s.links) > 1)
+        + sum(1 for s in spans if len(s.links) == 1)
+        == 60
+    )
+    assert {s.kind for s in spans} == {SpanKind.CONSUMER}
+    assert consumer.stats["bad_traceparent"] == 1
 
 
 def test_slow_application_keeps_buffer_and_rss_bounded(cluster3, admin, topic_name):

@@ -18,6 +18,7 @@ from analyzer.probe_evidence import CORROBORATES, probe_evidence
 from linkwatch.aggregates import Aggregates, ProbeBrokerWindow
 from linkwatch.records import ProbeSample, decode
 from linkwatch.testbed.faults import PauseDutyCycle
+from probe.commits import OFFSETS_TOPIC, CommitWindow, coordinator_partition
 from probe.config import ProbeConfig
 from probe.ledger import BrokerWindow
 from probe.service import ProbeService
@@ -37,6 +38,7 @@ class Run:
         self.service = ProbeService(cfg)
         self.phase = "warmup"
         self.windows: list[tuple[str, int, dict[int, BrokerWindow]]] = []
+        self.commit_windows: list[list[CommitWindow]] = []  # per probe window
         self.stop = threading.Event()
         self.thread = threading.Thread(
             target=self.service.run, args=(self.stop, self._on_window), daemon=True
@@ -44,6 +46,10 @@ class Run:
 
     def _on_window(self, start_ms: int, windows: dict[int, BrokerWindow]) -> None:
         self.windows.append((self.phase, start_ms, windows))
+        self.commit_windows.append(list(self.service.last_commits.values()))
+
+    def commits_since(self, first: int) -> list[CommitWindow]:
+        return [w for ws in self.commit_windows[first:] for w in ws]
 
     def wait_windows(self, phase: str, n: int, timeout_s: float = 60) -> None:
         self.phase = phase
@@ -181,3 +187,63 @@ def test_probe_puts_a_moved_partition_back(cluster3, admin, probe_run: Run) -> N
     assert settled(), (read_view(admin, topic), run.service.metrics.topic_actions)
     run.wait_windows("after", 2)
     assert set(run.of("after")[-1]) == {1, 2, 3}  # every broker probed again
+
+
+def offsets_leaders(admin) -> dict[int, int]:
+    [t] = admin.describe_topics([OFFSETS_TOPIC])
+    return {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
+
+
+def test_commit_latency_per_coordinator_broker_follows_leadership(cluster3, admin, probe_run: Run) -> None:
+    """One probe group coordinated by every broker, each commit timed into that broker's window;
+    when the coordinator of broker 2's group moves to broker 1, broker 2 gets another group."""
+    run = probe_run
+    service = run.service
+    assert service.commits is not None
+    deadline = time.monotonic() + 60  # a fresh cluster gets __consumer_offsets from the probe
+    while time.monotonic() < deadline and len(service.commits.groups) < 3:
+        time.sleep(0.5)
+    groups = dict(service.commits.groups)
+    assert set(groups) == {1, 2, 3}
+    first = len(run.commit_windows) + 1  # the window in progress may hold a commit before the pick
+    run.wait_windows("commits", 4)
+    leaders = offsets_leaders(admin)
+    for b, g in groups.items():  # the broker Kafka itself names as coordinator
+        assert leaders[coordinator_partition(g, len(leaders))] == b
+        committed = admin.list_group_offsets([g])[g]
+        assert committed[TopicPartition(service.config.topic.name, 0)].offset >= 1
+    settled = run.commits_since(first)
+    for b in (1, 2, 3):
+        assert sum(w.ok for w in settled if w.broker == b) >= 3, (b, settled)
+    assert all(w.latency.count == w.ok for w in settled)
+    assert all(not w.errors for w in settled), settled
+    assert (
+        service.registry.get_sample_value(
+            "linkwatch_probe_commit_latency_seconds", {"cluster": "c1", "broker": "2", "quantile": "0.99"}
+        )
+        > 0
+    )
+
+    # Leadership of broker 2's group's __consumer_offsets partition moves to broker 1.
+    part = coordinator_partition(groups[2], len(leaders))
+    [t] = admin.describe_topics([OFFSETS_TOPIC])
+    replicas = next(p["replica_nodes"] for p in t["partitions"] if p["partition_index"] == part)
+    tp = TopicPartition(OFFSETS_TOPIC, part)
+    try:
+        admin.alter_partition_reassignments({tp: [1] + [r for r in replicas if r != 1]})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and offsets_leaders(admin)[part] != 1:
+            admin.elect_leaders(0, {OFFSETS_TOPIC: [part]}, raise_errors=False)
+            time.sleep(0.5)
+        assert offsets_leaders(admin)[part] == 1
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and service.commits.groups.get(2) in (None, groups[2]):
+            time.sleep(0.5)
+        moved = dict(service.commits.groups)
+        assert moved[2] != groups[2] and moved[1] == groups[1] and moved[3] == groups[3]
+        first = len(run.commit_windows)
+        run.wait_windows("moved", 3)
+        assert sum(w.ok for w in run.commits_since(first) if w.broker == 2) >= 3  # broker 2 measured again
+    finally:
+        admin.alter_partition_reassignments({tp: list(replicas)})
+        admin.elect_leaders(0, {OFFSETS_TOPIC: [part]}, raise_errors=False)
