@@ -1,13 +1,21 @@
-"""Aggregation wall time: per-broker sketch merge + quantiles on Spark local[2] vs DuckDB.
+"""Aggregation wall time: sketch merge + quantiles per broker and cluster-wide, four ways.
 
 Synthetic StageSketch rows (the typed columns ``records_of`` yields) for ``--brokers`` brokers ×
-``--minutes`` of ``--window-s`` windows × ``--stages`` stages are written once to Parquet; then
-the same aggregation (sum bucket counts per key, cumulative sum, p50/p99/p999, count, mean per
-(broker, request, stage, window)) runs on Spark (``spark_metrics.transforms.stage_quantiles``)
-and on DuckDB (the same arithmetic in SQL), both reading that Parquet in the same run. The two
-results are compared row for row on a sample, and the ratio is printed.
+``--minutes`` of ``--window-s`` windows × ``--stages`` stages are written once to Parquet per
+size; then the same aggregation (bucket counts summed per key, p50/p99/p999, count and mean per
+(broker, request, stage, window) and per (request, stage, window) over all brokers — what the
+analyzer collects) runs, each engine reading that Parquet, in this order:
 
-    .venv/bin/python bench/spark_aggregate.py --brokers 2000 --minutes 60
+* Spark, new path — :func:`spark_metrics.sketch_merge.stage_windows` (the product's);
+* Spark, old path — the exploding :func:`spark_metrics.transforms.stage_quantiles` ∪
+  :func:`~spark_metrics.transforms.cluster_quantiles` (the named baseline);
+* DuckDB — the same arithmetic in SQL, 2 threads;
+* numpy floor — one process, no engine: pyarrow reads the file (one thread), then
+  :func:`spark_metrics.sketch_merge.quantile_table` does the arithmetic.
+
+Each result is compared with DuckDB's row for row (count, p50/p99/p999 to 1e-9 relative).
+
+    .venv/bin/python bench/spark_aggregate.py --brokers 200 2000 --minutes 60 [--master URL]
 """
 
 from __future__ import annotations
@@ -20,145 +28,244 @@ import time
 from pathlib import Path
 
 import duckdb
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from linkwatch.sketch import _MAPPING
 from spark_metrics import transforms as tf
 from spark_metrics.session import spark_session
+from spark_metrics.sketch_merge import STAGE_DIMS, quantile_table, stage_windows
 
 STAGES = ["total", "local", "remote", "requestQueue", "responseQueue", "send", "throttle"]
+T0 = 1_700_000_000_000
+FILES = 8  # Parquet files per input, so every engine can read in parallel
+
+SKETCH_TYPE = pa.struct(
+    [
+        ("zero", pa.int64()),
+        ("buckets", pa.map_(pa.string(), pa.int64())),
+        ("count", pa.int64()),
+        ("sum", pa.float64()),
+        ("min", pa.float64()),
+        ("max", pa.float64()),
+    ]
+)
 
 
-def generate(spark, path: Path, brokers: int, windows: int, window_s: int, stages: int, width: int) -> int:
-    """One sketch per (broker, stage, window): ``width`` log buckets around a broker-dependent
-    centre (broker 0 is slow: its centre sits 200 buckets ≈ 7× higher), counts from a hash."""
-    t0 = 1_700_000_000_000
+def generate(path: Path, brokers: int, windows: int, window_s: int, stages: int, width: int) -> int:
+    """One sketch per (broker, stage, window): ``width`` consecutive log buckets (keys ascending,
+    as the agents write them) around a broker-dependent centre (broker 0 is slow: its centre
+    sits 200 buckets ≈ 7× higher), counts 1..40 from a seeded generator."""
+    rng = np.random.default_rng(17)
     n = brokers * windows * stages
-    ids = spark.range(n)
-    stage_arr = F.array(*[F.lit(s) for s in STAGES[:stages]])
-    df = ids.select(
-        (F.col("id") % brokers).alias("broker"),
-        F.lit("Produce").alias("request"),
-        F.element_at(stage_arr, ((F.col("id") / brokers).cast("long") % stages + 1).cast("int")).alias(
-            "stage"
-        ),
-        (F.lit(t0) + (F.col("id") / (brokers * stages)).cast("long") * window_s * 1000).alias("ts_ms"),
-        (F.lit(300) + F.when(F.col("id") % brokers == 0, 200).otherwise(0) + F.col("id") % 7).alias("centre"),
-        F.col("id"),
-    )
-    keys = F.sequence(F.col("centre") - width // 2, F.col("centre") + width // 2 - 1)
-    counts = F.transform(keys, lambda k: (F.abs(F.hash(F.col("id"), k)) % 40 + 1).cast("long"))
-    sketch = F.struct(
-        F.lit(0).cast("long").alias("zero"),
-        F.map_from_arrays(F.transform(keys, lambda k: k.cast("string")), counts).alias("buckets"),
-        F.aggregate(counts, F.lit(0).cast("long"), lambda a, c: a + c).alias("count"),
-        F.lit(1000.0).alias("sum"),
-        F.lit(1.0).alias("min"),
-        F.lit(900.0).alias("max"),
-    )
-    df.select("broker", "request", "stage", "ts_ms", sketch.alias("sketch")).write.mode("overwrite").parquet(
-        str(path)
-    )
+    path.mkdir(parents=True, exist_ok=True)
+    for f, ids in enumerate(np.array_split(np.arange(n, dtype=np.int64), FILES)):
+        broker = ids % brokers
+        stage = (ids // brokers) % stages
+        ts = T0 + (ids // (brokers * stages)) * window_s * 1000
+        centre = 300 + np.where(broker == 0, 200, 0) + ids % 7
+        keys = (centre[:, None] - width // 2 + np.arange(width)[None, :]).ravel()
+        counts = rng.integers(1, 41, size=len(ids) * width, dtype=np.int64)
+        offsets = pa.array(np.arange(0, len(ids) * width + 1, width, dtype=np.int32))
+        buckets = pa.MapArray.from_arrays(offsets, pc.cast(pa.array(keys), pa.string()), pa.array(counts))
+        sketch = pa.StructArray.from_arrays(
+            [
+                pa.array(np.zeros(len(ids), dtype=np.int64)),
+                buckets,
+                pa.array(counts.reshape(len(ids), width).sum(axis=1)),
+                pa.array(np.full(len(ids), 1000.0)),
+                pa.array(np.full(len(ids), 1.0)),
+                pa.array(np.full(len(ids), 900.0)),
+            ],
+            fields=list(SKETCH_TYPE),
+        )
+        table = pa.table(
+            {
+                "broker": broker,
+                "request": pa.array(["Produce"] * len(ids)),
+                "stage": pa.array(np.array(STAGES)[stage]),
+                "ts_ms": ts,
+                "sketch": sketch,
+            }
+        )
+        pq.write_table(table, path / f"part-{f:02d}.parquet")
     return n
 
 
+# One level of the merge in SQL: {dims} are the group columns (broker omitted for the cluster).
+DUCK_LEVEL = """
+(WITH b AS (SELECT {dims}, bkey, SUM(n) AS n FROM entries GROUP BY ALL),
+ t AS (SELECT {dims}, SUM(zero) AS zero, SUM(sum_ms) AS sum_ms FROM base GROUP BY ALL),
+ cum AS (
+   SELECT b.*, t.zero, t.sum_ms,
+          SUM(n) OVER (PARTITION BY {dims} ORDER BY bkey) AS cum,
+          t.zero + SUM(n) OVER (PARTITION BY {dims}) AS cnt
+   FROM b JOIN t USING ({dims})),
+ picked AS (
+   SELECT {dims}, any_value(cnt) AS count, any_value(sum_ms) AS sum_ms,
+          MIN(bkey) FILTER (WHERE zero + cum > floor(0.5 * (cnt - 1))) AS k50,
+          MIN(bkey) FILTER (WHERE zero + cum > floor(0.99 * (cnt - 1))) AS k99,
+          MIN(bkey) FILTER (WHERE zero + cum > floor(0.999 * (cnt - 1))) AS k999
+   FROM cum GROUP BY ALL)
+ SELECT {broker} AS broker, request, stage, window_start_ms, count,
+        pow(2.0, (k50 - {off}) / {mul}) * {f} AS p50_ms,
+        pow(2.0, (k99 - {off}) / {mul}) * {f} AS p99_ms,
+        pow(2.0, (k999 - {off}) / {mul}) * {f} AS p999_ms,
+        sum_ms / count AS mean_ms
+ FROM picked)
+"""
+
 DUCK_SQL = """
 WITH base AS (
-  SELECT broker, request, stage, (ts_ms // {ms}) * {ms} AS window_start_ms, sketch
+  SELECT broker, request, stage, (ts_ms // {ms}) * {ms} AS window_start_ms,
+         sketch.zero AS zero, sketch.sum AS sum_ms, sketch.buckets AS buckets
   FROM read_parquet('{path}/*.parquet')
 ),
-buckets AS (
-  SELECT broker, request, stage, window_start_ms, CAST(e.key AS INTEGER) AS bkey, SUM(e.value) AS n
-  FROM (SELECT *, unnest(map_entries(sketch.buckets)) AS e FROM base)
-  GROUP BY ALL
-),
-totals AS (
-  SELECT broker, request, stage, window_start_ms, SUM(sketch.zero) AS zero, SUM(sketch.sum) AS sum_ms
-  FROM base GROUP BY ALL
-),
-cum AS (
-  SELECT b.*, t.zero, t.sum_ms,
-         SUM(n) OVER (PARTITION BY broker, request, stage, window_start_ms ORDER BY bkey) AS cum,
-         t.zero + SUM(n) OVER (PARTITION BY broker, request, stage, window_start_ms) AS cnt
-  FROM buckets b JOIN totals t USING (broker, request, stage, window_start_ms)
-),
-picked AS (
-  SELECT broker, request, stage, window_start_ms, any_value(cnt) AS count, any_value(zero) AS zero,
-         any_value(sum_ms) AS sum_ms,
-         MIN(bkey) FILTER (WHERE zero + cum > floor(0.5 * (cnt - 1))) AS k50,
-         MIN(bkey) FILTER (WHERE zero + cum > floor(0.99 * (cnt - 1))) AS k99,
-         MIN(bkey) FILTER (WHERE zero + cum > floor(0.999 * (cnt - 1))) AS k999
-  FROM cum GROUP BY ALL
+entries AS (
+  SELECT broker, request, stage, window_start_ms, CAST(e.key AS INTEGER) AS bkey, e.value AS n
+  FROM (SELECT *, unnest(map_entries(buckets)) AS e FROM base)
 )
-SELECT broker, request, stage, window_start_ms, count,
-       pow(2.0, (k50 - {off}) / {mul}) * {f} AS p50_ms,
-       pow(2.0, (k99 - {off}) / {mul}) * {f} AS p99_ms,
-       pow(2.0, (k999 - {off}) / {mul}) * {f} AS p999_ms,
-       sum_ms / count AS mean_ms
-FROM picked
+{broker_level}
+UNION ALL
+{cluster_level}
 """
 
 
-def run_duckdb(path: Path, window_s: int, threads: int) -> tuple[float, duckdb.DuckDBPyConnection, int]:
-    con = duckdb.connect()
-    con.execute(f"SET threads = {threads}")
-    sql = DUCK_SQL.format(
+def duck_sql(path: Path, window_s: int) -> str:
+    consts = {"off": _MAPPING._offset, "mul": _MAPPING._multiplier, "f": 2.0 / (1 + _MAPPING.gamma)}
+    return DUCK_SQL.format(
         ms=window_s * 1000,
         path=path,
-        off=_MAPPING._offset,
-        mul=_MAPPING._multiplier,
-        f=2.0 / (1 + _MAPPING.gamma),
+        broker_level=DUCK_LEVEL.format(dims=", ".join(STAGE_DIMS), broker="broker", **consts),
+        cluster_level=DUCK_LEVEL.format(dims=", ".join(STAGE_DIMS[1:]), broker="NULL::BIGINT", **consts),
     )
+
+
+def run_duckdb(con: duckdb.DuckDBPyConnection, path: Path, window_s: int) -> float:
     started = time.perf_counter()
-    con.execute(f"CREATE TABLE result AS {sql}")
-    elapsed = time.perf_counter() - started
-    rows = con.execute("SELECT count(*) FROM result").fetchone()[0]
-    return elapsed, con, rows
+    con.execute(f"CREATE OR REPLACE TABLE duck AS {duck_sql(path, window_s)}").fetchall()
+    return time.perf_counter() - started
+
+
+def run_numpy(path: Path, window_s: int) -> tuple[float, float, pa.Table]:
+    """(read seconds, arithmetic seconds, result): one process, one thread for the read."""
+    started = time.perf_counter()
+    raw = pq.read_table(path, use_threads=False)
+    read_s = time.perf_counter() - started
+    started = time.perf_counter()
+    ms = window_s * 1000
+    buckets = pc.struct_field(raw.column("sketch"), "buckets").combine_chunks()
+    keys, items = buckets.keys, buckets.items  # flat over all maps (the generator writes no nulls)
+    offsets = buckets.offsets.to_numpy()
+    offsets = pa.array(offsets - offsets[0], pa.int32())
+    assert offsets[-1].as_py() == len(keys) == len(items)
+    as_list = lambda values: pa.ListArray.from_arrays(offsets, values)  # noqa: E731
+    table = pa.table(
+        {
+            "broker": raw.column("broker"),
+            "request": raw.column("request"),
+            "stage": raw.column("stage"),
+            "window_start_ms": pa.array(raw.column("ts_ms").to_numpy() // ms * ms),
+            "zero": pc.struct_field(raw.column("sketch"), "zero"),
+            "sum_ms": pc.struct_field(raw.column("sketch"), "sum"),
+            "keys": as_list(pc.cast(keys, pa.int32())),
+            "counts": as_list(items),
+        }
+    )
+    out = quantile_table(table, [STAGE_DIMS, STAGE_DIMS[1:]], STAGE_DIMS)
+    return read_s, time.perf_counter() - started, out
+
+
+def differing(con: duckdb.DuckDBPyConnection, other: str) -> int:
+    """Rows of ``other`` that differ from DuckDB's (or are missing on either side)."""
+    keys = " AND ".join(f"d.{k} IS NOT DISTINCT FROM o.{k}" for k in STAGE_DIMS)
+    close = " AND ".join(
+        f"(d.{q} IS NOT DISTINCT FROM o.{q} OR abs(d.{q} - o.{q}) <= 1e-9 * abs(o.{q}))"
+        for q in ("p50_ms", "p99_ms", "p999_ms")
+    )
+    return con.execute(
+        f"""SELECT count(*) FROM duck d FULL OUTER JOIN {other} o ON {keys}
+            WHERE d.request IS NULL OR o.request IS NULL OR d.count <> o.count OR NOT ({close})"""
+    ).fetchall()[0][0]
+
+
+def load_line(when: str) -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {when}: {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def bench_size(spark, args: argparse.Namespace, root: Path, brokers: int) -> None:
+    data = root / f"sketches-{brokers}"
+    windows = args.minutes * 60 // args.window_s
+    started = time.perf_counter()
+    n = generate(data, brokers, windows, args.window_s, args.stages, args.width)
+    print(
+        f"\n== {brokers} brokers × {windows} windows × {args.stages} stage(s): {n:,} sketches, "
+        f"{args.width} buckets each = {n * args.width:,} bucket counts "
+        f"(generated in {time.perf_counter() - started:.1f}s)",
+        flush=True,
+    )
+    con = duckdb.connect()
+    con.execute("SET threads = 2").fetchall()
+    timings: dict[str, float] = {}
+    for name, build in (
+        ("spark new", lambda df: stage_windows(df, args.window_s)),
+        (
+            "spark old",
+            lambda df: tf.stage_quantiles(df, args.window_s).unionByName(
+                tf.cluster_quantiles(df, args.window_s)
+            ),
+        ),
+    ):
+        out = root / f"{name.replace(' ', '_')}-{brokers}"
+        started = time.perf_counter()
+        build(spark.read.parquet(str(data))).write.mode("overwrite").parquet(str(out))
+        timings[name] = time.perf_counter() - started
+        con.execute(
+            f"CREATE OR REPLACE VIEW {name.replace(' ', '_')} AS SELECT * FROM read_parquet('{out}/*.parquet')"
+        ).fetchall()
+        print(f"{name} ({args.master}): {timings[name]:.1f}s", flush=True)
+    timings["duckdb"] = run_duckdb(con, data, args.window_s)
+    rows = con.execute("SELECT count(*) FROM duck").fetchall()[0][0]
+    print(f"duckdb (2 threads): {timings['duckdb']:.1f}s for {rows:,} result rows", flush=True)
+    read_s, calc_s, floor = run_numpy(data, args.window_s)
+    timings["numpy"] = read_s + calc_s
+    con.register("numpy_floor", floor)
+    print(f"numpy floor (1 process): {timings['numpy']:.1f}s (read {read_s:.1f}s, arithmetic {calc_s:.1f}s)")
+    for other in ("spark_new", "spark_old", "numpy_floor"):
+        print(f"rows differing from duckdb: {other} {differing(con, other)}")
+    new = timings["spark new"]
+    print(
+        f"spark new vs: spark old {timings['spark old'] / new:.2f}x faster; "
+        f"duckdb {new / timings['duckdb']:.2f}x; numpy floor {new / timings['numpy']:.2f}x",
+        flush=True,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--brokers", type=int, default=2000)
+    ap.add_argument("--brokers", type=int, nargs="+", default=[200, 2000])
     ap.add_argument("--minutes", type=int, default=60)
     ap.add_argument("--window-s", type=int, default=10)
     ap.add_argument("--stages", type=int, default=1, help="stages per broker and window (1..7)")
     ap.add_argument("--width", type=int, default=40, help="log buckets per sketch")
-    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    ap.add_argument("--shuffle-partitions", type=int, default=8)
+    ap.add_argument("--dir", type=Path, default=None, help="keep inputs and outputs here")
     args = ap.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="lw-bench-"))
-    data = root / "sketches"
-    windows = args.minutes * 60 // args.window_s
-    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    spark = spark_session("local[2]", app_name="linkwatch-bench", shuffle_partitions=8)
-    started = time.perf_counter()
-    n = generate(spark, data, args.brokers, windows, args.window_s, args.stages, args.width)
-    print(
-        f"generated {n:,} sketches ({args.brokers} brokers × {windows} windows × {args.stages} stage(s), "
-        f"{args.width} buckets each = {n * args.width:,} bucket counts) in {time.perf_counter() - started:.1f}s",
-        flush=True,
-    )
-
-    started = time.perf_counter()
-    result = tf.stage_quantiles(spark.read.parquet(str(data)), args.window_s)
-    result.write.mode("overwrite").parquet(str(root / "spark_out"))
-    spark_s = time.perf_counter() - started
-    spark_rows = spark.read.parquet(str(root / "spark_out")).count()
-    print(f"spark local[2]: {spark_s:.1f}s for {spark_rows:,} result rows", flush=True)
-
-    duck_s, con, duck_rows = run_duckdb(data, args.window_s, threads=2)
-    print(f"duckdb (2 threads): {duck_s:.1f}s for {duck_rows:,} result rows", flush=True)
-    mismatches = con.execute(
-        f"""SELECT count(*) FROM result d JOIN read_parquet('{root}/spark_out/*.parquet') s
-            USING (broker, request, stage, window_start_ms)
-            WHERE d.count <> s.count OR abs(d.p99_ms - s.p99_ms) > 1e-9 * s.p99_ms
-               OR abs(d.p50_ms - s.p50_ms) > 1e-9 * s.p50_ms"""
-    ).fetchone()[0]
-    print(f"rows differing between engines: {mismatches}")
-    print(f"ratio spark/duckdb: {spark_s / duck_s:.1f}x")
-    print(f"load average at end: {os.getloadavg()[0]:.1f}")
-    spark.stop()
-    if args.dir is None:
-        shutil.rmtree(root, ignore_errors=True)
+    print(load_line("at start"), flush=True)
+    spark = spark_session(args.master, app_name="linkwatch-bench", shuffle_partitions=args.shuffle_partitions)
+    try:
+        for brokers in args.brokers:
+            bench_size(spark, args, root, brokers)
+    finally:
+        spark.stop()
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    print(load_line("at end"))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from linkwatch import records as R
 from linkwatch.aggregates import (
@@ -25,17 +26,26 @@ from linkwatch.aggregates import (
     StageWindow,
 )
 from spark_metrics import transforms as tf
+from spark_metrics.sketch_merge import stage_windows
 
 
 @dataclass(frozen=True)
 class AggregateFrames:
-    broker_stages: DataFrame
-    cluster_stages: DataFrame
+    # StageWindow rows per broker and cluster-wide (``broker`` null), from one pass.
+    stages: DataFrame
     partitions: DataFrame
     logdirs: DataFrame
     imbalances: DataFrame
     probes: DataFrame
     client_windows: DataFrame | None = None  # None: the caller reads no exemplars
+
+    @property
+    def broker_stages(self) -> DataFrame:
+        return self.stages.where(F.col("broker").isNotNull())
+
+    @property
+    def cluster_stages(self) -> DataFrame:
+        return self.stages.where(F.col("broker").isNull())
 
 
 def aggregate(
@@ -51,8 +61,7 @@ def aggregate(
     partitions = tf.partition_windows(kind(R.PartitionSize), window_s)
     logdirs = tf.logdir_windows(kind(R.LogDirUsage), window_s)
     return AggregateFrames(
-        broker_stages=tf.stage_quantiles(sketches, window_s),
-        cluster_stages=tf.cluster_quantiles(sketches, window_s),
+        stages=stage_windows(sketches, window_s),
         partitions=partitions,
         logdirs=logdirs,
         imbalances=tf.all_imbalances(partitions, logdirs),
@@ -70,8 +79,7 @@ def collect(
     frames: AggregateFrames, cluster: str, window_s: int, hot_keys: tuple[HotKey, ...] = ()
 ) -> Aggregates:
     """Bring the (small) aggregates to the driver as the analyzer's rows."""
-    # One job for both stage frames (they share the sketch explode and per-key sums).
-    stages = _rows(frames.broker_stages.unionByName(frames.cluster_stages), StageWindow)
+    stages = _rows(frames.stages, StageWindow)
     # The imbalances are computed from the partition and log-dir frames: keep those cached
     # while collecting so their shuffles run once per evaluation, not twice.
     cached = [frames.partitions.cache(), frames.logdirs.cache()]

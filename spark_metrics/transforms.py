@@ -9,6 +9,10 @@ Pipeline: raw Kafka-shaped rows (``value`` bytes/string, optional ``timestamp``)
   counts per log-bucket key, then p50/p99/p999 by a cumulative sum over the keys (the same
   arithmetic as :func:`linkwatch.sketch.quantile_from_buckets`). Percentiles are never averaged.
 * :func:`cluster_quantiles` — the same per (request, stage, window) over all brokers.
+  These two are the exploding reference: the analyzer's aggregation computes both levels in
+  one pass with :func:`spark_metrics.sketch_merge.stage_windows` (equal to 1e-9 relative,
+  tested in ``tests/spark_metrics/test_sketch_merge.py``); the probe's sketches still use
+  :func:`_quantiles` (a few rows per broker and window).
 * :func:`partition_windows`, :func:`logdir_windows` — per topic-partition size and traffic,
   per log dir usage.
 * :func:`imbalance` — ``I = max/avg − 1`` of a measure over the members of a group.
