@@ -329,7 +329,11 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     seen = len(stack.received())
     with faults.PauseDutyCycle(victim.pid, pause_ms=900, period_ms=1000).start():
         fault_at = time.monotonic()
-        outcome = _watch_fault(stack, seen, victim_id, 480)
+        # Up to 12 min: on a loaded run of the whole suite the analyzer's Spark evaluations
+        # fall behind, and its finding must then hold 2 min in Prometheus (`for: 2m`) before it
+        # is sent; one CI run saw it sent 8.5 min after the onset. The watch ends as soon as
+        # both alerts have arrived (alone: about 2 min).
+        outcome = _watch_fault(stack, seen, victim_id, 720)
         print(f"fault watched for {time.monotonic() - fault_at:.0f} s: {outcome.summary()}")
     for name in SLOW_ALERTS:
         alert = outcome.received.get(name)
