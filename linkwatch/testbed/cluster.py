@@ -21,7 +21,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -202,13 +202,21 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def find_free_base_port(brokers: int = 3, start: int = 20000, stop: int = 60000) -> int:
-    """A base port whose whole block of node ports is free now (for tests running side by side)."""
+def free_base_port(ports_of: Callable[[int], Iterable[int]], start: int, stop: int) -> int:
+    """The first base port (in steps of 100) all of whose ``ports_of(base)`` are free now."""
     for base in range(start, stop, 100):
-        ports = [p for i in range(1, brokers + 1) for p in asdict(node_ports(base, i)).values()]
-        if not any(port_in_use(p) for p in ports):
+        if not any(port_in_use(p) for p in ports_of(base)):
             return base
     raise SetupError(f"no free block of ports between {start} and {stop}")
+
+
+def find_free_base_port(brokers: int = 3, start: int = 20000, stop: int = 60000) -> int:
+    """A base port whose whole block of node ports is free now (for tests running side by side)."""
+    return free_base_port(
+        lambda base: [p for i in range(1, brokers + 1) for p in asdict(node_ports(base, i)).values()],
+        start,
+        stop,
+    )
 
 
 def new_cluster_id() -> str:
@@ -219,11 +227,31 @@ def new_cluster_id() -> str:
             return cid
 
 
-def _java() -> str:
+def refuse_stale_root(root: Path, running: list[int] | None, kind: str, parts: str, command: str) -> None:
+    """Refuse to start in ``root`` when it holds a ``kind`` already (``running``: the pids of its
+    live processes, None when ``root`` has no state file) or anything else; ``parts`` names its
+    processes and ``command`` the ``linkwatch`` command that removes it."""
+    if running is not None:
+        if running:
+            raise SetupError(
+                f"a {kind} is already running from {root} (pids {running}): run `linkwatch {command} down` first"
+            )
+        raise SetupError(
+            f"stale {kind} directory {root} from an earlier run whose {parts} are gone: "
+            f"run `linkwatch {command} down` to remove it"
+        )
+    if root.exists() and any(root.iterdir()):
+        raise SetupError(
+            f"{root} exists and is not a linkwatch {kind} directory: remove it or choose another with --dir"
+        )
+
+
+def require_java(who: str = "Kafka 4.x") -> str:
+    """The ``java`` on PATH, or a SetupError saying ``who`` needs it."""
     java = shutil.which("java")
     if java is None:
         raise SetupError(
-            "Java is not installed: Kafka 4.x needs Java 17+ (apt-get install openjdk-17-jre-headless)"
+            f"Java is not installed: {who} needs Java 17+ (apt-get install openjdk-17-jre-headless)"
         )
     return java
 
@@ -244,7 +272,7 @@ class LocalCluster:
         spec = self.spec
         spec.validate()
         self._refuse_stale()
-        java = _java()
+        java = require_java()
         runtime = jars.resolve()
         self._check_ports()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -272,7 +300,7 @@ class LocalCluster:
     def start_existing(self, state: ClusterState) -> ClusterState:
         """Start again the nodes of ``state`` after ``down(keep_data=True)``: same ids, dirs,
         ports and data (a broker restart). Returns the state with the new pids, saved."""
-        java = _java()
+        java = require_java()
         runtime = jars.resolve()
         self._check_ports()
         for node in state.nodes:
@@ -316,7 +344,7 @@ class LocalCluster:
         node = state.node(node_id)
         if node.alive():
             raise SetupError(f"broker {node_id} is running (pid {node.pid})")
-        node.pid = self._start(_java(), jars.resolve(), node)
+        node.pid = self._start(require_java(), jars.resolve(), node)
         state.save()
         self._wait_ready(state)
         return state
@@ -351,21 +379,8 @@ class LocalCluster:
     # -- steps ------------------------------------------------------------------------------
     def _refuse_stale(self) -> None:
         state = self.state()
-        if state is not None:
-            if any(n.alive() for n in state.nodes):
-                raise SetupError(
-                    f"a cluster is already running from {self.root} (pids "
-                    f"{[n.pid for n in state.nodes if n.alive()]}): run `linkwatch cluster down` first"
-                )
-            raise SetupError(
-                f"stale cluster directory {self.root} from an earlier run whose brokers are gone: "
-                f"run `linkwatch cluster down` to remove it"
-            )
-        if self.root.exists() and any(self.root.iterdir()):
-            raise SetupError(
-                f"{self.root} exists and is not a linkwatch cluster directory: remove it or choose "
-                f"another with --dir"
-            )
+        running = None if state is None else [n.pid for n in state.nodes if n.alive()]
+        refuse_stale_root(self.root, running, "cluster", "brokers", "cluster")
 
     def _check_ports(self) -> None:
         for i in range(1, self.spec.brokers + 1):

@@ -37,7 +37,14 @@ from typing import Any
 import psutil
 
 from linkwatch.errors import SetupError
-from linkwatch.testbed.cluster import HOST, pid_alive, port_in_use
+from linkwatch.testbed.cluster import (
+    HOST,
+    free_base_port,
+    pid_alive,
+    port_in_use,
+    refuse_stale_root,
+    require_java,
+)
 
 DEFAULT_ROOT = Path(os.environ.get("LINKWATCH_SPARK_DIR", "/tmp/linkwatch-spark"))
 DEFAULT_BASE_PORT = 17070
@@ -139,11 +146,9 @@ class SparkClusterState:
 
 def find_free_base_port(workers: int = 2, start: int = 30000, stop: int = 60000) -> int:
     """A base port whose whole block of daemon ports is free now (tests running side by side)."""
-    for base in range(start, stop, 100):
-        ports = [p for i in range(workers + 1) for p in daemon_ports(base, i)]
-        if not any(port_in_use(p) for p in ports):
-            return base
-    raise SetupError(f"no free block of ports between {start} and {stop}")
+    return free_base_port(
+        lambda base: [p for i in range(workers + 1) for p in daemon_ports(base, i)], start, stop
+    )
 
 
 def spark_home() -> Path:
@@ -189,10 +194,8 @@ class SparkStandalone:
         spec.validate()
         self._refuse_stale()
         home = spark_home()
-        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-            raise SetupError(
-                "Java is not installed: Spark needs Java 17+ (apt-get install openjdk-17-jre-headless)"
-            )
+        if not os.environ.get("JAVA_HOME"):
+            require_java("Spark")
         if not (home / "bin" / "spark-class").exists():
             raise SetupError(f"{home}/bin/spark-class is missing: reinstall pyspark")
         self._check_ports()
@@ -251,22 +254,8 @@ class SparkStandalone:
     # -- steps ------------------------------------------------------------------------------
     def _refuse_stale(self) -> None:
         state = self.state()
-        if state is not None:
-            running = [d.pid for d in state.daemons if d.alive()]
-            if running:
-                raise SetupError(
-                    f"a Spark cluster is already running from {self.root} (pids {running}): "
-                    f"run `linkwatch spark down` first"
-                )
-            raise SetupError(
-                f"stale Spark cluster directory {self.root} from an earlier run whose daemons are gone: "
-                f"run `linkwatch spark down` to remove it"
-            )
-        if self.root.exists() and any(self.root.iterdir()):
-            raise SetupError(
-                f"{self.root} exists and is not a linkwatch Spark cluster directory: remove it or "
-                f"choose another with --dir"
-            )
+        running = None if state is None else [d.pid for d in state.daemons if d.alive()]
+        refuse_stale_root(self.root, running, "Spark cluster", "daemons", "spark")
 
     def _check_ports(self) -> None:
         for i in range(self.spec.workers + 1):
