@@ -3,10 +3,7 @@ to a loopback receiver that decodes the protobuf."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
-from typing import ClassVar
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -14,6 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent.output.otlp import STAGE_ORDER, SlowRequestTracer, make_exporter
 from linkwatch.records import SlowRequest
+from tests.otlp_receiver import serve_otlp
 
 REQUEST = SlowRequest(
     cluster="c",
@@ -57,30 +55,14 @@ def test_one_span_per_exemplar_with_a_child_per_stage() -> None:
     tracer.shutdown()
 
 
-class _Receiver(http.server.BaseHTTPRequestHandler):
-    received: ClassVar[list[ExportTraceServiceRequest]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        msg = ExportTraceServiceRequest()
-        msg.ParseFromString(body)
-        _Receiver.received.append(msg)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+_received: list[ExportTraceServiceRequest] = []  # what the loopback receiver got
 
 
 @pytest.fixture
 def receiver() -> Iterator[str]:
-    _Receiver.received = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1/traces"
-    server.shutdown()
-    server.server_close()
+    _received.clear()
+    with serve_otlp(_received) as url:
+        yield url
 
 
 def test_real_otlp_http_export(receiver: str) -> None:
@@ -88,13 +70,7 @@ def test_real_otlp_http_export(receiver: str) -> None:
     tracer.emit([REQUEST])
     assert tracer.flush()
     tracer.shutdown()
-    spans = [
-        s
-        for msg in _Receiver.received
-        for rs in msg.resource_spans
-        for ss in rs.scope_spans
-        for s in ss.spans
-    ]
+    spans = [s for msg in _received for rs in msg.resource_spans for ss in rs.scope_spans for s in ss.spans]
     assert sorted(s.name for s in spans) == sorted(["kafka Produce", *STAGE_ORDER])
     root = next(s for s in spans if s.name == "kafka Produce")
     assert all(s.parent_span_id == root.span_id for s in spans if s is not root)

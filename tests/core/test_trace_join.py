@@ -4,11 +4,8 @@ loopback in front of a real OTLP/HTTP receiver."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 import urllib.request
 from collections.abc import Iterator
-from typing import ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +22,7 @@ from agent.output.otlp import STAGE_ORDER, SlowRequestTracer
 from linkwatch.records import SlowRequest
 from linkwatch.trace_join import SpanJoin, TraceJoinRelay
 from producer.tracing import start_produce_span
+from tests.otlp_receiver import serve_otlp
 
 CLIENT = "orders-producer-7"
 
@@ -158,28 +156,14 @@ def test_any_order_and_grouping_of_exports_joins_the_same(rnd, groups) -> None:
     check_joined(joined, producer_spans(prod), ex)
 
 
-class _Collector(http.server.BaseHTTPRequestHandler):
-    received: ClassVar[list[ExportTraceServiceRequest]] = []
-
-    def do_POST(self) -> None:
-        msg = ExportTraceServiceRequest()
-        msg.ParseFromString(self.rfile.read(int(self.headers["Content-Length"])))
-        _Collector.received.append(msg)
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+_received: list[ExportTraceServiceRequest] = []  # what the loopback receiver got
 
 
 @pytest.fixture
 def collector() -> Iterator[str]:
-    _Collector.received = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1/traces"
-    server.shutdown()
-    server.server_close()
+    _received.clear()
+    with serve_otlp(_received) as url:
+        yield url
 
 
 def _post(url: str, body: bytes, content_type: str = "application/x-protobuf") -> int:
@@ -202,7 +186,7 @@ def test_relay_forwards_unchanged_then_the_copies(collector: str) -> None:
         assert _post(url, b"{}", "application/json") == 415
     finally:
         relay.close()
-    got = _Collector.received
+    got = _received
     assert [m.SerializeToString() for m in got[:2]] == [
         encode_spans(s).SerializeToString() for s in (prod, ex)
     ]

@@ -9,11 +9,9 @@ OpenTelemetry SDK. Nothing is faked.
 
 from __future__ import annotations
 
-import http.server
 import threading
 import time
 from collections.abc import Iterator
-from typing import ClassVar
 
 import pytest
 from confluent_kafka import KafkaException
@@ -38,43 +36,23 @@ from linkwatch.trace_context import extract
 from linkwatch.trace_join import TraceJoinRelay
 from producer.tracing import TracingConfluentProducer, TracingProducer
 from tests.consumer.conftest import create_topic
+from tests.otlp_receiver import serve_otlp
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 
-class _Collector(http.server.BaseHTTPRequestHandler):
-    received: ClassVar[list[ExportTraceServiceRequest]] = []
-
-    def do_POST(self) -> None:
-        msg = ExportTraceServiceRequest()
-        msg.ParseFromString(self.rfile.read(int(self.headers["Content-Length"])))
-        _Collector.received.append(msg)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+_received: list[ExportTraceServiceRequest] = []  # what the loopback receiver got
 
 
 @pytest.fixture
 def collector() -> Iterator[str]:
-    _Collector.received = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1/traces"
-    server.shutdown()
-    server.server_close()
+    _received.clear()
+    with serve_otlp(_received) as url:
+        yield url
 
 
 def received_spans() -> list[Span]:
-    return [
-        s
-        for m in list(_Collector.received)
-        for rs in m.resource_spans
-        for ss in rs.scope_spans
-        for s in ss.spans
-    ]
+    return [s for m in list(_received) for rs in m.resource_spans for ss in rs.scope_spans for s in ss.spans]
 
 
 def provider_to(url: str, service: str) -> TracerProvider:
