@@ -16,6 +16,15 @@ analyzer collects) runs, each engine reading that Parquet, in this order:
 Each result is compared with DuckDB's row for row (count, p50/p99/p999 to 1e-9 relative).
 
     .venv/bin/python bench/spark_aggregate.py --brokers 200 2000 --minutes 60 [--master URL]
+
+``--masters URL URL ...`` compares Spark masters instead (for example ``local[2]`` against a
+standalone cluster started with ``linkwatch spark up``): on the same Parquet input, each
+master's session runs the new path ``--repeat`` times (the first run carries the executors'
+start and is reported apart); medians of the rest, and every master's rows compared with
+DuckDB's.
+
+    .venv/bin/linkwatch spark up --workers 2 --cores 1
+    .venv/bin/python bench/spark_aggregate.py --brokers 200 2000 --masters 'local[2]' spark://127.0.0.1:17070
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -244,6 +254,50 @@ def bench_size(spark, args: argparse.Namespace, root: Path, brokers: int) -> Non
     )
 
 
+def bench_masters(args: argparse.Namespace, root: Path, brokers: int) -> None:
+    """The new path on each of ``args.masters``, same input; medians of the warm runs."""
+    data = root / f"sketches-{brokers}"
+    windows = args.minutes * 60 // args.window_s
+    n = generate(data, brokers, windows, args.window_s, args.stages, args.width)
+    print(f"\n== {brokers} brokers × {windows} windows: {n:,} sketches × {args.width} buckets", flush=True)
+    con = duckdb.connect()
+    con.execute("SET threads = 2").fetchall()
+    run_duckdb(con, data, args.window_s)
+    medians: dict[str, float] = {}
+    for i, master in enumerate(args.masters):
+        spark = spark_session(
+            master,
+            app_name="linkwatch-bench",
+            shuffle_partitions=args.shuffle_partitions,
+            extra={"spark.ui.showConsoleProgress": "false"},
+        )
+        try:
+            out = root / f"master{i}-{brokers}"
+            runs = []
+            for _ in range(args.repeat):
+                started = time.perf_counter()
+                stage_windows(spark.read.parquet(str(data)), args.window_s).write.mode("overwrite").parquet(
+                    str(out)
+                )
+                runs.append(time.perf_counter() - started)
+        finally:
+            spark.stop()
+        con.execute(
+            f"CREATE OR REPLACE VIEW master{i} AS SELECT * FROM read_parquet('{out}/*.parquet')"
+        ).fetchall()
+        warm = runs[1:] or runs
+        medians[master] = statistics.median(warm)
+        print(
+            f"spark new on {master}: median {medians[master]:.1f}s of {len(warm)} warm runs "
+            f"(all: {', '.join(f'{r:.1f}' for r in runs)}; the first carries the executors' start); "
+            f"rows differing from duckdb: {differing(con, f'master{i}')}",
+            flush=True,
+        )
+    base = args.masters[0]
+    for master in args.masters[1:]:
+        print(f"{master} vs {base}: {medians[master] / medians[base]:.2f}x the time", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--brokers", type=int, nargs="+", default=[200, 2000])
@@ -252,11 +306,22 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=1, help="stages per broker and window (1..7)")
     ap.add_argument("--width", type=int, default=40, help="log buckets per sketch")
     ap.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    ap.add_argument("--masters", nargs="+", default=None, help="compare these masters (new path only)")
+    ap.add_argument("--repeat", type=int, default=4, help="runs per master with --masters")
     ap.add_argument("--shuffle-partitions", type=int, default=8)
     ap.add_argument("--dir", type=Path, default=None, help="keep inputs and outputs here")
     args = ap.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="lw-bench-"))
     print(load_line("at start"), flush=True)
+    if args.masters:
+        try:
+            for brokers in args.brokers:
+                bench_masters(args, root, brokers)
+        finally:
+            if args.dir is None:
+                shutil.rmtree(root, ignore_errors=True)
+        print(load_line("at end"))
+        return
     spark = spark_session(args.master, app_name="linkwatch-bench", shuffle_partitions=args.shuffle_partitions)
     try:
         for brokers in args.brokers:
