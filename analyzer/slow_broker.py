@@ -65,6 +65,22 @@ acks=all requests wait for it as their follower, and it too waits for followers 
 it serves late — everyone above 300 ms, everyone's excess in ``remote`` but its own. When every
 broker is paused alike, no one stage is out of line with its peers' and the case stays Rule 3's.
 
+Rule 10 — a window where every broker above the threshold waits in ``remote`` and none stands
+out (no Rule 5 suspect, no Rule 9 culprit) could be every broker slowed alike or every broker
+waiting on one of them: a broker paused in a duty cycle makes its own acks=all requests wait for
+followers whose fetches it serves late, so in some windows all three wait in ``remote``. Such a
+window is *attributed* to a broker when, over the request type's history windows, Rules 5 and 9
+named exactly one broker, in at least ``attribute_min_windows`` windows: it then does not count
+toward Rule 3's cluster-wide slowdown (nor hold findings back by Rule 6). It does not count as
+the broker's slow window either: only the windows that name it do (on a loaded machine one
+broker is now and then out of line in its own stages, and the all-waiting windows around it
+must not turn that into a finding). With no cause named, or causes naming different brokers
+(every broker paused in turn), it stays Rule 3's.
+Also for Rule 3: a broker whose time for a request type is spent in a stage that waits by design
+(``wait_stages``: a consumer fetch's long poll in purgatory, up to ``fetch.max.wait.ms``) carrying
+``remote_share`` of its p99 is not counted above the threshold: idle consumers on every broker
+are not a cluster-wide slowdown.
+
 Rule 8 — a degraded broker below the absolute threshold: a window is *degraded* for broker b and
 request r when b served at least ``min_requests`` of r, its ``total`` p99 is at most
 ``p99_threshold_ms``, and in one of its own stages (``stages`` minus ``client_stages`` and the
@@ -150,6 +166,8 @@ class SlowBrokerConfig(DetectorConfig):
     # Rule 9: an own stage's p99 at least this many ms above its peers' median (and degraded_ratio ×).
     culprit_excess_ms: float = Field(150.0, ge=0)
     culprit_stages: list[str] = Field(default_factory=lambda: ["requestQueue", "local", "responseQueue"])
+    # Rule 10: windows naming the one cause (Rules 5, 9) before an all-waiting window is its.
+    attribute_min_windows: int = Field(2, ge=1)
     # Stages that wait by design per request type (a fetch's long poll in purgatory): never slowness.
     wait_stages: dict[str, list[str]] = Field(
         default_factory=lambda: {FETCH_CONSUMER: ["remote"], FETCH_FOLLOWER: ["remote"]}
@@ -201,6 +219,8 @@ class _Table:
         self.suspects: dict[tuple[str, int], tuple[int | None, list[int], dict[int, StageWindow]]] = {}
         # Rule 9 per (request, window): read by Rules 1 and 3.
         self.culprits: dict[tuple[str, int], tuple[int, str] | None] = {}
+        # Rule 10 per (request, history windows): window -> the broker it is attributed to.
+        self.attributed: dict[tuple[str, tuple[int, ...]], dict[int, int]] = {}
         for r in rows:
             if r.broker is not None:
                 self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
@@ -259,10 +279,16 @@ def cluster_score(
     """Rule 3 for one request type: the fraction of brokers above the absolute threshold."""
     table = table if table is not None else _Table(data.broker_stages)
     windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
+    attributed = attributed_windows(table, request, windows, cfg)
     flags, evidence = [], []
     for w in windows:
         usable = table.usable(request, "total", w, cfg.min_requests)
-        above = sorted(b for b, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms)
+        # Waits by design (a long poll) are not slowness: not counted above the threshold.
+        above = sorted(
+            b
+            for b, r in usable.items()
+            if (r.p99_ms or 0.0) > cfg.p99_threshold_ms and not _waits_by_design(table, request, w, b, r, cfg)
+        )
         fraction = len(above) / len(usable) if len(usable) >= 2 else 0.0
         # Leaders waiting on one stalled follower (Rule 5) are not a cluster-wide slowdown, even
         # in the windows before Rule 5's own score has fired.
@@ -275,7 +301,11 @@ def cluster_score(
         # whether or not it waits in remote too (Rule 9).
         culprit = window_culprit(table, request, w, cfg)
         flags.append(
-            fraction > cfg.cluster_wide_fraction and suspect is None and not single_cause and culprit is None
+            fraction > cfg.cluster_wide_fraction
+            and suspect is None
+            and not single_cause
+            and culprit is None
+            and w not in attributed  # Rule 10
         )
         evidence.append(
             {
@@ -285,6 +315,7 @@ def cluster_score(
                 "brokers_reporting": len(usable),
                 "brokers_waiting_remote": waiting,
                 "culprit": None if culprit is None else {"broker": culprit[0], "stage": culprit[1]},
+                "attributed_to": attributed.get(w),
             }
         )
     score, active = walk_score(flags, cfg)
@@ -330,6 +361,49 @@ def window_culprit(table: _Table, request: str, w: int, cfg: SlowBrokerConfig) -
             culprit = (own[0], "")
     table.culprits[key] = culprit
     return culprit
+
+
+def _waits_by_design(
+    table: _Table, request: str, w: int, b: int, row: StageWindow, cfg: SlowBrokerConfig
+) -> bool:
+    """Broker ``b``'s time for ``request`` in window ``w`` is a wait by design: a ``wait_stages``
+    stage carries at least ``remote_share`` of its total p99 (``row``)."""
+    for stage in cfg.wait_stages.get(request, []):
+        r = table.usable(request, stage, w, 1).get(b)
+        if r is not None and (r.p99_ms or 0.0) >= cfg.remote_share * (row.p99_ms or 0.0):
+            return True
+    return False
+
+
+def attributed_windows(
+    table: _Table, request: str, windows: list[int], cfg: SlowBrokerConfig
+) -> dict[int, int]:
+    """Rule 10 over ``windows`` (a request type's history): window -> broker, for the windows in
+    which every broker above the threshold waits in ``remote`` (at least two) and no cause is
+    named, when Rules 5 and 9 named exactly one broker over the windows, in at least
+    ``attribute_min_windows`` of them."""
+    key = (request, tuple(windows))
+    if key in table.attributed:
+        return table.attributed[key]
+    causes: list[int | None] = []
+    for w in windows:
+        suspect, _, _ = _window_suspect(table, request, w, cfg)
+        culprit = window_culprit(table, request, w, cfg)
+        causes.append(culprit[0] if culprit is not None else suspect)
+    named = [c for c in causes if c is not None]
+    out: dict[int, int] = {}
+    if len(set(named)) == 1 and len(named) >= cfg.attribute_min_windows:
+        b = named[0]
+        for w, cause in zip(windows, causes, strict=True):
+            if cause is not None:
+                continue
+            usable = table.usable(request, "total", w, cfg.min_requests)
+            above = {x for x, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms}
+            _, waiting, _ = _window_suspect(table, request, w, cfg)
+            if len(above) >= 2 and above <= set(waiting):
+                out[w] = b
+    table.attributed[key] = out
+    return out
 
 
 def _is_culprit(table: _Table, request: str, w: int, b: int, cfg: SlowBrokerConfig) -> bool:
@@ -451,7 +525,11 @@ def stalled_followers(
             rows = [(w, s, usable.get(b), worst) for w, s, _, usable, worst in per_window]
             verdicts = tuple(
                 WindowVerdict(
-                    w, row.count if row else 0, row.p99_ms if row else None, worst, s == b or x is not None
+                    w,
+                    row.count if row else 0,
+                    row.p99_ms if row else None,
+                    worst,
+                    s == b or x is not None,
                 )
                 for (w, s, row, worst), x in zip(rows, own, strict=True)
             )

@@ -229,6 +229,31 @@ CASES = [
         {b: slow_in(range(8), stage="remote") for b in range(3)},
         {("cluster_slow", "cluster:c1"): None},
     ),
+    # -- Rule 10: windows where everyone waits in remote, around windows naming one broker ------
+    (
+        "stalled follower; in windows 4 and 7 all three wait: broker 2's, not cluster-wide",
+        8,
+        3,
+        {b: {i: waiting(450.0) for i in range(2, 8) if b != 2 or i in (4, 7)} for b in range(3)},
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        "everyone waits, the windows between name different brokers (paused in turn): cluster-wide",
+        10,
+        3,
+        {b: {i: waiting(450.0) for i in range(1, 10) if (i, b) not in ((4, 0), (8, 1))} for b in range(3)},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
+        "idle consumers: every broker's fetches wait out their long poll (500 ms) in remote",
+        8,
+        3,
+        {
+            b: {i: {"request": "FetchConsumer", "p99": 500.0, "stage": "remote"} for i in range(8)}
+            for b in range(3)
+        },
+        {},
+    ),
     (
         "two leaders slow on disk, not remote: cluster-wide",
         8,
