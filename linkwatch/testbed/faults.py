@@ -8,6 +8,14 @@
   topics' leaders), deleted on exit whatever they read back as.
 * :func:`throttle_replication` — ``leader/follower.replication.throttled.rate`` on a broker and
   throttled replicas ``*`` on topics: followers fall behind, acks=all produce waits (Remote).
+* :func:`stall_follower` — a broker made a follower (not leader) of topics' partitions and paused
+  in a duty cycle: acks=all produce waits on it in the leaders' Remote stage.
+* :func:`slow_log_appends` — per-broker ``log.flush.interval.messages=1``: every append on that
+  broker only is flushed, like a slow disk (its Local stage grows).
+* :func:`starve_cpu` — the broker JVM pinned to one CPU that spinning processes share: its
+  RequestQueue and Local stages grow.
+* :class:`SlowClient` — a consumer that stalls before reading each fetch response: the broker's
+  Send stage grows for that client id only.
 
 Each is a context manager and also registers itself in :data:`ACTIVE`, so a test teardown (or
 Ctrl-C in the demo) calls :func:`revert_all` and nothing stays broken.
@@ -343,3 +351,327 @@ def restore_preferred_leaders(admin: Any, topics: list[str], timeout_s: float = 
             admin.elect_leaders(0, topics, raise_errors=False)
             elected_at = time.monotonic()
         time.sleep(0.5)
+
+
+def _partitions(admin: Any, topics: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
+    """``{(topic, partition): metadata}`` of every partition of ``topics``."""
+    return {
+        (meta["name"], p["partition_index"]): p
+        for meta in admin.describe_topics(topics)
+        for p in meta.get("partitions") or []
+    }
+
+
+def _reorder_replicas(admin: Any, orders: dict[tuple[str, int], list[int]], timeout_s: float = 30.0) -> None:
+    """Give partitions these replica orders (same replica sets: nothing is copied, the change is
+    immediate) and wait until the metadata shows them; raise SetupError naming the laggards."""
+    from kafka import TopicPartition
+
+    if not orders:
+        return
+    admin.alter_partition_reassignments({TopicPartition(t, p): r for (t, p), r in orders.items()})
+    topics = sorted({t for t, _ in orders})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = _partitions(admin, topics)
+        wrong = [f"{t}-{p}" for (t, p), r in orders.items() if meta.get((t, p), {}).get("replica_nodes") != r]
+        if not wrong:
+            return
+        if time.monotonic() > deadline:
+            raise SetupError(f"replica order not applied after {timeout_s:.0f} s: {', '.join(wrong)}")
+        time.sleep(0.2)
+
+
+def _wait_in_sync(admin: Any, broker_id: int, topics: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = [
+            f"{t}-{p}" for (t, p), m in _partitions(admin, topics).items() if broker_id not in m["isr_nodes"]
+        ]
+        if not out:
+            return
+        if time.monotonic() > deadline:
+            raise SetupError(
+                f"broker {broker_id} is not in the ISR of {', '.join(out)} after {timeout_s:.0f} s"
+            )
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def stall_follower(
+    admin: Any,
+    broker_id: int,
+    pid: int,
+    topics: list[str],
+    pause_ms: int = 400,
+    period_ms: int = 1000,
+    timeout_s: float = 60.0,
+) -> Iterator[dict[str, list[int]]]:
+    """Stall broker ``broker_id`` (JVM ``pid``) as a **follower** of every partition of ``topics``.
+
+    Each partition's replicas are reordered (same set, nothing copied) so that ``broker_id`` comes
+    last, its new first replica is elected leader, and once ``broker_id`` is in every ISR it is
+    paused in a :class:`PauseDutyCycle`: acks=all produce to those partitions then waits on it in
+    the leaders' Remote stage, while it leads none of them. Yields ``{topic: [leader per
+    partition]}``. On exit the pause stops, the original replica orders come back and the
+    preferred leaders are elected again. Keep ``pause_ms`` well under ``replica.lag.time.max.ms``
+    (30 s) or the follower leaves the ISR and nobody waits on it any more.
+    """
+    if not topics:
+        raise ValueError("stall_follower needs topics")
+    parts = _partitions(admin, topics)
+    for t in topics:
+        if not any(key[0] == t for key in parts):
+            raise SetupError(f"stall_follower: topic {t} has no partitions in the metadata (does it exist?)")
+    original = {key: list(m["replica_nodes"]) for key, m in parts.items()}
+    bad = [f"{t}-{p} (replicas {r})" for (t, p), r in original.items() if broker_id not in r or len(r) < 2]
+    if bad:
+        raise SetupError(
+            f"broker {broker_id} cannot be a follower of {', '.join(bad)}: it must be one of 2+ replicas"
+        )
+    moved = {
+        k: [b for b in r if b != broker_id] + [broker_id] for k, r in original.items() if r[-1] != broker_id
+    }
+    pause = PauseDutyCycle(pid, pause_ms=pause_ms, period_ms=period_ms)
+
+    def undo() -> None:
+        pause.stop()
+        _reorder_replicas(admin, {k: original[k] for k in moved}, timeout_s)
+        restore_preferred_leaders(admin, topics, timeout_s)
+
+    token = _register(f"stall follower {broker_id}", undo)
+    try:
+        _reorder_replicas(admin, moved, timeout_s)
+        leaders = restore_preferred_leaders(admin, topics, timeout_s)
+        _wait_in_sync(admin, broker_id, topics, timeout_s)
+        pause.start()
+        yield leaders
+    finally:
+        _unregister(token)
+        undo()
+
+
+@contextlib.contextmanager
+def slow_log_appends(admin: Any, broker_id: int) -> Iterator[None]:
+    """Make every log append on broker ``broker_id`` flush to disk (per-broker dynamic
+    ``log.flush.interval.messages=1``), like a slow disk on that broker only: its Produce Local
+    stage grows, and so do its follower appends (acks=all to peers' partitions waits on it).
+
+    ``log.flush.interval.messages`` is a cluster-wide dynamic config, which Kafka also accepts
+    per broker; it reaches every log of that broker whose topic has no ``flush.messages``
+    override of its own. The per-broker override is deleted on exit. Costs nothing on tmpfs.
+    """
+    broker = [str(broker_id)]
+    key = "log.flush.interval.messages"
+
+    def undo() -> None:
+        _apply(admin, ConfigResourceType.BROKER, broker, {key: None})
+
+    token = _register(f"slow log appends on broker {broker_id}", undo)
+    try:
+        _apply(admin, ConfigResourceType.BROKER, broker, {key: "1"})
+        yield
+    finally:
+        _unregister(token)
+        undo()
+
+
+def _thread_ids(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        raise SetupError(f"no process {pid}: is the broker running?") from None
+
+
+def _set_thread_affinity(pid: int, mask: Callable[[int], set[int]]) -> dict[int, set[int]]:
+    """Set ``mask(tid)`` on every thread of ``pid`` (affinity is per thread on Linux, and a JVM is
+    many threads), again until no new thread appeared; returns each thread's mask before."""
+    before: dict[int, set[int]] = {}
+    while todo := [t for t in _thread_ids(pid) if t not in before]:
+        for tid in todo:
+            try:
+                before[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, mask(tid))
+            except ProcessLookupError:  # the thread ended meanwhile
+                before[tid] = set()
+    return {t: m for t, m in before.items() if m}
+
+
+def _burn(cpu: int, parent: int, max_s: float) -> None:
+    """Spin on ``cpu`` until the parent is gone or ``max_s`` passed (bounded even if the parent
+    is killed before it can stop us). A session of its own: with sched autogroup on (the Linux
+    default) CPU time is shared per session first, and a burner in the test's session would take
+    the JVM's core only as one group, however many burners there are."""
+    os.setsid()
+    os.sched_setaffinity(0, {cpu})
+    deadline = time.monotonic() + max_s
+    while os.getppid() == parent and time.monotonic() < deadline:
+        for _ in range(100_000):
+            pass
+
+
+@contextlib.contextmanager
+def starve_cpu(
+    pid: int, busy_processes: int = 3, cpu: int | None = None, max_s: float = 600.0
+) -> Iterator[int]:
+    """Pin every thread of the broker JVM ``pid`` to one CPU (``cpu``, default the highest one it
+    may use) and run ``busy_processes`` spinning processes pinned to the same CPU, so the broker
+    gets about 1/(busy_processes + 1) of one core: its RequestQueue and Local stages grow.
+    Yields the CPU. On exit the spinners are killed and every thread gets back the affinity it
+    had (threads started meanwhile get the process's original mask). Spinners also stop by
+    themselves after ``max_s`` or when this process is gone."""
+    import multiprocessing
+
+    if not 1 <= busy_processes <= 8:
+        raise ValueError(f"busy_processes={busy_processes} must be between 1 and 8")
+    allowed = os.sched_getaffinity(pid) if os.path.exists(f"/proc/{pid}") else set()
+    if not allowed:
+        raise SetupError(f"no process {pid}: is the broker running?")
+    cpu = max(allowed) if cpu is None else cpu
+    if cpu not in allowed or cpu not in os.sched_getaffinity(0):
+        raise SetupError(f"cpu {cpu} is not usable by both pid {pid} ({sorted(allowed)}) and this process")
+    before: dict[int, set[int]] = {}
+    procs: list[Any] = []
+
+    def undo() -> None:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.join(timeout=5)
+        with contextlib.suppress(SetupError):
+            _set_thread_affinity(pid, lambda tid: before.get(tid, allowed))
+
+    token = _register(f"starve cpu of pid {pid}", undo)
+    try:
+        before = _set_thread_affinity(pid, lambda tid: {cpu})
+        ctx = multiprocessing.get_context("fork")  # the spinner needs nothing of this process
+        for i in range(busy_processes):
+            proc = ctx.Process(
+                target=_burn, args=(cpu, os.getpid(), max_s), name=f"burn-{cpu}-{i}", daemon=True
+            )
+            proc.start()
+            procs.append(proc)
+        yield cpu
+    finally:
+        _unregister(token)
+        undo()
+
+
+@dataclass
+class SlowClient:
+    """A consumer that fetches from one broker and then does not read its socket for
+    ``stall_ms`` before taking the response, again and again until stopped.
+
+    It speaks the Fetch protocol itself over a raw socket with a receive buffer of
+    ``recv_buffer_bytes``, so a response larger than that buffer plus the broker's send buffer
+    (``socket.send.buffer.bytes``, 100 kB by default) cannot be written out while it stalls: the
+    broker's Send stage (``sendTimeMs``) of this client's fetches grows to about ``stall_ms``, and
+    nobody else's. The partition must hold that much data from ``offset``; :attr:`response_bytes`
+    says what came back. Its ``client_id`` is what the request log shows. ``stop`` closes it.
+    """
+
+    host: str
+    port: int
+    topic: str
+    partition: int = 0
+    client_id: str = "linkwatch-slow-client"
+    stall_ms: int = 500
+    max_bytes: int = 1 << 20
+    recv_buffer_bytes: int = 4096
+    offset: int = 0
+    fetches: int = field(default=0, init=False)
+    response_bytes: int = field(default=0, init=False)
+    error: str = field(default="", init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _sock: Any = field(default=None, init=False)
+    _token: int = field(default=0, init=False)
+
+    FETCH_VERSION = 11  # topics by name (v13+ wants topic ids); Kafka 4.x serves v4 and later
+
+    def __post_init__(self) -> None:
+        if self.stall_ms <= 0 or self.max_bytes <= 0 or self.recv_buffer_bytes <= 0:
+            raise ValueError(
+                f"stall_ms={self.stall_ms}, max_bytes={self.max_bytes} and "
+                f"recv_buffer_bytes={self.recv_buffer_bytes} must be > 0"
+            )
+
+    def start(self) -> SlowClient:
+        import socket
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # Before connect: the receive window is negotiated at the handshake.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer_bytes)
+        sock.settimeout(30)
+        try:
+            sock.connect((self.host, self.port))
+        except OSError as e:
+            sock.close()
+            raise SetupError(f"slow client cannot connect to broker {self.host}:{self.port}: {e}") from None
+        self._sock = sock
+        self._token = _register(f"slow client {self.client_id}", self.stop)
+        self._thread = threading.Thread(target=self._run, name=f"slow-client-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _request(self, correlation_id: int) -> bytes:
+        from kafka.protocol.consumer.fetch import FetchRequest
+
+        part = FetchRequest.FetchTopic.FetchPartition(
+            partition=self.partition, fetch_offset=self.offset, partition_max_bytes=self.max_bytes
+        )
+        req = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=self.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,  # no fetch session: every fetch asks for the whole range again
+            topics=[FetchRequest.FetchTopic(topic=self.topic, partitions=[part])],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        req.API_VERSION = self.FETCH_VERSION
+        req.with_header(correlation_id=correlation_id, client_id=self.client_id)
+        return bytes(req.encode(header=True, framed=True))
+
+    def _read_exactly(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self._sock.recv(min(n - len(buf), 1 << 16))
+            if not chunk:
+                raise ConnectionError(f"broker {self.host}:{self.port} closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    def _run(self) -> None:
+        correlation_id = 0
+        try:
+            while not self._stop.is_set():
+                correlation_id += 1
+                self._sock.sendall(self._request(correlation_id))
+                if self._stop.wait(self.stall_ms / 1000):
+                    break
+                size = int.from_bytes(self._read_exactly(4), "big")
+                self._read_exactly(size)
+                self.response_bytes = size
+                self.fetches += 1
+        except OSError as e:  # closed by stop(), or the broker went away: say which
+            if not self._stop.is_set():
+                self.error = f"{type(e).__name__}: {e}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        _unregister(self._token)
+
+    def __enter__(self) -> SlowClient:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
