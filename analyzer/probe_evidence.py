@@ -11,6 +11,12 @@ The broker is *bad* when its end-to-end p99 exceeds both ``min_latency_ms`` and
 ``peer_ratio`` × the peers' median, or its availability is more than ``availability_gap``
 below the peers' median. Bad → ``corroborates``; not bad → ``contradicts``. No probe row for
 the broker, or none for any peer, in those windows → ``no probe data`` (with the reason).
+
+Commit latency (the probe group's offset commits, per *coordinator* broker) is reported beside
+the verdict, never part of it: ``values.commit_p99_ms`` is the median of the broker's windows'
+commit p99s, the peers' median beside it, and the reason names it when present. A broker may
+coordinate no probe commit (the group's coordinator is another broker), so its absence says
+nothing about the broker; when absent the keys are ``None`` and the reason does not mention it.
 """
 
 from __future__ import annotations
@@ -40,15 +46,16 @@ class _Merged:
     windows: int
     end_to_end_p99_ms: float | None
     availability: float | None
+    commit_p99_ms: float | None
 
 
 def _merge(rows: Sequence[ProbeBrokerWindow]) -> _Merged:
-    p99s = [r.end_to_end_p99_ms for r in rows if r.end_to_end_p99_ms is not None]
     decided = sum(r.decided for r in rows)
     return _Merged(
         windows=len(rows),
-        end_to_end_p99_ms=statistics.median(p99s) if p99s else None,
+        end_to_end_p99_ms=_median(r.end_to_end_p99_ms for r in rows),
         availability=sum(r.ok for r in rows) / decided if decided else None,
+        commit_p99_ms=_median(r.commit_p99_ms for r in rows),
     )
 
 
@@ -89,13 +96,24 @@ def probe_evidence(
         reasons.append("end-to-end p99 above its peers'")
     if unavailable:
         reasons.append("availability below its peers'")
+    peer_commit = _median(m.commit_p99_ms for m in peers.values())
+    reason = " and ".join(reasons) or "probe latency and availability in line with its peers"
     return out | {
         "verdict": CORROBORATES if slow or unavailable else CONTRADICTS,
-        "reason": " and ".join(reasons) or "probe latency and availability in line with its peers",
+        "reason": reason + _commit_note(own.commit_p99_ms, peer_commit),
         "values": asdict(own),
         "peers": {
             "brokers": sorted(peers),
             "median_end_to_end_p99_ms": peer_p99,
             "median_availability": peer_avail,
+            "median_commit_p99_ms": peer_commit,
         },
     }
+
+
+def _commit_note(own: float | None, peers: float | None) -> str:
+    """The commit p99 as a clause of the reason ("" when the broker coordinated no commit)."""
+    if own is None:
+        return ""
+    versus = f" (peers' median {peers:.1f} ms)" if peers is not None else ""
+    return f"; offset commit p99 {own:.1f} ms{versus}"

@@ -16,8 +16,8 @@
   :func:`~spark_metrics.transforms.all_imbalances` does;
 * slow-request exemplars: per (broker, request, client, window) how many, and the largest
   ``send`` and ``throttle`` times (:func:`~spark_metrics.transforms.client_windows`);
-* probe samples: per (leader broker, window) the summed counts and the merged produce and
-  end-to-end sketches (:func:`~spark_metrics.transforms.probe_windows`).
+* probe samples: per (leader broker, window) the summed counts and the merged produce,
+  end-to-end and commit sketches (:func:`~spark_metrics.transforms.probe_windows`).
 
 Contract:
 
@@ -117,6 +117,7 @@ class _Probe:
     bad: int = 0
     produce: _Sketch = field(default_factory=_Sketch)
     end_to_end: _Sketch = field(default_factory=_Sketch)
+    commit: _Sketch = field(default_factory=_Sketch)
 
 
 @dataclass
@@ -256,7 +257,7 @@ class WindowState:
                     float(sk.get("sum", 0.0)),
                     [(int(k), int(n)) for k, n in dict(sk.get("buckets", {})).items()],
                 )
-                for sk in (rec.produce, rec.end_to_end)
+                for sk in (rec.produce, rec.end_to_end, rec.commit_latency)
             ]
         except (TypeError, ValueError, AttributeError):
             self.dropped["bad_sketch"] += 1
@@ -267,6 +268,7 @@ class WindowState:
         cell.bad += bad
         cell.produce.merge(*sketches[0])
         cell.end_to_end.merge(*sketches[1])
+        cell.commit.merge(*sketches[2])
         return True
 
     # --- bounds ---------------------------------------------------------------------------
@@ -499,6 +501,7 @@ def _probe_rows(picked: list[tuple[int, _Window]]) -> list[ProbeBrokerWindow]:
         for broker, p in win.probes.items():
             _, produce = _quantile_values(p.produce, PROBE_QUANTILES)
             _, e2e = _quantile_values(p.end_to_end, PROBE_QUANTILES)
+            _, commit = _quantile_values(p.commit, PROBE_QUANTILES)
             decided = p.ok + p.bad
             out.append(
                 ProbeBrokerWindow(
@@ -512,6 +515,7 @@ def _probe_rows(picked: list[tuple[int, _Window]]) -> list[ProbeBrokerWindow]:
                     produce_p99_ms=produce["p99_ms"],
                     end_to_end_p50_ms=e2e["p50_ms"],
                     end_to_end_p99_ms=e2e["p99_ms"],
+                    commit_p99_ms=commit["p99_ms"],
                 )
             )
     return out

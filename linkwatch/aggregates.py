@@ -115,6 +115,9 @@ class ProbeBrokerWindow:
 
     ``availability`` is ``ok / decided`` and ``None`` when no probe was decided in the window;
     quantiles are ``None`` when no probe was acked (produce) or read back (end to end).
+    ``commit_p99_ms`` is the p99 of the probe group's successful offset commits coordinated by
+    this broker (``ProbeSample.commit_latency``); ``None`` when it coordinated none in the window
+    or the samples predate the field.
     """
 
     broker: int
@@ -127,6 +130,7 @@ class ProbeBrokerWindow:
     produce_p99_ms: float | None
     end_to_end_p50_ms: float | None
     end_to_end_p99_ms: float | None
+    commit_p99_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,7 @@ SKETCH = T.StructType(
 SKETCH_FIELDS: dict[type[R.Record], tuple[str, ...]] = {
     R.StageSketch: ("sketch",),
     R.ClientFetch: ("wait_fetch", "fetch_latency", "end_to_end"),
-    R.ProbeSample: ("produce", "end_to_end"),
+    R.ProbeSample: ("produce", "end_to_end", "commit_latency"),
 }
 
 _SCALARS: dict[Any, T.DataType] = {

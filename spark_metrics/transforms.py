@@ -326,8 +326,11 @@ def _probe_sketch_quantiles(base: DataFrame, column: str) -> DataFrame:
         .groupBy(*PROBE_DIMS, F.col("bkey").cast("int").alias("bkey"))
         .agg(F.sum("n").alias("n"))
     )
+    # A sketch that is ``{}`` or absent (commit_latency of a broker coordinating no commit, or of
+    # an older writer) parses to nulls: it counts as empty, so its quantiles are null.
     totals = base.groupBy(*PROBE_DIMS).agg(
-        F.sum(f"{column}.zero").alias("zero"), F.sum(f"{column}.sum").alias("sum_ms")
+        F.coalesce(F.sum(f"{column}.zero"), F.lit(0)).alias("zero"),
+        F.coalesce(F.sum(f"{column}.sum"), F.lit(0.0)).alias("sum_ms"),
     )
     q = _quantiles(buckets, totals, PROBE_DIMS)
     return q.select(*PROBE_DIMS, *(F.col(n).alias(f"{column}_{n}") for n in ("p50_ms", "p99_ms")))
@@ -335,9 +338,9 @@ def _probe_sketch_quantiles(base: DataFrame, column: str) -> DataFrame:
 
 def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
     """ProbeSample records → per (leader broker, window): probes sent, ok, decided, availability,
-    and p50/p99 of produce and end-to-end latency from the merged sketches (columns of
-    :class:`linkwatch.aggregates.ProbeBrokerWindow`). Availability is summed counts' ratio,
-    never an average of ratios."""
+    p50/p99 of produce and end-to-end latency and p99 of the commits this broker coordinated,
+    from the merged sketches (columns of :class:`linkwatch.aggregates.ProbeBrokerWindow`).
+    Availability is summed counts' ratio, never an average of ratios."""
     base = samples.select(
         "broker",
         window_start("ts_ms", window_s).alias("window_start_ms"),
@@ -346,6 +349,7 @@ def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
         F.aggregate(F.map_values("unavailable"), F.lit(0).cast("long"), lambda acc, x: acc + x).alias("bad"),
         "produce",
         "end_to_end",
+        "commit_latency",
     )
     counts = base.groupBy(*PROBE_DIMS).agg(
         F.sum("sent").alias("sent"), F.sum("ok").alias("ok"), F.sum("bad").alias("bad")
@@ -354,6 +358,7 @@ def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
     out = (
         counts.join(_probe_sketch_quantiles(base, "produce"), PROBE_DIMS, "left")
         .join(_probe_sketch_quantiles(base, "end_to_end"), PROBE_DIMS, "left")
+        .join(_probe_sketch_quantiles(base, "commit_latency"), PROBE_DIMS, "left")
         .withColumn("decided", decided)
     )
     return out.select(
@@ -367,4 +372,5 @@ def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
         "produce_p99_ms",
         "end_to_end_p50_ms",
         "end_to_end_p99_ms",
+        F.col("commit_latency_p99_ms").alias("commit_p99_ms"),
     )

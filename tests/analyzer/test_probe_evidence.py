@@ -16,7 +16,12 @@ WINDOWS = [window(i) for i in range(3, 8)]
 
 
 def probe_row(
-    broker: int, i: int, e2e_p99: float = 12.0, ok: int = 10, decided: int = 10
+    broker: int,
+    i: int,
+    e2e_p99: float = 12.0,
+    ok: int = 10,
+    decided: int = 10,
+    commit_p99: float | None = None,
 ) -> ProbeBrokerWindow:
     return ProbeBrokerWindow(
         broker=broker,
@@ -29,6 +34,7 @@ def probe_row(
         produce_p99_ms=e2e_p99 / 2,
         end_to_end_p50_ms=e2e_p99 / 3,
         end_to_end_p99_ms=e2e_p99,
+        commit_p99_ms=commit_p99,
     )
 
 
@@ -61,6 +67,73 @@ def test_probe_verdict(probes: list[ProbeBrokerWindow], verdict: str, reason: st
     assert (ev["verdict"], reason in ev["reason"]) == (verdict, True)
 
 
+# (id, probe rows, expected verdict, own commit p99, peers' median commit p99, reason fragment or
+# None when the reason must not mention commits). Commit latency is reported, never judged.
+COMMIT_CASES = [
+    ("no broker coordinated a commit", rows(), CONTRADICTS, None, None, None),
+    (
+        "every broker coordinates commits",
+        rows({b: {"commit_p99": 10.0 * (b + 1)} for b in (0, 1, 2)}),
+        CONTRADICTS,
+        30.0,
+        15.0,
+        "in line with its peers; offset commit p99 30.0 ms (peers' median 15.0 ms)",
+    ),
+    (
+        "slow commits alone do not corroborate",
+        rows({2: {"commit_p99": 800.0}, 0: {"commit_p99": 9.0}}),
+        CONTRADICTS,
+        800.0,
+        9.0,
+        "offset commit p99 800.0 ms (peers' median 9.0 ms)",
+    ),
+    (
+        "only the suspect coordinates: no peer figure",
+        rows({2: {"e2e_p99": 900.0, "commit_p99": 50.0}}),
+        CORROBORATES,
+        50.0,
+        None,
+        "end-to-end p99 above its peers'; offset commit p99 50.0 ms",
+    ),
+    (
+        "a peer coordinates, the suspect does not",
+        rows({0: {"commit_p99": 20.0}}),
+        CONTRADICTS,
+        None,
+        20.0,
+        None,
+    ),
+    (
+        "commits in some windows only: the median of those",
+        [*rows(windows=range(5)), *rows({2: {"commit_p99": 70.0}}, windows=range(5, 8))],
+        CONTRADICTS,
+        70.0,
+        None,
+        "offset commit p99 70.0 ms",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("probes", "verdict", "own", "peers", "reason"),
+    [c[1:] for c in COMMIT_CASES],
+    ids=[c[0] for c in COMMIT_CASES],
+)
+def test_probe_evidence_reports_commit_p99(
+    probes: list[ProbeBrokerWindow], verdict: str, own: float | None, peers: float | None, reason: str | None
+) -> None:
+    ev = probe_evidence(Aggregates(cluster="c1", window_s=10, probes=probes), 2, WINDOWS)
+    assert (ev["verdict"], ev["values"]["commit_p99_ms"], ev["peers"]["median_commit_p99_ms"]) == (
+        verdict,
+        own,
+        peers,
+    )
+    if reason is None:
+        assert "commit" not in ev["reason"]
+    else:
+        assert ev["reason"].endswith(reason), ev["reason"]
+
+
 def test_slow_broker_finding_cites_the_probe() -> None:
     stages = scenario(8, 3, {2: slow_in(range(3, 8))})
     detector = SlowBrokerDetector(SlowBrokerConfig())
@@ -74,3 +147,18 @@ def test_slow_broker_finding_cites_the_probe() -> None:
         assert finding.subject == "broker:2"
         assert finding.evidence["probe"]["verdict"] == verdict
     assert finding.evidence["probe"]["windows"] == finding.evidence["windows"]
+
+
+def test_slow_broker_finding_cites_the_probes_commit_p99() -> None:
+    stages = scenario(8, 3, {2: slow_in(range(3, 8))})
+    probes = rows({2: {"e2e_p99": 900.0, "commit_p99": 420.0}, 1: {"commit_p99": 12.0}})
+    (finding,) = SlowBrokerDetector(SlowBrokerConfig()).detect(
+        dataclasses.replace(stages, probes=probes), now_after(8)
+    )
+    probe = finding.evidence["probe"]
+    assert (probe["verdict"], probe["values"]["commit_p99_ms"], probe["peers"]["median_commit_p99_ms"]) == (
+        CORROBORATES,
+        420.0,
+        12.0,
+    )
+    assert "offset commit p99 420.0 ms (peers' median 12.0 ms)" in probe["reason"]

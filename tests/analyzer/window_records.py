@@ -101,9 +101,11 @@ def probe(
     end_to_end: list[float],
     unavailable: dict[str, int] | None = None,
     source: str = "probe-a",
+    commits: list[float] | None = None,
 ) -> R.ProbeSample:
     """One probe instance's window for a leader broker: every produce acked, every acked one
-    read back ``ok`` unless counted in ``unavailable``."""
+    read back ``ok`` unless counted in ``unavailable``; ``commits`` are the offset commits the
+    broker coordinated (``None``: it coordinated none, the sketch is ``{}``)."""
     return R.ProbeSample(
         cluster=CLUSTER,
         source=source,
@@ -118,6 +120,8 @@ def probe(
         unavailable=dict(unavailable or {}),
         produce=sketch_of(produce),
         end_to_end=sketch_of(end_to_end),
+        commit_ok=len(commits or []),
+        commit_latency=sketch_of(commits) if commits is not None else {},
     )
 
 
@@ -168,6 +172,7 @@ _probes = st.builds(
     st.lists(_latency, max_size=20),
     st.one_of(st.none(), st.dictionaries(st.sampled_from(["timeout", "error"]), st.integers(0, 5))),
     st.sampled_from(["probe-a", "probe-b"]),
+    st.one_of(st.none(), st.lists(_latency, max_size=10)),
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 from pyspark.sql import Row
@@ -356,8 +357,15 @@ def test_window_start(spark) -> None:
 
 
 def probe_record(
-    source: str, broker: int, ts_ms: int, e2e: list[float], ok: int, unavailable: dict
+    source: str,
+    broker: int,
+    ts_ms: int,
+    e2e: list[float],
+    ok: int,
+    unavailable: dict,
+    commits: list[float] | None = None,
 ) -> R.ProbeSample:
+    """``commits``: the commit latencies this broker coordinated (``None``: none, ``{}``)."""
     return R.ProbeSample(
         cluster="c1",
         source=source,
@@ -372,23 +380,39 @@ def probe_record(
         unavailable=unavailable,
         produce=sketch_of([v / 2 for v in e2e]),
         end_to_end=sketch_of(e2e),
+        commit_ok=len(commits or []),
+        commit_latency=sketch_of(commits) if commits is not None else {},
     )
+
+
+def without_commit_fields(rec: R.ProbeSample) -> str:
+    """The record as a writer from before the commit fields sent it (keys absent)."""
+    doc = json.loads(rec.to_json())
+    for name in ("commit_ok", "commit_errors", "commit_latency"):
+        del doc[name]
+    return json.dumps(doc)
 
 
 def test_probe_windows_merge_instances_and_windows(spark) -> None:
     """Two probe instances and two 2 s windows per broker merge into one 10 s row: counts summed,
-    availability from the sums, quantiles from the merged sketches (the Python reference)."""
+    availability from the sums, quantiles from the merged sketches (the Python reference).
+    Commit latency: broker 1 coordinated commits in both samples (merged), broker 2 in one
+    sample only (the other is ``{}``), broker 3 in none and its second sample predates the field
+    (absent keys): its commit p99 is null, the rest of its row is unaffected."""
     rng = random.Random(3)
     fast = [[rng.uniform(2, 20) for _ in range(40)] for _ in range(2)]
     slow = [
         [rng.uniform(2, 20) for _ in range(30)] + [rng.uniform(900, 5000) for _ in range(10)]
         for _ in range(2)
     ]
-    recs = [
-        probe_record("p1", 1, T0, fast[0], 40, {}),
-        probe_record("p2", 1, T0 + 2_000, fast[1], 40, {}),
-        probe_record("p1", 2, T0, slow[0], 30, {"deadline": 10}),
+    commits = [[rng.uniform(5, 40) for _ in range(9)] + [rng.uniform(300, 600)] for _ in range(2)]
+    recs: list[R.ProbeSample | str] = [
+        probe_record("p1", 1, T0, fast[0], 40, {}, commits[0]),
+        probe_record("p2", 1, T0 + 2_000, fast[1], 40, {}, commits[1]),
+        probe_record("p1", 2, T0, slow[0], 30, {"deadline": 10}, commits[1]),
         probe_record("p2", 2, T0 + 2_000, slow[1], 28, {"deadline": 10, "send_error": 2}),
+        probe_record("p1", 3, T0, fast[0], 40, {}),
+        without_commit_fields(probe_record("p2", 3, T0 + 2_000, fast[1], 40, {})),
     ]
     recs.append(recs[0])  # re-sent: dropped by dedup
     samples = tf.dedup(tf.records_of(raw_frame(spark, recs), R.ProbeSample))
@@ -401,7 +425,9 @@ def test_probe_windows_merge_instances_and_windows(spark) -> None:
             sk.add(v)
         return sk.quantile(p)
 
-    def expected(broker: int, values: list[list[float]], ok: int, decided: int) -> Row:
+    def expected(
+        broker: int, values: list[list[float]], ok: int, decided: int, commit: list[float] | None
+    ) -> Row:
         allv = values[0] + values[1]
         half = [v / 2 for v in allv]
         return Row(
@@ -415,10 +441,17 @@ def test_probe_windows_merge_instances_and_windows(spark) -> None:
             produce_p99_ms=q(half, 0.99),
             end_to_end_p50_ms=q(allv, 0.5),
             end_to_end_p99_ms=q(allv, 0.99),
+            commit_p99_ms=q(commit, 0.99) if commit is not None else None,
         )
 
     assertDataFrameEqual(
         actual,
-        [expected(1, fast, 80, 80), expected(2, slow, 58, 80)],
+        [
+            expected(1, fast, 80, 80, commits[0] + commits[1]),
+            expected(2, slow, 58, 80, commits[1]),
+            expected(3, fast, 80, 80, None),
+        ],
         rtol=1e-9,
     )
+    # The expectation is not vacuous: 1 of 20 merged commits is slow, so the p99 is a slow one.
+    assert actual.where("broker = 1").first()["commit_p99_ms"] > 290

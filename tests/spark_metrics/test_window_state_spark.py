@@ -79,6 +79,13 @@ SCENARIOS = {
         probe(2, T0 + 7, [], [], {"timeout": 4, "error": 1}),  # no ack: quantiles null
         probe(3, T0 + WMS, [0.0] * 5, [], {}),  # zeros only; none decided: availability null
     ],
+    "probe commits: merged across instances, {} where none, zeros only": [
+        probe(1, T0 + 5, [3.0] * 10, [8.0] * 10, commits=[4.0] * 19 + [900.0]),
+        probe(1, T0 + 6, [4.0] * 10, [9.0] * 10, source="probe-b", commits=[5.0] * 20),
+        probe(2, T0 + 7, [3.0] * 10, [8.0] * 10),  # coordinated no commit: p99 null
+        probe(3, T0 + 8, [3.0] * 10, [8.0] * 10, commits=[]),  # an empty sketch: p99 null
+        probe(3, T0 + WMS, [3.0] * 10, [8.0] * 10, commits=[0.0] * 3),
+    ],
 }
 
 
