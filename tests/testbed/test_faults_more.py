@@ -142,11 +142,13 @@ def test_stall_follower_refuses_a_broker_that_is_no_replica(
 
 def stands_out(p99_by_broker: dict[int, float], floor_ms: float) -> bool:
     """Broker 2's p99 is at least 2.5 × its peers' median (each at least ``floor_ms``) and
-    10 ms above it: the fault took effect on it. A margin, not 3 × the worst peer: a loaded
-    machine lifts one peer's p99 now and then (seen: 63 ms against 42 and 26 ms)."""
+    2 ms above it: the fault took effect on it. A ratio to the median, not 3 × the worst peer:
+    a loaded machine lifts one peer's p99 now and then (seen: 63 ms against 42 and 26 ms); a
+    small absolute floor, because on a quiet machine the fault's p99 is a few ms (seen: 5.9 ms
+    against 0.7 and 0.5 ms)."""
     peers = sorted(max(p99_by_broker[b], floor_ms) for b in (1, 3))
     median = (peers[0] + peers[1]) / 2
-    return p99_by_broker[2] >= 2.5 * median and p99_by_broker[2] >= median + 10.0
+    return p99_by_broker[2] >= 2.5 * median and p99_by_broker[2] >= median + 2.0
 
 
 def _produce_local_p99(by_broker: dict[int, list[Request]], topic: str) -> dict[int, float]:
