@@ -219,8 +219,6 @@ class _Table:
         self.suspects: dict[tuple[str, int], tuple[int | None, list[int], dict[int, StageWindow]]] = {}
         # Rule 9 per (request, window): read by Rules 1 and 3.
         self.culprits: dict[tuple[str, int], tuple[int, str] | None] = {}
-        # Rule 10 per (request, history windows): window -> the broker it is attributed to.
-        self.attributed: dict[tuple[str, tuple[int, ...]], dict[int, int]] = {}
         for r in rows:
             if r.broker is not None:
                 self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
@@ -382,9 +380,6 @@ def attributed_windows(
     which every broker above the threshold waits in ``remote`` (at least two) and no cause is
     named, when Rules 5 and 9 named exactly one broker over the windows, in at least
     ``attribute_min_windows`` of them."""
-    key = (request, tuple(windows))
-    if key in table.attributed:
-        return table.attributed[key]
     causes: list[int | None] = []
     for w in windows:
         suspect, _, _ = _window_suspect(table, request, w, cfg)
@@ -402,7 +397,6 @@ def attributed_windows(
             _, waiting, _ = _window_suspect(table, request, w, cfg)
             if len(above) >= 2 and above <= set(waiting):
                 out[w] = b
-    table.attributed[key] = out
     return out
 
 

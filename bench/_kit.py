@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kafka import KafkaAdminClient, TopicPartition
@@ -21,6 +23,12 @@ def wait_ready(admin: KafkaAdminClient, tps: list[TopicPartition], timeout_s: fl
             pass
         time.sleep(poll_s)
     raise SystemExit(f"{len(tps)} partitions did not become ready in {timeout_s:.0f}s")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def retry(fn: Callable[[], Any], attempts: int, delay_s: float) -> Any:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _kit import process_cpu_s  # bench/ is on sys.path (run as a script)
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
@@ -58,11 +59,6 @@ from linkwatch.testbed.cluster import (
 
 LOAD_SRC = Path(__file__).resolve().parent / "java" / "RequestLoad.java"
 TOPIC = "capture-bench"
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def log_bytes(state: ClusterState) -> int:
@@ -116,15 +112,15 @@ def idle_cpu_per_s(target: Target, seconds: float) -> float:
     """The broker's background CPU (KRaft, heartbeats, ...) per second, with no client load."""
     target.switch.set_level("WARN")
     pid = target.state.nodes[0].pid
-    c0, t0 = cpu_s(pid), time.monotonic()
+    c0, t0 = process_cpu_s(pid), time.monotonic()
     time.sleep(seconds)
-    return (cpu_s(pid) - c0) / (time.monotonic() - t0)
+    return (process_cpu_s(pid) - c0) / (time.monotonic() - t0)
 
 
 def counters(target: Target) -> tuple[float, float, int, float]:
     return (
         requests_served(target.jmx),
-        cpu_s(target.state.nodes[0].pid),
+        process_cpu_s(target.state.nodes[0].pid),
         log_bytes(target.state),
         time.monotonic(),
     )

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import socket
@@ -41,6 +40,8 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _kit import process_cpu_s  # bench/ is on sys.path (run as a script)
 
 from agent.health import Health
 from agent.requestlog import source
@@ -208,11 +209,6 @@ def retimed(path: Path, out: Path, rate: int, n_lines: int) -> Path:
     return out
 
 
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def proc_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -244,7 +240,7 @@ def part2(path: Path, rate: int, seconds: float) -> None:
         agent = subprocess.Popen([sys.executable, "-m", "linkwatch.cli", "agent", "--config", str(cfg)])
         try:
             time.sleep(3)  # start-up (imports) is not part of the steady state
-            c0, t0 = proc_cpu_s(agent.pid), time.monotonic()
+            c0, t0 = process_cpu_s(agent.pid), time.monotonic()
             written, i = 0, 0
             with open(log, "ab") as out:
                 while time.monotonic() - t0 < seconds:
@@ -261,7 +257,7 @@ def part2(path: Path, rate: int, seconds: float) -> None:
                         written = due
                     time.sleep(0.01)
             time.sleep(1)
-            used, wall = proc_cpu_s(agent.pid) - c0, time.monotonic() - t0
+            used, wall = process_cpu_s(agent.pid) - c0, time.monotonic() - t0
             health = scrape(port)
             print(
                 f"steady replay: {written / seconds:,.0f} lines/s for {seconds:.0f}s -> agent CPU "

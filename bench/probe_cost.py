@@ -47,7 +47,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _kit import retry  # bench/ is on sys.path (run as a script)
+from _kit import process_cpu_s, retry  # bench/ is on sys.path (run as a script)
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
@@ -88,11 +88,6 @@ def jolokia(url: str, requests: list[dict]) -> list[dict]:
     return replies
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def read_counters(state: ClusterState) -> Counters:
     out = Counters(t=time.monotonic())
     for node in state.nodes:
@@ -119,7 +114,7 @@ def read_counters(state: ClusterState) -> Counters:
             if listener and listener.group(1) != "CONTROLLER" and "networkProcessor=" in mbean:
                 for attr in SOCKET_BYTES:
                     out.socket_bytes[attr] += attrs[attr]
-        out.broker_cpu_s += cpu_s(node.pid)
+        out.broker_cpu_s += process_cpu_s(node.pid)
     return out
 
 

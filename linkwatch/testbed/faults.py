@@ -371,29 +371,36 @@ def _reorder_replicas(admin: Any, orders: dict[tuple[str, int], list[int]], time
         return
     admin.alter_partition_reassignments({TopicPartition(t, p): r for (t, p), r in orders.items()})
     topics = sorted({t for t, _ in orders})
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def wrong() -> list[str]:
         meta = _partitions(admin, topics)
-        wrong = [f"{t}-{p}" for (t, p), r in orders.items() if meta.get((t, p), {}).get("replica_nodes") != r]
-        if not wrong:
-            return
-        if time.monotonic() > deadline:
-            raise SetupError(f"replica order not applied after {timeout_s:.0f} s: {', '.join(wrong)}")
-        time.sleep(0.2)
+        return [f"{t}-{p}" for (t, p), r in orders.items() if meta.get((t, p), {}).get("replica_nodes") != r]
+
+    _wait_until_none(
+        wrong, timeout_s, lambda left: f"replica order not applied after {timeout_s:.0f} s: {left}"
+    )
 
 
 def _wait_in_sync(admin: Any, broker_id: int, topics: list[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out = [
+    def out() -> list[str]:
+        return [
             f"{t}-{p}" for (t, p), m in _partitions(admin, topics).items() if broker_id not in m["isr_nodes"]
         ]
-        if not out:
-            return
+
+    _wait_until_none(
+        out, timeout_s, lambda left: f"broker {broker_id} is not in the ISR of {left} after {timeout_s:.0f} s"
+    )
+
+
+def _wait_until_none(
+    laggards: Callable[[], list[str]], timeout_s: float, message: Callable[[str], str]
+) -> None:
+    """Poll ``laggards`` every 0.2 s until it returns nothing; past ``timeout_s`` raise SetupError
+    with ``message`` of the ones left (comma-separated)."""
+    deadline = time.monotonic() + timeout_s
+    while left := laggards():
         if time.monotonic() > deadline:
-            raise SetupError(
-                f"broker {broker_id} is not in the ISR of {', '.join(out)} after {timeout_s:.0f} s"
-            )
+            raise SetupError(message(", ".join(left)))
         time.sleep(0.2)
 
 

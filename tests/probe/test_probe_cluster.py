@@ -23,6 +23,7 @@ from probe.config import ProbeConfig
 from probe.ledger import BrokerWindow
 from probe.service import ProbeService
 from probe.topic import owners, read_view
+from tests.probe.cluster_config import probe_config
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]
 
@@ -64,18 +65,12 @@ class Run:
 
 @pytest.fixture
 def probe_run(cluster3) -> Iterator[Run]:
-    suffix = uuid.uuid4().hex[:8]
-    cfg = ProbeConfig(
-        bootstrap_servers=cluster3.bootstrap,
-        cluster="c1",
-        instance=f"probe-{suffix}",
-        interval_ms=100,
+    cfg = probe_config(
+        cluster3.bootstrap,
+        WINDOW_S,
         deadline_ms=DEADLINE_MS,
         forget_after_ms=10_000,
-        window_s=WINDOW_S,
-        topic={"name": f"probe-{suffix}", "check_interval_s": 1.0},
-        metrics={"enabled": False},
-        samples_topic=f"samples-{suffix}",
+        samples_topic=f"samples-{uuid.uuid4().hex[:8]}",
     )
     run = Run(cfg)
     run.thread.start()

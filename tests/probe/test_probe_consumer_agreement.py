@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import defaultdict
 from typing import ClassVar
 
@@ -36,9 +35,9 @@ import probe.service
 from consumer.async_fetch import AsyncFetchConsumer
 from linkwatch.records import ClientFetch
 from linkwatch.sketch import LatencySketch
-from probe.config import ProbeConfig
 from probe.ledger import BrokerWindow
 from probe.service import ProbeService
+from tests.probe.cluster_config import probe_config
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(120)]
 
@@ -76,18 +75,7 @@ def merged(sketches: list[LatencySketch]) -> LatencySketch:
 def test_probe_end_to_end_agrees_with_the_consumers_own_timing(cluster3, monkeypatch) -> None:
     monkeypatch.setattr(_TimedConsumer, "flushed", [])
     monkeypatch.setattr(probe.service, "AsyncFetchConsumer", _TimedConsumer)
-    suffix = uuid.uuid4().hex[:8]
-    cfg = ProbeConfig(
-        bootstrap_servers=cluster3.bootstrap,
-        cluster="c1",
-        instance=f"probe-{suffix}",
-        interval_ms=100,
-        window_s=WINDOW_S,
-        topic={"name": f"probe-{suffix}", "check_interval_s": 1.0},
-        commit={"enabled": False},
-        metrics={"enabled": False},
-        publish_samples=False,
-    )
+    cfg = probe_config(cluster3.bootstrap, WINDOW_S, commit={"enabled": False}, publish_samples=False)
     service = ProbeService(cfg)
     windows: list[dict[int, BrokerWindow]] = []
     stop = threading.Event()
