@@ -202,12 +202,35 @@ def port_in_use(port: int) -> bool:
     return False
 
 
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range of source ports for outgoing connections (inclusive)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+LOWEST_BASE_PORT = 10000
+
+
 def free_base_port(ports_of: Callable[[int], Iterable[int]], start: int, stop: int) -> int:
-    """The first base port (in steps of 100) all of whose ``ports_of(base)`` are free now."""
-    for base in range(start, stop, 100):
-        if not any(port_in_use(p) for p in ports_of(base)):
+    """The first base port (in steps of 100, from ``start`` up to ``stop``, then from
+    :data:`LOWEST_BASE_PORT` up to ``start``) all of whose ``ports_of(base)`` are free now and
+    outside the kernel's ephemeral range. A port in that range can be taken at any moment as the
+    source port of an outgoing connection (a client of another test, a package download), and a
+    broker then fails to bind it between this check and its start (seen: "Socket server failed to
+    bind to 127.0.0.1:37610: Address already in use")."""
+    low, high = ephemeral_port_range()
+    for base in [*range(start, stop, 100), *range(LOWEST_BASE_PORT + start % 100, start, 100)]:
+        ports = list(ports_of(base))
+        if any(low <= p <= high for p in ports):
+            continue
+        if not any(port_in_use(p) for p in ports):
             return base
-    raise SetupError(f"no free block of ports between {start} and {stop}")
+    raise SetupError(
+        f"no free block of ports between {LOWEST_BASE_PORT} and {stop} outside the ephemeral range {low}-{high}"
+    )
 
 
 def find_free_base_port(brokers: int = 3, start: int = 20000, stop: int = 60000) -> int:

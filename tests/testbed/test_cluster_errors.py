@@ -107,3 +107,14 @@ def test_cli_reports_setup_errors_in_one_line(tmp_path: Path, capsys: pytest.Cap
 def test_status_of_missing_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cluster", "status", "--dir", str(tmp_path / "none")]) == 1
     assert "no cluster in" in capsys.readouterr().out
+
+
+def test_base_ports_avoid_the_kernels_ephemeral_range() -> None:
+    """A block in the range the kernel hands out as source ports is never chosen: an outgoing
+    connection may take such a port between the search and the broker's bind."""
+    from linkwatch.testbed.cluster import ephemeral_port_range, free_base_port
+
+    low, high = ephemeral_port_range()
+    base = free_base_port(lambda b: [b + 10, b + 11, b + 12], start=low - low % 100, stop=high)
+    assert not low <= base + 10 <= high and not low <= base + 12 <= high
+    assert find_free_base_port(3, start=low - low % 100 + 100) < low
