@@ -208,20 +208,57 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+@dataclass(frozen=True)
+class WindowCause:
+    """One window of one request type as Rules 1, 3, 5, 9 and 10 read it, computed once."""
+
+    usable: dict[int, StageWindow]  # total rows with at least ``min_requests``
+    above: frozenset[int]  # of those, above the absolute threshold
+    waiting: tuple[int, ...]  # of those, spending ``remote_share`` of their p99 in ``remote``
+    suspect: int | None  # Rule 5: the stalled follower the waiting leaders point at
+    culprit: tuple[int, str] | None  # Rule 9: (broker, its own stage out of line, or "")
+
+    @property
+    def culprit_broker(self) -> int | None:
+        return self.culprit[0] if self.culprit is not None else None
+
+    @property
+    def named(self) -> int | None:
+        """The one broker Rule 9 or Rule 5 names as the window's cause, or None."""
+        return self.culprit[0] if self.culprit is not None else self.suspect
+
+
 class _Table:
-    """Rows indexed by (request, stage) → window → broker."""
+    """Rows indexed by (request, stage) → window → broker, and each window's cause."""
 
     def __init__(self, rows: Iterable[StageWindow]) -> None:
         self.rows: dict[tuple[str, str], dict[int, dict[int, StageWindow]]] = defaultdict(
             lambda: defaultdict(dict)
         )
-        # Rule 5 per (request, window): read by Rules 3 and 5, computed once per table.
-        self.suspects: dict[tuple[str, int], tuple[int | None, list[int], dict[int, StageWindow]]] = {}
-        # Rule 9 per (request, window): read by Rules 1 and 3.
-        self.culprits: dict[tuple[str, int], tuple[int, str] | None] = {}
+        self.causes: dict[tuple[str, int], WindowCause] = {}
         for r in rows:
             if r.broker is not None:
                 self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
+
+    def cause(self, request: str, w: int, cfg: SlowBrokerConfig) -> WindowCause:
+        """Rules 5 and 9 in window ``w`` (one config per table)."""
+        key = (request, w)
+        if key not in self.causes:
+            usable = self.usable(request, "total", w, cfg.min_requests)
+            above = frozenset(b for b, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms)
+            remote = self.usable(request, "remote", w, 1)
+            waiting = tuple(
+                sorted(
+                    b
+                    for b in above
+                    if b in remote
+                    and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (usable[b].p99_ms or 0.0)
+                )
+            )
+            culprit = _window_culprit(self, request, w, cfg, usable, above, set(waiting))
+            suspect = _window_suspect(self, request, w, cfg, usable, list(waiting), culprit)
+            self.causes[key] = WindowCause(usable, above, waiting, suspect, culprit)
+        return self.causes[key]
 
     def known(self, request: str) -> set[int]:
         """Brokers with a total row for ``request`` in any window of the table."""
@@ -261,7 +298,10 @@ def broker_scores(
                     and peers is not None
                     and mine.p99_ms is not None
                     and mine.p99_ms > cfg.p99_threshold_ms
-                    and (mine.p99_ms >= cfg.peer_ratio * peers or _is_culprit(table, request, w, b, cfg))
+                    and (
+                        mine.p99_ms >= cfg.peer_ratio * peers
+                        or table.cause(request, w, cfg).culprit_broker == b
+                    )
                 )
                 verdicts.append(
                     WindowVerdict(w, row.count if row else 0, row.p99_ms if row else None, peers, bool(slow))
@@ -288,19 +328,19 @@ def cluster_score(
             if (r.p99_ms or 0.0) > cfg.p99_threshold_ms and not _waits_by_design(table, request, w, b, r, cfg)
         )
         fraction = len(above) / len(usable) if len(usable) >= 2 else 0.0
+        cause = table.cause(request, w, cfg)
+        waiting, culprit = list(cause.waiting), cause.culprit
         # Leaders waiting on one stalled follower (Rule 5) are not a cluster-wide slowdown, even
         # in the windows before Rule 5's own score has fired.
-        suspect, waiting, _ = _window_suspect(table, request, w, cfg)
         # Nor is one broker slow in its own stages with the other slow ones only waiting on
         # replication (remote): the leaders wait on that broker as their follower, one cause.
         own = [b for b in above if b not in waiting]
         single_cause = len(own) == 1 and len(waiting) >= 1
         # Nor is one broker out of line in its own stages with the others waiting in remote,
         # whether or not it waits in remote too (Rule 9).
-        culprit = window_culprit(table, request, w, cfg)
         flags.append(
             fraction > cfg.cluster_wide_fraction
-            and suspect is None
+            and cause.suspect is None
             and not single_cause
             and culprit is None
             and w not in attributed  # Rule 10
@@ -320,18 +360,22 @@ def cluster_score(
     return Score(score, active, ()), evidence
 
 
-def window_culprit(table: _Table, request: str, w: int, cfg: SlowBrokerConfig) -> tuple[int, str] | None:
+def _window_culprit(
+    table: _Table,
+    request: str,
+    w: int,
+    cfg: SlowBrokerConfig,
+    usable: dict[int, StageWindow],
+    above: frozenset[int],
+    waiting: set[int],
+) -> tuple[int, str] | None:
     """Rule 9 in one window: ``(broker, stage)`` of the one broker above the threshold whose own
     stage is far out of line with its peers', when every other broker above the threshold waits
     in ``remote``; or ``(broker, "")`` when no own stage stands out anywhere but exactly one
     broker above the threshold does not wait in ``remote`` while the others above it do; else
     None."""
-    key = (request, w)
-    if key in table.culprits:
-        return table.culprits[key]
-    usable = table.usable(request, "total", w, cfg.min_requests)
-    above = {b for b, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms}
-    remote = table.usable(request, "remote", w, 1)
+    if len(usable) < 2:
+        return None
     out_of_line: dict[int, tuple[str, float]] = {}
     for stage in cfg.culprit_stages:
         rows = table.usable(request, stage, w, 1)
@@ -343,22 +387,16 @@ def window_culprit(table: _Table, request: str, w: int, cfg: SlowBrokerConfig) -
             far = mine.p99_ms >= cfg.degraded_ratio * peers and excess >= cfg.culprit_excess_ms
             if far and (b not in out_of_line or excess > out_of_line[b][1]):
                 out_of_line[b] = (stage, excess)
-
-    def waits(x: int) -> bool:
-        return x in remote and (remote[x].p99_ms or 0.0) >= cfg.remote_share * (usable[x].p99_ms or 0.0)
-
-    culprit = None
-    if len(usable) >= 2 and len(out_of_line) == 1:
+    if len(out_of_line) == 1:
         ((b, (stage, _)),) = out_of_line.items()
-        culprit = (b, stage) if all(waits(x) for x in above - {b}) else None
-    elif len(usable) >= 2 and not out_of_line:
+        return (b, stage) if above - {b} <= waiting else None
+    if not out_of_line:
         # The same cause when no stage stands out: the one broker above the threshold that does
         # not wait in remote, while the others above it do (their time is spent waiting on it).
-        own = [b for b in above if not waits(b)]
+        own = above - waiting
         if len(own) == 1 and len(above) >= 2:
-            culprit = (own[0], "")
-    table.culprits[key] = culprit
-    return culprit
+            return (next(iter(own)), "")
+    return None
 
 
 def _waits_by_design(
@@ -380,29 +418,15 @@ def attributed_windows(
     which every broker above the threshold waits in ``remote`` (at least two) and no cause is
     named, when Rules 5 and 9 named exactly one broker over the windows, in at least
     ``attribute_min_windows`` of them."""
-    causes: list[int | None] = []
-    for w in windows:
-        suspect, _, _ = _window_suspect(table, request, w, cfg)
-        culprit = window_culprit(table, request, w, cfg)
-        causes.append(culprit[0] if culprit is not None else suspect)
-    named = [c for c in causes if c is not None]
-    out: dict[int, int] = {}
-    if len(set(named)) == 1 and len(named) >= cfg.attribute_min_windows:
-        b = named[0]
-        for w, cause in zip(windows, causes, strict=True):
-            if cause is not None:
-                continue
-            usable = table.usable(request, "total", w, cfg.min_requests)
-            above = {x for x, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms}
-            _, waiting, _ = _window_suspect(table, request, w, cfg)
-            if len(above) >= 2 and above <= set(waiting):
-                out[w] = b
-    return out
-
-
-def _is_culprit(table: _Table, request: str, w: int, b: int, cfg: SlowBrokerConfig) -> bool:
-    found = window_culprit(table, request, w, cfg)
-    return found is not None and found[0] == b
+    causes = [table.cause(request, w, cfg) for w in windows]
+    named = [c.named for c in causes if c.named is not None]
+    if len(set(named)) != 1 or len(named) < cfg.attribute_min_windows:
+        return {}
+    return {
+        w: named[0]
+        for w, c in zip(windows, causes, strict=True)
+        if c.named is None and len(c.above) >= 2 and c.above <= set(c.waiting)
+    }
 
 
 def attribute_stage(
@@ -446,42 +470,36 @@ class StalledFollower:
 
 
 def _window_suspect(
-    table: _Table, request: str, w: int, cfg: SlowBrokerConfig
-) -> tuple[int | None, list[int], dict[int, StageWindow]]:
-    """Rule 5 in one window: (suspected stalled follower or None, waiting leaders, usable rows).
+    table: _Table,
+    request: str,
+    w: int,
+    cfg: SlowBrokerConfig,
+    usable: dict[int, StageWindow],
+    waiting: list[int],
+    culprit: tuple[int, str] | None,
+) -> int | None:
+    """Rule 5 in one window: the suspected stalled follower, or None.
 
     The suspect is the one reporting broker that is not waiting. It may have served too few
     requests to be judged itself (a stalled JVM serves few): then it is a suspect whatever its
     p99; with enough requests its p99 must be below the threshold (else it is slow itself)."""
-    cached = table.suspects.get((request, w))
-    if cached is not None:
-        return cached
-    usable = table.usable(request, "total", w, cfg.min_requests)
     # A broker seen in the history but silent in this window counts as reporting: a stalled JVM
     # may log nothing for a window (or its agent's row arrives late), and it is then the best
     # suspect, not a reason to read the waiting leaders as a cluster-wide slowdown.
     reporting = set(table.usable(request, "total", w, 1)) | table.known(request)
-    remote = table.usable(request, "remote", w, 1)
-    waiting = sorted(
-        b
-        for b, r in usable.items()
-        if (r.p99_ms or 0.0) > cfg.p99_threshold_ms
-        and b in remote
-        and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (r.p99_ms or 0.0)
-    )
     others = [b for b in reporting if b not in waiting]
+    if len(waiting) < cfg.min_waiting_leaders or len(others) != 1:
+        return None
+    b = others[0]
     suspect = None
-    if len(waiting) >= cfg.min_waiting_leaders and len(others) == 1:
-        b = others[0]
-        if b not in usable or (usable[b].p99_ms or 0.0) <= cfg.p99_threshold_ms:
-            suspect = b if _replicates_fine(remote, b, waiting, cfg) else None
-        # A waiting broker far out of line in its own stages (Rule 9) is what the others wait
-        # on; the one broker not waiting is then only the one it does not lead for.
-        culprit = window_culprit(table, request, w, cfg)
-        if culprit is not None and culprit[0] != suspect:
-            suspect = None
-    table.suspects[(request, w)] = (suspect, waiting, usable)
-    return suspect, waiting, usable
+    if b not in usable or (usable[b].p99_ms or 0.0) <= cfg.p99_threshold_ms:
+        remote = table.usable(request, "remote", w, 1)
+        suspect = b if _replicates_fine(remote, b, waiting, cfg) else None
+    # A waiting broker far out of line in its own stages (Rule 9) is what the others wait on;
+    # the one broker not waiting is then only the one it does not lead for.
+    if culprit is not None and culprit[0] != suspect:
+        suspect = None
+    return suspect
 
 
 def _replicates_fine(
@@ -507,45 +525,30 @@ def stalled_followers(
     out = []
     for request in cfg.requests:
         windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
-        per_window: list[tuple[int, int | None, list[int], dict[int, StageWindow], float | None]] = []
-        culprits: list[tuple[int, str] | None] = []
-        for w in windows:
-            suspect, waiting, usable = _window_suspect(table, request, w, cfg)
-            worst = max((usable[b].p99_ms or 0.0 for b in waiting), default=None)
-            per_window.append((w, suspect, waiting, usable, worst))
-            culprits.append(window_culprit(table, request, w, cfg))
-        for b in sorted({s for _, s, *_ in per_window if s is not None}):
-            own = tuple(c[1] if c is not None and c[0] == b else None for c in culprits)
-            rows = [(w, s, usable.get(b), worst) for w, s, _, usable, worst in per_window]
+        causes = [table.cause(request, w, cfg) for w in windows]
+        # Per window: the worst waiting leader's p99.
+        worst = tuple(max((c.usable[x].p99_ms or 0.0 for x in c.waiting), default=None) for c in causes)
+        for b in sorted({c.suspect for c in causes if c.suspect is not None}):
+            own = tuple(c.culprit[1] if c.culprit is not None and c.culprit[0] == b else None for c in causes)
             verdicts = tuple(
                 WindowVerdict(
                     w,
                     row.count if row else 0,
                     row.p99_ms if row else None,
-                    worst,
-                    s == b or x is not None,
+                    worst_p99,
+                    c.suspect == b or x is not None,
                 )
-                for (w, s, row, worst), x in zip(rows, own, strict=True)
+                for w, c, x, worst_p99 in zip(windows, causes, own, worst, strict=True)
+                for row in [c.usable.get(b)]
             )
             score, active = walk_score((v.slow for v in verdicts), cfg)
             if active:
-                leaders = sorted(
-                    {
-                        x
-                        for (_, s, waiting, *_), c in zip(per_window, own, strict=True)
-                        if s == b or c
-                        for x in waiting
-                    }
-                    - {b}
-                )
+                leaders = {
+                    x for c, o in zip(causes, own, strict=True) if c.suspect == b or o for x in c.waiting
+                }
                 out.append(
                     StalledFollower(
-                        b,
-                        request,
-                        Score(score, active, verdicts),
-                        tuple(leaders),
-                        tuple(p[4] for p in per_window),
-                        own,
+                        b, request, Score(score, active, verdicts), tuple(sorted(leaders - {b})), worst, own
                     )
                 )
     return out
