@@ -31,6 +31,7 @@ from analyzer.window_state import KINDS as STATE_KINDS
 from analyzer.window_state import WindowState
 from linkwatch.aggregates import Aggregates
 from linkwatch.config import DirLocation, FileLocation, StrictModel
+from linkwatch.metrics_server import MetricsServer, Port
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 from remediation.pipeline import FindingPipeline, PipelineConfig
 
@@ -53,9 +54,12 @@ class HotKeySampling(StrictModel):
 
 
 class PrometheusConfig(StrictModel):
+    """The analyzer's ``/metrics`` endpoint (``linkwatch.metrics_server``); ``listen`` is its
+    host: loopback unless configured."""
+
     enabled: bool = True
     listen: str = "127.0.0.1"
-    port: int = Field(9309, ge=0, le=65535)
+    port: Port = 9309
 
 
 # A SparkSession setting's name: Spark's own namespace only, so a typo of another key is caught.
@@ -233,7 +237,12 @@ class AnalysisService:
         self._stopping = threading.Event()
         self._window_opts: StreamOptions | None = None
         self.metrics.registry.register(WindowStateCollector(self))
-        self._http = None
+        self._http: MetricsServer | None = None
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The ``/metrics`` port as bound (``prometheus.port: 0`` picks a free one), once started."""
+        return self._http.server_port if self._http is not None else None
 
     @property
     def archive_dir(self) -> Path:
@@ -280,11 +289,9 @@ class AnalysisService:
                 hk.max_records_per_tick,
             )
         if self.cfg.prometheus.enabled:
-            from prometheus_client import start_http_server
-
-            self._http = start_http_server(
-                self.cfg.prometheus.port, addr=self.cfg.prometheus.listen, registry=self.metrics.registry
-            )
+            self._http = MetricsServer(
+                self.metrics.registry, self.cfg.prometheus.listen, self.cfg.prometheus.port
+            ).start()
         return self
 
     def _start_state(self, archive: StreamOptions) -> None:
@@ -377,8 +384,10 @@ class AnalysisService:
         span = self.cfg.window_s * 1000 * self.cfg.lookback_windows
         hot = ()
         if self.sampler is not None:
+            skipped = self.sampler.skipped
             self.sampler.poll()
             hot = self.sampler.hot_keys()
+            self.metrics.key_sampler_skipped.labels(self.cfg.cluster).inc(self.sampler.skipped - skipped)
         since = now_ms - span - self.cfg.window_s * 1000
         self._check_window_stream()
         if self.state is not None:
@@ -417,9 +426,7 @@ class AnalysisService:
             self.sampler.close()
         self.engine.close()
         if self._http is not None:
-            server, thread = self._http
-            server.shutdown()
-            thread.join(5)
+            self._http.close()
 
 
 def run_continuously(

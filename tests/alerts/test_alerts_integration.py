@@ -158,7 +158,7 @@ def _start_analyzer(cluster: ClusterState, live_stops: list, state_dir: Path) ->
         service.stop()
 
     live_stops.append(_stop)
-    port = service._http[0].server_port
+    port = service.metrics_port
     return [ScrapeTarget("linkwatch-analyzer", f"127.0.0.1:{port}", {"cluster": CLUSTER})]
 
 
