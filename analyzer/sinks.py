@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from analyzer.base import DetectorGauge, FindingSink, GaugeValues
 from linkwatch.aggregates import Aggregates
@@ -92,6 +92,12 @@ class PrometheusSink(FindingSink):
             "linkwatch_hot_key_share_ratio",
             "share of sampled records",
             ("cluster", "topic", "key"),
+            registry=self.registry,
+        )
+        self.key_sampler_skipped = Counter(
+            "linkwatch_key_sampler_skipped_records",
+            "records the key sampler skipped ahead while behind (it reads the same share of every partition)",
+            ("cluster",),
             registry=self.registry,
         )
         self.dropped = 0
