@@ -2,7 +2,8 @@
 what was expected, what each path said and when, and a verdict.
 
     python bench/fault_matrix.py [--scenarios leader_pause_400,all_paused,...] [--fault-s 60]
-                                 [--soak-s 900] [--json PATH]
+                                 [--soak-s 900] [--json PATH] [--save-run RUN.json]
+    python bench/fault_matrix.py --from-run RUN.json   # judge a saved run again, no cluster
 
 What runs for real: a 3-broker KRaft cluster (``linkwatch.testbed``); producer load (acks=1
 uniform and Zipf keys, acks=all) and a consumer; one agent per broker (in this process, 2 s
@@ -22,7 +23,10 @@ windows) publishing to ``linkwatch.samples`` and serving /metrics; the faults of
 
 Besides, the agents' windows are read back from the samples topic after the run and replayed
 through the analyzer's engine (``WindowState`` → ``SlowBrokerDetector`` → ``Engine``) window by
-window: the rules' verdict on the same rows without the pipeline's delay.
+window: the rules' verdict on the same rows without the pipeline's delay. ``--save-run`` keeps
+the run (the agents' records, the phases, the live findings and alerts), and ``--from-run``
+judges it again: the live paths as they were, the replay with the rules as they are now (a rule
+change is tried on every scenario's real windows without a cluster).
 
 Per scenario: whether the fault took effect (the stage it should move: the victim's median p99
 against its peers' in the fault windows), per path the findings that appeared during the
@@ -398,6 +402,34 @@ class Run:
     alerts: list[dict[str, Any]]
     ticks: list[tuple[float, float, float | None]]
     records: list[R.Record]
+
+
+def save_run(result: Run, path: Path) -> None:
+    """The run as one JSON document; records and findings in their wire form (``to_json``)."""
+    doc = {
+        "marks": result.phases.marks,
+        "errors": result.phases.errors,
+        "live": [(t, f.to_json().decode()) for t, f in result.live],
+        "alerts": result.alerts,
+        "ticks": result.ticks,
+        "records": [r.to_json().decode() for r in result.records],
+    }
+    path.write_text(json.dumps(doc))
+
+
+def load_run(path: Path) -> Run:
+    doc = json.loads(path.read_text())
+    phases = Phases(errors=doc["errors"])
+    for scenario, spans in doc["marks"].items():
+        phases.marks[scenario] = {name: (a, b) for name, (a, b) in spans.items()}
+    live = [(t, R.decode(raw)) for t, raw in doc["live"]]
+    return Run(
+        phases,
+        [(t, f) for t, f in live if isinstance(f, R.Finding)],
+        doc["alerts"],
+        [tuple(x) for x in doc["ticks"]],
+        [R.decode(raw) for raw in doc["records"]],
+    )
 
 
 def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
@@ -792,6 +824,14 @@ def main() -> None:
         help="the live analyzer's evaluation (default: the service's default)",
     )
     ap.add_argument("--json", type=Path, help="also write the table here")
+    ap.add_argument(
+        "--save-run", type=Path, help="write the run (phases, findings, alerts, the agents' records) here"
+    )
+    ap.add_argument(
+        "--from-run",
+        type=Path,
+        help="judge a saved run again instead of running (the replay uses the rules as they are now)",
+    )
     args = ap.parse_args()
     unknown = [n for n in args.scenarios.split(",") if n and n not in SCENARIOS]
     if unknown:
@@ -800,7 +840,12 @@ def main() -> None:
     print(f"start: {load_line()}", flush=True)
     print(f"analyzer evaluation: {args.evaluation}", flush=True)
     print("Prometheus path in FAST mode: rules' for: 10 s, ranges 30s/20s/40s (shipped: for: 5m)", flush=True)
-    result = run(chosen, args)
+    if args.from_run:
+        result = load_run(args.from_run)
+    else:
+        result = run(chosen, args)
+        if args.save_run:
+            save_run(result, args.save_run)
     spans = [(m["before"][0], m["after"][1]) for m in result.phases.marks.values()]
     replayed, state = replay(result.records, spans)
     rows = table(chosen, result, replayed, state)
