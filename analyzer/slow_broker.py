@@ -75,7 +75,11 @@ toward Rule 3's cluster-wide slowdown (nor hold findings back by Rule 6). It doe
 the broker's slow window either: only the windows that name it do (on a loaded machine one
 broker is now and then out of line in its own stages, and the all-waiting windows around it
 must not turn that into a finding). With no cause named, or causes naming different brokers
-(every broker paused in turn), it stays Rule 3's.
+(every broker paused in turn), it stays Rule 3's. Windows that leave the named broker out (it is
+the one broker below the threshold and not waiting while the others wait: Rule 5's shape, but
+its own ``remote`` too high for Rule 5's check, as a paused broker's own acks=all requests wait
+out its pauses too) count toward ``attribute_min_windows`` as well (``attribute_left_out``);
+they never name a broker by themselves, and those leaving out another broker are not counted.
 Also for Rule 3: a broker whose time for a request type is spent in a stage that waits by design
 (``wait_stages``: a consumer fetch's long poll in purgatory, up to ``fetch.max.wait.ms``) carrying
 ``remote_share`` of its p99 is not counted above the threshold: idle consumers on every broker
@@ -168,6 +172,8 @@ class SlowBrokerConfig(DetectorConfig):
     culprit_stages: list[str] = Field(default_factory=lambda: ["requestQueue", "local", "responseQueue"])
     # Rule 10: windows naming the one cause (Rules 5, 9) before an all-waiting window is its.
     attribute_min_windows: int = Field(2, ge=1)
+    # Rule 10: windows that leave the same broker out (Rule 5's shape) point at it as well.
+    attribute_left_out: bool = True
     # Stages that wait by design per request type (a fetch's long poll in purgatory): never slowness.
     wait_stages: dict[str, list[str]] = Field(
         default_factory=lambda: {FETCH_CONSUMER: ["remote"], FETCH_FOLLOWER: ["remote"]}
@@ -217,6 +223,7 @@ class WindowCause:
     waiting: tuple[int, ...]  # of those, spending ``remote_share`` of their p99 in ``remote``
     suspect: int | None  # Rule 5: the stalled follower the waiting leaders point at
     culprit: tuple[int, str] | None  # Rule 9: (broker, its own stage out of line, or "")
+    left_out: int | None = None  # Rule 5's shape without its replication check (Rule 10)
 
     @property
     def culprit_broker(self) -> int | None:
@@ -256,8 +263,8 @@ class _Table:
                 )
             )
             culprit = _window_culprit(self, request, w, cfg, usable, above, set(waiting))
-            suspect = _window_suspect(self, request, w, cfg, usable, list(waiting), culprit)
-            self.causes[key] = WindowCause(usable, above, waiting, suspect, culprit)
+            left_out, suspect = _window_suspect(self, request, w, cfg, usable, list(waiting), culprit)
+            self.causes[key] = WindowCause(usable, above, waiting, suspect, culprit, left_out)
         return self.causes[key]
 
     def known(self, request: str) -> set[int]:
@@ -420,7 +427,14 @@ def attributed_windows(
     ``attribute_min_windows`` of them."""
     causes = [table.cause(request, w, cfg) for w in windows]
     named = [c.named for c in causes if c.named is not None]
-    if len(set(named)) != 1 or len(named) < cfg.attribute_min_windows:
+    # The windows in which the same broker is left out (below the threshold, not waiting, while
+    # the others wait) point at it too: a paused broker's own acks=all requests wait out its
+    # pauses as well, so Rule 5's replication check often rejects it.
+    # They add to the count of the one broker Rules 5 and 9 named; they never name one alone.
+    if len(set(named)) != 1:
+        return {}
+    left_out = [c for c in causes if c.named is None and c.left_out == named[0]]
+    if len(named) + (len(left_out) if cfg.attribute_left_out else 0) < cfg.attribute_min_windows:
         return {}
     return {
         w: named[0]
@@ -477,8 +491,11 @@ def _window_suspect(
     usable: dict[int, StageWindow],
     waiting: list[int],
     culprit: tuple[int, str] | None,
-) -> int | None:
-    """Rule 5 in one window: the suspected stalled follower, or None.
+) -> tuple[int | None, int | None]:
+    """Rule 5 in one window: ``(left out, suspect)``. *Left out*: the one reporting broker not
+    waiting, below the threshold (or with too few requests to judge), while at least
+    ``min_waiting_leaders`` wait; the *suspect* is that broker when its own replication is fine
+    and no other broker is the window's culprit (Rule 9).
 
     The suspect is the one reporting broker that is not waiting. It may have served too few
     requests to be judged itself (a stalled JVM serves few): then it is a suspect whatever its
@@ -489,17 +506,17 @@ def _window_suspect(
     reporting = set(table.usable(request, "total", w, 1)) | table.known(request)
     others = [b for b in reporting if b not in waiting]
     if len(waiting) < cfg.min_waiting_leaders or len(others) != 1:
-        return None
+        return None, None
     b = others[0]
-    suspect = None
-    if b not in usable or (usable[b].p99_ms or 0.0) <= cfg.p99_threshold_ms:
-        remote = table.usable(request, "remote", w, 1)
-        suspect = b if _replicates_fine(remote, b, waiting, cfg) else None
+    if b in usable and (usable[b].p99_ms or 0.0) > cfg.p99_threshold_ms:
+        return None, None
+    remote = table.usable(request, "remote", w, 1)
+    suspect = b if _replicates_fine(remote, b, waiting, cfg) else None
     # A waiting broker far out of line in its own stages (Rule 9) is what the others wait on;
     # the one broker not waiting is then only the one it does not lead for.
     if culprit is not None and culprit[0] != suspect:
         suspect = None
-    return suspect
+    return b, suspect
 
 
 def _replicates_fine(

@@ -120,6 +120,11 @@ def waiting(p99: float) -> dict:
     return {"p99": p99, "stage_p99": {**BUSY_STAGES, "requestQueue": 20.0, "local": 5.0, "remote": p99 - 10}}
 
 
+# Below the line, but its own acks=all requests wait in remote too (over Rule 5's 0.25 × the
+# waiting leaders'): the broker a paused broker leaves out is itself.
+LEFT_OUT = {"p99": 200.0, "stage_p99": {**BUSY_STAGES, "remote": 190.0}}
+
+
 def now_after(n_windows: int) -> int:
     return window(n_windows)
 
@@ -242,6 +247,32 @@ CASES = [
         10,
         3,
         {b: {i: waiting(450.0) for i in range(1, 10) if (i, b) not in ((4, 0), (8, 1))} for b in range(3)},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
+        # The live e2e's shape on a quiet machine: broker 2 named once (Rule 9), then left out
+        # below the line while 0 and 1 wait on it (its own remote too high for Rule 5's check),
+        # or all three wait.
+        "paused broker 2 named once, then left out or everyone waiting: not cluster-wide",
+        10,
+        3,
+        {
+            0: {i: waiting(450.0) for i in range(2, 10)},
+            1: {i: waiting(450.0) for i in range(2, 10)},
+            2: {2: paused(2)} | {i: waiting(450.0) for i in (4, 6, 8)} | {i: LEFT_OUT for i in (3, 5, 7, 9)},
+        },
+        {},
+    ),
+    (
+        "named once, but the brokers left out vary (each slowed alike in turn): cluster-wide",
+        10,
+        3,
+        {
+            b: {i: waiting(450.0) for i in range(2, 10) if (i, b) not in ((3, 0), (5, 1), (7, 0), (9, 1))}
+            | ({i: LEFT_OUT for i in range(3, 10) if (i, b) in ((3, 0), (5, 1), (7, 0), (9, 1))})
+            | ({2: paused(2)} if b == 2 else {})
+            for b in range(3)
+        },
         {("cluster_slow", "cluster:c1"): None},
     ),
     (
