@@ -44,7 +44,10 @@ on (``slow_broker``, the stalled follower) are marked provisional (evidence key
 finding that is not already active, and keeps an active one active. A cluster that slows down
 broker by broker is then one ``cluster_slow`` finding a few windows later, never first a slow
 broker whose leadership would be moved; and a broker already found is not cleared and found
-again (restored and demoted in turn) because one window read cluster-wide.
+again (restored and demoted in turn) because one window read cluster-wide. They stay provisional
+for ``hold_windows`` windows after Rule 3's score was last active (its walk starts
+``attribute_lookback_windows`` back): every broker paused in turn leaves, once the slowdown has
+faded, one leader waiting on its followers alone for a few windows.
 
 Rule 7 — a slow client is the client's finding: when Rule 4 puts a flagged broker's excess in a
 ``client_stages`` stage (``send``: the client does not read its socket promptly; ``throttle``:
@@ -80,6 +83,8 @@ the one broker below the threshold and not waiting while the others wait: Rule 5
 its own ``remote`` too high for Rule 5's check, as a paused broker's own acks=all requests wait
 out its pauses too) count toward ``attribute_min_windows`` as well (``attribute_left_out``);
 they never name a broker by themselves, and those leaving out another broker are not counted.
+A broker named in the history does not attribute when another was named in the windows before
+it, within ``attribute_lookback_windows``: brokers paused in turn are each named now and then.
 Also for Rule 3: a broker whose time for a request type is spent in a stage that waits by design
 (``wait_stages``: a consumer fetch's long poll in purgatory, up to ``fetch.max.wait.ms``) carrying
 ``remote_share`` of its p99 is not counted above the threshold: idle consumers on every broker
@@ -163,6 +168,8 @@ class SlowBrokerConfig(DetectorConfig):
     # Rule 5: a suspect's own remote p99 / the waiting leaders' median remote p99, at most.
     suspect_remote_ratio: float = Field(0.25, gt=0, le=1)
     hold_while_cluster_wide: bool = True  # Rule 6
+    # Rule 6: hold also while Rule 3's score was active in any of the last hold_windows windows.
+    hold_windows: int = Field(12, ge=1)
     client_stages: list[str] = Field(default_factory=lambda: ["send", "throttle"])  # Rule 7
     # Rule 8: stage p99 ≥ degraded_ratio × the peers' median and ≥ degraded_excess_ms above it.
     degraded_ratio: float = Field(5.0, ge=1.0)
@@ -174,6 +181,8 @@ class SlowBrokerConfig(DetectorConfig):
     attribute_min_windows: int = Field(2, ge=1)
     # Rule 10: windows that leave the same broker out (Rule 5's shape) point at it as well.
     attribute_left_out: bool = True
+    # Rule 10: no other broker named in this many windows (the history's and those before it).
+    attribute_lookback_windows: int = Field(18, ge=1)
     # Stages that wait by design per request type (a fetch's long poll in purgatory): never slowness.
     wait_stages: dict[str, list[str]] = Field(
         default_factory=lambda: {FETCH_CONSUMER: ["remote"], FETCH_FOLLOWER: ["remote"]}
@@ -198,16 +207,23 @@ class Score:
     windows: tuple[WindowVerdict, ...]
 
 
-def walk_score(slow_flags: Iterable[bool], cfg: SlowBrokerConfig) -> tuple[int, bool]:
-    """Rule 2: the saturating score and the hysteresis state after the last window."""
-    score, active = 0, False
+def walk_states(slow_flags: Iterable[bool], cfg: SlowBrokerConfig) -> list[tuple[int, bool]]:
+    """Rule 2: the saturating score and the hysteresis state after each window."""
+    score, active, states = 0, False, []
     for slow in slow_flags:
         score = min(cfg.max_score, score + 1) if slow else max(0, score - 1)
         if score >= cfg.fire_score:
             active = True
         elif score <= cfg.clear_score:
             active = False
-    return score, active
+        states.append((score, active))
+    return states
+
+
+def walk_score(slow_flags: Iterable[bool], cfg: SlowBrokerConfig) -> tuple[int, bool]:
+    """Rule 2: the saturating score and the hysteresis state after the last window."""
+    states = walk_states(slow_flags, cfg)
+    return states[-1] if states else (0, False)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -321,50 +337,72 @@ def broker_scores(
 def cluster_score(
     data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, request: str, table: _Table | None = None
 ) -> tuple[Score, list[dict]]:
-    """Rule 3 for one request type: the fraction of brokers above the absolute threshold."""
+    """Rule 3 for one request type: the fraction of brokers above the absolute threshold.
+
+    The evidence has one entry per history window; ``cluster_active`` is Rule 3's state after
+    the window, walked from the start of the longer lookback (``attribute_lookback_windows``),
+    which Rule 6 reads: a slowdown that fired stays in view after its history has scrolled on."""
     table = table if table is not None else _Table(data.broker_stages)
-    windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
-    attributed = attributed_windows(table, request, windows, cfg)
+    span = max(cfg.history_windows, cfg.attribute_lookback_windows)
+    lookback = table.windows(request, "total", now_ms, data.window_s, span)
+    windows = lookback[-cfg.history_windows :]
+    early = lookback[: len(lookback) - len(windows)]
+    attributed = attributed_windows(table, request, windows, cfg, lookback)
+    # The windows before the history as they were judged with the lookback as their history.
+    early_attributed = attributed_windows(table, request, lookback, cfg) if early else {}
+    early_flags = [_cluster_wide(table, request, w, cfg, early_attributed)[0] for w in early]
     flags, evidence = [], []
     for w in windows:
-        usable = table.usable(request, "total", w, cfg.min_requests)
-        # Waits by design (a long poll) are not slowness: not counted above the threshold.
-        above = sorted(
-            b
-            for b, r in usable.items()
-            if (r.p99_ms or 0.0) > cfg.p99_threshold_ms and not _waits_by_design(table, request, w, b, r, cfg)
-        )
-        fraction = len(above) / len(usable) if len(usable) >= 2 else 0.0
-        cause = table.cause(request, w, cfg)
-        waiting, culprit = list(cause.waiting), cause.culprit
-        # Leaders waiting on one stalled follower (Rule 5) are not a cluster-wide slowdown, even
-        # in the windows before Rule 5's own score has fired.
-        # Nor is one broker slow in its own stages with the other slow ones only waiting on
-        # replication (remote): the leaders wait on that broker as their follower, one cause.
-        own = [b for b in above if b not in waiting]
-        single_cause = len(own) == 1 and len(waiting) >= 1
-        # Nor is one broker out of line in its own stages with the others waiting in remote,
-        # whether or not it waits in remote too (Rule 9).
-        flags.append(
-            fraction > cfg.cluster_wide_fraction
-            and cause.suspect is None
-            and not single_cause
-            and culprit is None
-            and w not in attributed  # Rule 10
-        )
+        flag, above, usable, cause = _cluster_wide(table, request, w, cfg, attributed)
+        flags.append(flag)
         evidence.append(
             {
                 "window_start_ms": w,
-                "cluster_wide": flags[-1],
+                "cluster_wide": flag,
                 "brokers_above": above,
                 "brokers_reporting": len(usable),
-                "brokers_waiting_remote": waiting,
-                "culprit": None if culprit is None else {"broker": culprit[0], "stage": culprit[1]},
+                "brokers_waiting_remote": list(cause.waiting),
+                "culprit": None
+                if cause.culprit is None
+                else {"broker": cause.culprit[0], "stage": cause.culprit[1]},
                 "attributed_to": attributed.get(w),
             }
         )
+    for e, (_, active) in zip(evidence, walk_states(early_flags + flags, cfg)[len(early) :], strict=True):
+        e["cluster_active"] = active
     score, active = walk_score(flags, cfg)
     return Score(score, active, ()), evidence
+
+
+def _cluster_wide(
+    table: _Table, request: str, w: int, cfg: SlowBrokerConfig, attributed: dict[int, int]
+) -> tuple[bool, list[int], dict[int, StageWindow], WindowCause]:
+    """Rule 3's test of one window: (cluster-wide, brokers above, usable rows, the cause)."""
+    usable = table.usable(request, "total", w, cfg.min_requests)
+    # Waits by design (a long poll) are not slowness: not counted above the threshold.
+    above = sorted(
+        b
+        for b, r in usable.items()
+        if (r.p99_ms or 0.0) > cfg.p99_threshold_ms and not _waits_by_design(table, request, w, b, r, cfg)
+    )
+    fraction = len(above) / len(usable) if len(usable) >= 2 else 0.0
+    cause = table.cause(request, w, cfg)
+    # Leaders waiting on one stalled follower (Rule 5) are not a cluster-wide slowdown, even
+    # in the windows before Rule 5's own score has fired.
+    # Nor is one broker slow in its own stages with the other slow ones only waiting on
+    # replication (remote): the leaders wait on that broker as their follower, one cause.
+    own = [b for b in above if b not in cause.waiting]
+    single_cause = len(own) == 1 and len(cause.waiting) >= 1
+    # Nor is one broker out of line in its own stages with the others waiting in remote,
+    # whether or not it waits in remote too (Rule 9).
+    flag = (
+        fraction > cfg.cluster_wide_fraction
+        and cause.suspect is None
+        and not single_cause
+        and cause.culprit is None
+        and w not in attributed  # Rule 10
+    )
+    return flag, above, usable, cause
 
 
 def _window_culprit(
@@ -419,14 +457,20 @@ def _waits_by_design(
 
 
 def attributed_windows(
-    table: _Table, request: str, windows: list[int], cfg: SlowBrokerConfig
+    table: _Table, request: str, windows: list[int], cfg: SlowBrokerConfig, lookback: list[int] | None = None
 ) -> dict[int, int]:
     """Rule 10 over ``windows`` (a request type's history): window -> broker, for the windows in
     which every broker above the threshold waits in ``remote`` (at least two) and no cause is
     named, when Rules 5 and 9 named exactly one broker over the windows, in at least
-    ``attribute_min_windows`` of them."""
+    ``attribute_min_windows`` of them, and no other broker over ``lookback`` (the longer span of
+    ``attribute_lookback_windows`` ending with ``windows``; default: ``windows``)."""
     causes = [table.cause(request, w, cfg) for w in windows]
     named = [c.named for c in causes if c.named is not None]
+    # Every broker paused in turn names each of them now and then: a cause named in the history
+    # alone, with another named just before it, is no cause of the all-waiting windows.
+    earlier = [table.cause(request, w, cfg).named for w in (lookback or [])[: -len(windows) or None]]
+    if any(b is not None and b not in named for b in earlier):
+        return {}
     # The windows in which the same broker is left out (below the threshold, not waiting, while
     # the others wait) point at it too: a paused broker's own acks=all requests wait out its
     # pauses as well, so Rule 5's replication check often rejects it.
@@ -755,7 +799,10 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         # Rule 6: the most recent window reads cluster-wide: what remediation may act on is only
         # provisional — the engine does not raise it new, but an already active one stays active
         # (withdrawing it would clear and re-raise it, and restore and demote a broker in turn).
-        hold = cfg.hold_while_cluster_wide and any(ev and ev[-1]["cluster_wide"] for _, _, ev in cluster)
+        hold = cfg.hold_while_cluster_wide and any(
+            ev and (ev[-1]["cluster_wide"] or any(e["cluster_active"] for e in ev[-cfg.hold_windows :]))
+            for _, _, ev in cluster
+        )
         actable = [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
         actable += [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
         if hold:

@@ -457,6 +457,30 @@ CASES = [
         {("cluster_slow", "cluster:c1"): None},
     ),
     (
+        # The fault matrix's every-broker-paused run: broker 2 named once long ago (window 1),
+        # later broker 1 named twice; the history alone names only broker 1.
+        "everyone waits; broker 2 named before the history, broker 1 twice in it: cluster-wide",
+        16,
+        3,
+        {
+            b: {i: waiting(450.0) for i in range(1, 16)}
+            | ({1: paused(1)} if b == 2 else {})
+            | ({i: paused(i) for i in (6, 9)} if b == 1 else {})
+            for b in range(3)
+        },
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
+        # Also from that run: after the slowdown fired and faded, one leader waits on its
+        # followers alone for a few windows. Not a finding remediation may act on (Rule 6).
+        "cluster-wide slowdown fired, then one leader alone waits in remote: held",
+        14,
+        3,
+        {b: {i: waiting(450.0) for i in range(5)} for b in range(3)}
+        | {2: {i: waiting(450.0) for i in range(14)}},
+        {},
+    ),
+    (
         "loaded machine: one window in which one broker's request queue spikes, others waiting",
         10,
         3,
