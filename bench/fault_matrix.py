@@ -92,7 +92,8 @@ LATENCY_ALERTS = {
 
 @dataclass(frozen=True)
 class Expect:
-    """A finding that is right for a scenario: rule (or alertname), subject, stage (None: any)."""
+    """A finding that is right for a scenario: rule (or alertname), subject, stage (None: any;
+    ``a|b``: either)."""
 
     rule: str
     subject: str
@@ -100,6 +101,10 @@ class Expect:
 
     def matches(self, rule: str, subject: str) -> bool:
         return rule == self.rule and subject == self.subject
+
+    def stage_ok(self, stages: list[str]) -> bool:
+        """The first stage named is right (the one a remediation would act on)."""
+        return self.stage is None or stages[:1] in ([s] for s in self.stage.split("|"))
 
     def __str__(self) -> str:
         return f"{self.rule} {self.subject} {self.stage or 'any stage'}"
@@ -199,6 +204,7 @@ def _b(subject_rule: str, stage: str | None, broker: int = VICTIM) -> Expect:
     return Expect(subject_rule, f"broker:{broker}", stage)
 
 
+QUEUES = "requestQueue|responseQueue"
 PAUSE_NOTE = "a stopped JVM stretches whichever stage a request is in: any stage is right"
 SCENARIOS = {
     s.name: s
@@ -237,8 +243,10 @@ SCENARIOS = {
         Scenario(
             "cpu_starved",
             lambda c: faults.starve_cpu(c.pid(VICTIM), busy_processes=6),
-            (_b("slow_broker", "requestQueue"), _b("degraded_broker", "requestQueue")),
-            (_b("LinkwatchSlowBroker", "requestQueue"), _b("LinkwatchDegradedBroker", "requestQueue")),
+            # A starved CPU delays the request handler threads and the network threads alike:
+            # either queue names it (the issue's "queue → CPU / handler threads").
+            (_b("slow_broker", QUEUES), _b("degraded_broker", QUEUES)),
+            (_b("LinkwatchSlowBroker", QUEUES), _b("LinkwatchDegradedBroker", QUEUES)),
             Effect(R.PRODUCE, ("requestQueue", "local")),
         ),
         Scenario(
@@ -649,12 +657,7 @@ def judge(
     latency = [i for i in mine if i.rule.split(":")[0] in LATENCY_ALERTS] if path == "prometheus" else mine
     subject_ok = [i for i in mine if any(e.matches(i.rule, i.subject) for e in expects) and i.start >= onset]
     good = [
-        i
-        for i in subject_ok
-        # The stage first named is the one a remediation would act on.
-        if any(
-            e.matches(i.rule, i.subject) and (e.stage is None or i.stages[:1] == [e.stage]) for e in expects
-        )
+        i for i in subject_ok if any(e.matches(i.rule, i.subject) and e.stage_ok(i.stages) for e in expects)
     ]
     eligible_wrong = [i for i in mine if i.rule in ELIGIBLE[path] and i not in subject_ok]
     others = [i for i in mine if i not in subject_ok]

@@ -312,6 +312,27 @@ CASES = [
         {("degraded_broker", "broker:2"): "requestQueue"},
     ),
     (
+        # The fault matrix's CPU starvation: the queue out of line in most windows, and in one a
+        # replication wait far larger (remote 240 against 70 ms) that outweighed them summed.
+        "degraded: CPU starved, the queue in 5 windows, one replication outlier: the queue",
+        8,
+        3,
+        {
+            b: {i: {"p99": 40.0, "stage_p99": {**BUSY_STAGES, "remote": 30.0}} for i in range(8)}
+            | (
+                {
+                    i: {"p99": 80.0, "stage_p99": {**BUSY_STAGES, "remote": 30.0, "requestQueue": 25.0}}
+                    for i in range(2, 8)
+                }
+                | {5: {"p99": 250.0, "stage_p99": {**BUSY_STAGES, "remote": 200.0}}}
+                if b == 2
+                else {}
+            )
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:2"): "requestQueue"},
+    ),
+    (
         "degraded: slow log appends, local 40 ms against 2.2 ms",
         8,
         3,
