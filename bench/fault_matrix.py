@@ -64,7 +64,7 @@ from linkwatch import records as R
 from linkwatch.aggregates import StageWindow
 from linkwatch.testbed import faults
 from linkwatch.testbed.agents import config_for_node, start_agents_in_process
-from linkwatch.testbed.alert_stack import AlertStack, ScrapeTarget, agent_targets, free_port
+from linkwatch.testbed.alert_stack import AlertStack, ScrapeTarget, agent_targets
 from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from linkwatch.testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, ensure_topic
 
@@ -360,7 +360,7 @@ def analyzer_config(state: ClusterState, root: Path, evaluation: str) -> Analyze
         spark_log=root / "spark.log",
         detectors={"slow_broker": None},
         policy=PolicyConfig(by_severity=info_too),
-        prometheus=PrometheusConfig(enabled=True, port=free_port()),
+        prometheus=PrometheusConfig(enabled=True, port=0),  # the service's metrics_port says which
     )
 
 
@@ -494,7 +494,7 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
             {c.broker_id: a.metrics_port for (a, _), c in zip(agents, configs, strict=True)}, CLUSTER
         )
         targets.append(
-            ScrapeTarget("linkwatch-analyzer", f"127.0.0.1:{cfg.prometheus.port}", {"cluster": CLUSTER})
+            ScrapeTarget("linkwatch-analyzer", f"127.0.0.1:{service.metrics_port}", {"cluster": CLUSTER})
         )
         stack = AlertStack(root / "alerts", targets, fast=True, scrape_s=1, eval_s=1, for_s=10).start()
         stops.append(stack.stop)
