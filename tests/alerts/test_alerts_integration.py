@@ -132,6 +132,9 @@ def _start_analyzer(cluster: ClusterState, live_stops: list, state_dir: Path) ->
             "cluster": CLUSTER,
             "bootstrap": cluster.bootstrap,
             "window_s": 2,
+            # In memory: an evaluation takes a second or two where re-reading the archive took
+            # up to two minutes on a loaded full run (one CI run's slow-broker test: 731 s).
+            "evaluation": "incremental",
             "lookback_windows": 30,
             "interval_s": 4.0,
             "trigger_s": 5.0,
