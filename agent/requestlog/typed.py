@@ -24,8 +24,10 @@ _LIMIT = MAX_STAGE_MS / 8
 Stage = Annotated[int, msgspec.Meta(ge=0, lt=int(_LIMIT))] | Annotated[float, msgspec.Meta(ge=0, lt=_LIMIT)]
 
 
-class Tail(msgspec.Struct):
-    """A line's tail object: what the windows need of a usual line but its type and stamp."""
+class Tail(msgspec.Struct, gc=False):
+    """A line's tail object: what the windows need of a usual line but its type and stamp.
+    Not tracked by the garbage collector (it holds a str and numbers only, no cycle can go
+    through it): a block makes hundreds at once, which would otherwise trigger collections."""
 
     connection: str
     totalTimeMs: Stage
