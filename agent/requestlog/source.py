@@ -12,7 +12,6 @@ import operator
 import time
 from collections.abc import Iterable
 from datetime import tzinfo
-from itertools import filterfalse
 from pathlib import Path
 
 import orjson
@@ -29,6 +28,7 @@ from agent.requestlog.parse import (
     TimestampParser,
     is_follower_fetch,
 )
+from agent.requestlog.typed import decode_tails
 from agent.requestlog.window import (
     CHUNK,
     ROW_ORDER,
@@ -255,6 +255,10 @@ def _count_slow(closed: list[ClosedWindow], health: Health) -> None:
             health.slow_requests[request] += n_slow
 
 
+_TOTAL_OF = operator.attrgetter("totalTimeMs")
+_REMOTE_OF = operator.attrgetter("remoteTimeMs")
+
+
 def _ingest_fast(
     block: bytes, parser: LineParser, agg: WindowAggregator, health: Health
 ) -> list[ClosedWindow] | None:
@@ -263,17 +267,22 @@ def _ingest_fast(
     nothing changed but caches) for any other block: the caller then takes that path.
 
     Per line only positions, two cache lookups and one slice (:func:`_scan`); per request type
-    in the block, the stage tokens of all its lines are split, checked and counted by C loops
-    (:func:`_columns`). Slow lines are parsed in full, in line order (exemplars)."""
+    in the block, the tails of all its lines are decoded by one msgspec call
+    (:func:`agent.requestlog.typed.decode_tails`) and each stage's values counted by one C loop
+    (:meth:`RequestAccumulator.count`). Slow lines are parsed in full, in line order
+    (exemplars)."""
     if not block.isascii() or len(block) > parser.max_line_bytes:
         return None
     scanned = _scan(block, parser.ts)
     if scanned is None:
         return None
     tss, groups = scanned
-    columns = _columns(groups)
-    if columns is None:
-        return None
+    decoded = []
+    for request, group in groups.items():
+        rows = decode_tails(group[1::2])
+        if rows is None:
+            return None
+        decoded.append((request, group[0::2], rows))
     tmin, tmax = min(tss), max(tss)
     start = tmin - tmin % agg.window_ms
     if tmax >= start + agg.window_ms or start < agg.closed_before:
@@ -285,15 +294,15 @@ def _ingest_fast(
         return None
     slow: list[tuple[int, float]] = []
     threshold = agg.slow_threshold_ms
-    for request, positions, tokens in columns:
+    for request, positions, rows in decoded:
         acc = win.requests.get(request)
         if acc is None:
             acc = win.requests[request] = RequestAccumulator(agg.memo)
-        acc.count(tokens)
-        totals = list(map(_TOKEN_VALUES.__getitem__, tokens[ROW_TOTAL::7]))
+        acc.count(rows)
+        totals = list(map(_TOTAL_OF, rows))
         if request is FETCH_CONSUMER or request is FETCH_FOLLOWER:
             # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
-            totals = list(map(operator.sub, totals, map(_TOKEN_VALUES.__getitem__, tokens[ROW_REMOTE::7])))
+            totals = list(map(operator.sub, totals, map(_REMOTE_OF, rows)))
         if max(totals) >= threshold:
             slow += [(at, t) for at, t in zip(positions, totals, strict=True) if t >= threshold]
     for at, t in sorted(slow):
@@ -380,60 +389,6 @@ def _kind_of(key: bytes) -> str:
     if request is None:
         raise _Slow
     return request
-
-
-def _columns(groups: dict[str, list]) -> list[tuple[str, list[int], list[bytes]]] | None:
-    """Per request type: its lines' positions and their stage tokens, seven per line in the
-    log's order (:data:`~agent.requestlog.window.ROW_ORDER`), e.g. ``b'localTimeMs":0.14'``;
-    None unless every tail is exactly ``connection":`` + a JSON string, then the seven stage
-    keys in order, each with a value :func:`token_place` accepts. The tails are split by one
-    ``join`` and one ``split`` per request type, and checked by one dict lookup per token
-    (C loops); only tokens not seen before are read (:func:`token_place`)."""
-    if len(_TOKEN_PLACES) > _TOKEN_CACHE:
-        _TOKEN_PLACES.clear()
-        _TOKEN_VALUES.clear()
-    out = []
-    for request, group in groups.items():
-        positions, tails = group[0::2], group[1::2]
-        tokens = b',"'.join(tails).split(b',"')
-        n = len(tokens)
-        if n != 8 * len(tails):
-            return None
-        if len(_PLACES) < n:
-            _PLACES.extend(_PLACE_ROW * (n // 8))
-        places = _PLACES[:n]
-        if list(map(_TOKEN_PLACES.get, tokens)) != places:
-            for token in set(filterfalse(_TOKEN_PLACES.__contains__, tokens)):
-                place = token_place(token)
-                if place is not None:
-                    _TOKEN_PLACES[token] = place
-            if list(map(_TOKEN_PLACES.get, tokens)) != places:
-                return None
-        del tokens[0::8]  # the connections
-        out.append((request, positions, tokens))
-    return out
-
-
-def token_place(token: bytes) -> int | None:
-    """Where ``token`` may stand in a usual tail: 0 for ``connection":`` + a JSON string, 1-7
-    for a stage key (in the log's order) + ``":`` + a number that is a usable stage time
-    (int or float, non-negative, below an eighth of :data:`MAX_STAGE_MS`, so seven of them sum
-    within it), each read as a JSON value of its own; None otherwise. A stage value is
-    remembered in :data:`_TOKEN_VALUES`."""
-    key, sep, rest = token.partition(b'":')
-    place = _TAIL_KEYS.get(key) if sep else None
-    if place is None:
-        return None
-    try:
-        value = orjson.loads(rest)
-    except orjson.JSONDecodeError:
-        return None
-    if place == 0:
-        return 0 if type(value) is str else None
-    if type(value) not in (int, float) or not 0 <= value < _VALUE_LIMIT:
-        return None
-    _TOKEN_VALUES[token] = value
-    return place
 
 
 Entry = tuple[int, "str | None", int, int]
@@ -601,13 +556,6 @@ _N_AT = 14  # the N of "requestApiKeyName":" (its first capital N)
 _N_END = 50 + 4096 - 21 + _N_AT + 1  # the name must end within the JSON's first 4096 bytes
 _FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
 _P_AT = 10  # the P of ,"securityProtocol":
-# Tail tokens seen -> their place (0 connection, 1-7 the stage keys in the log's order), and the
-# stage tokens' values; cleared together when full.
-_TOKEN_PLACES: dict[bytes, int] = {}
-_TOKEN_VALUES: dict[bytes, float] = {}
-_TOKEN_CACHE = 1 << 17
-_PLACE_ROW = list(range(8))
-_PLACES: list[int] = []  # _PLACE_ROW repeated, as long as the longest group so far
 
 
 class _Slow(Exception):
@@ -637,7 +585,6 @@ _ROW_KEYS = tuple(b',"%s":' % STAGE_KEYS[i].encode() for i in ROW_ORDER[1:])
 _NUMBER_CHARS = b"0123456789."
 _SKELETON = b"".join(_ROW_KEYS)
 _KEY_CHARS = bytes(sorted(set(_SKELETON) - set(b",")))
-_TAIL_KEYS = {b"connection": 0, **{STAGE_KEYS[i].encode(): k + 1 for k, i in enumerate(ROW_ORDER)}}
 _CONN_CHARS = bytes(range(ord("0"), ord("9") + 1)) + bytes(range(ord("A"), ord("Z") + 1))
 _CONN_CHARS += bytes(range(ord("a"), ord("z") + 1)) + b".:-_[]%/"
 # Non-negative values each below this sum to below parse.MAX_STAGE_MS in any order.

@@ -15,8 +15,8 @@ fetches the remote stage (purgatory, waiting up to ``maxWaitMs`` for data by des
 out, so idle long polls are not reported as slow. At most ``max_exemplars`` per window are kept
 (the slowest).
 
-Values are counted per distinct value (rows of the general path, stage tokens of the fast path,
-see :class:`RequestAccumulator`) and folded into DDSketch buckets (the exact key arithmetic of
+Values are counted per distinct value (rows of the general path, decoded tails of the bulk
+path, see :class:`RequestAccumulator`) and folded into DDSketch buckets (the exact key arithmetic of
 :mod:`linkwatch.sketch`) and fixed histogram buckets once per distinct value, so memory per
 (request type, stage) is bounded by :data:`RAW_KEYS` and the number of buckets, whatever the
 request rate. Sums are exact (correctly rounded), so the order lines are accounted in never
@@ -33,8 +33,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import count, filterfalse
-
-import orjson
 
 from agent.requestlog.parse import ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
@@ -93,13 +91,11 @@ def sum_units(v: float) -> int:
 
 
 class ValueMemo:
-    """What a stage value means to the accumulators, remembered per distinct key: a key is a
-    number (the general path) or a stage token of the fast path (``b'localTimeMs":0.14'``, whose
-    value is orjson's reading of what follows ``":``; :func:`agent.requestlog.source.token_value`
-    says which tokens are values). Maps key -> value (as float), bucket code
-    (:func:`bucket_code`) and exact sum units (:func:`sum_units`), in three dicts so that
-    lookups over many keys are C loops (``map(memo.code.__getitem__, keys)``). Bounded: cleared
-    when full, only between folds. Not thread-safe: one thread uses one memo."""
+    """What a stage value (an int or float) means to the accumulators, remembered per distinct
+    value: its value as float, bucket code (:func:`bucket_code`) and exact sum units
+    (:func:`sum_units`), in three dicts so that lookups over many keys are C loops
+    (``map(memo.code.__getitem__, keys)``). Bounded: cleared when full, only between folds. Not
+    thread-safe: one thread uses one memo."""
 
     __slots__ = ("code", "size", "units", "value")
 
@@ -110,22 +106,16 @@ class ValueMemo:
         self.size = size
 
     def learn(self, keys: list[object]) -> None:
-        """Make every one of ``keys`` known (tokens must be value tokens)."""
+        """Make every one of ``keys`` known."""
         if len(self.value) + len(keys) > self.size:
             self.value.clear()
             self.code.clear()
             self.units.clear()
         known = self.value
         for key in filterfalse(known.__contains__, keys):
-            v = _token_value(key) if type(key) is bytes else key
-            self.value[key] = float(v)
-            self.code[key] = bucket_code(v)
-            self.units[key] = sum_units(v)
-
-
-def _token_value(token: bytes) -> float:
-    # The fast path only accounts tokens it has checked (source.token_value); no checks here.
-    return orjson.loads(token[token.index(b'":') + 2 :])
+            self.value[key] = float(key)  # type: ignore[arg-type]
+            self.code[key] = bucket_code(key)  # type: ignore[arg-type]
+            self.units[key] = sum_units(key)  # type: ignore[arg-type]
 
 
 class StageAccumulator:
@@ -209,6 +199,21 @@ ROW_ORDER = (6, 0, 1, 2, 3, 4, 5)
 ROW_TOTAL, ROW_REMOTE = ROW_ORDER.index(6), ROW_ORDER.index(2)
 
 
+# The attributes of a decoded tail (agent.requestlog.typed.Tail) in the row order.
+_ROW_GETTERS = tuple(
+    operator.attrgetter(name)
+    for name in (
+        "totalTimeMs",
+        "requestQueueTimeMs",
+        "localTimeMs",
+        "remoteTimeMs",
+        "throttleTimeMs",
+        "responseQueueTimeMs",
+        "sendTimeMs",
+    )
+)
+
+
 def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
     """A :data:`STAGE_KEYS`-ordered stage tuple as a buffered row (:data:`ROW_ORDER`)."""
     return (stages[6], stages[0], stages[1], stages[2], stages[3], stages[4], stages[5])
@@ -216,8 +221,8 @@ def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
 
 class RequestAccumulator:
     """All stages of one request type in one window. The general path buffers rows of stage
-    times (:data:`ROW_ORDER`) in ``pending`` (one list append per line); the fast path counts a
-    block's stage tokens (``b'localTimeMs":0.14'``) per stage in ``raw`` (:meth:`count`). Both
+    times (:data:`ROW_ORDER`) in ``pending`` (one list append per line); the bulk path counts a
+    block's decoded tails' stage times per stage in ``raw`` (:meth:`count`). Both
     are folded into each stage's buckets once per distinct value: rows every :data:`CHUNK`,
     raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close."""
 
@@ -241,12 +246,13 @@ class RequestAccumulator:
                 acc.fold(raw, self.memo)
                 raw.clear()
 
-    def count(self, tokens: list[bytes]) -> None:
-        """Count the stage tokens of lines, seven per line in the log's order (one C loop per
-        stage: ``Counter.update``'s own helper, without its per-call checks); fold if a stage
-        holds :data:`RAW_KEYS` distinct values (bounded memory per window)."""
-        for k, raw in enumerate(self.columns):
-            _count_elements(raw, tokens[k::7])
+    def count(self, tails: list[object]) -> None:
+        """Count the stage times of decoded tails (:class:`agent.requestlog.typed.Tail`), one
+        C loop per stage (``Counter.update``'s own helper over an attribute getter, without its
+        per-call checks); fold if a stage holds :data:`RAW_KEYS` distinct values (bounded memory
+        per window)."""
+        for getter, raw in zip(_ROW_GETTERS, self.columns, strict=True):
+            _count_elements(raw, map(getter, tails))
         if max(map(len, self.raw)) >= RAW_KEYS:
             self.fold()
 

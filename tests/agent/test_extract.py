@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.health import Health
-from agent.requestlog.parse import STAGE_KEYS, LineParser
-from agent.requestlog.source import _ingest_fast, extract, ingest_block, ingest_lines, token_place
+from agent.requestlog.parse import STAGE_KEYS, LineParser, stage_drop_reason
+from agent.requestlog.source import _ingest_fast, extract, ingest_block, ingest_lines
+from agent.requestlog.typed import Tail, decode_tails
 from agent.requestlog.window import ClosedWindow, WindowAggregator, row_of
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
 from tests.agent.test_ingest_fixture import reference, snapshot
@@ -270,30 +272,6 @@ def test_a_shape_among_real_lines_gives_the_general_result(name: str, line: byte
         assert took
 
 
-@pytest.mark.parametrize(
-    ("token", "place"),
-    [
-        (b'connection":"127.0.0.1:9092-127.0.0.1:5000-0-1"', 0),
-        (b'connection":"a\\u0041"', 0),  # any JSON string, as the general parser reads it
-        (b'connection":null', None),
-        (b'totalTimeMs":47.753', 1),
-        (b'totalTimeMs":0', 1),
-        (b'totalTimeMs":1e3', 1),
-        (b'sendTimeMs":0.194', 7),
-        (b'remoteTimeMs":-0.5', None),  # stage_negative in the general path
-        (b'remoteTimeMs":true', None),  # stage_boolean
-        (b'remoteTimeMs":"1"', None),
-        (b'remoteTimeMs":1 , "remoteTimeMs":2', None),  # a duplicate key hidden by a space
-        (b'remoteTimeMs":999999999', None),  # seven such could sum past MAX_STAGE_MS
-        (b'remoteTimeMs":01', None),
-        (b'remoteTimeMs"1', None),
-        (b'remotetimeMs":1', None),
-    ],
-)
-def test_token_places(token: bytes, place: int | None) -> None:
-    assert token_place(token) == place
-
-
 @BOUNDED
 @given(st.lists(st.one_of(st.sampled_from(ALL_LINES), mutated_line()), min_size=1, max_size=30))
 def test_bulk_ingest_of_real_and_mutated_lines_equals_the_general_path(lines: list[bytes]) -> None:
@@ -301,3 +279,105 @@ def test_bulk_ingest_of_real_and_mutated_lines_equals_the_general_path(lines: li
     assert got == want
     assert got_health.dropped == want_health.dropped
     assert got_health.lines_read == len(lines)
+
+
+# -- the typed tail decoder (agent.requestlog.typed.decode_tails) against the tail orjson reads --
+
+
+def tail_of(line: bytes) -> bytes:
+    """The tail as the bulk path slices it: ``connection":…`` up to ``,"securityProtocol":``."""
+    c = line.rindex(b',"connection":')
+    return line[c + 2 : line.index(b',"securityProtocol":', c)]
+
+
+def orjson_row(tail: bytes) -> list[float] | None:
+    """The stage row the general parser reads from this tail text, or None if it would not read
+    it as usable stage times from the tail alone."""
+    try:
+        obj = orjson.loads(b'{"' + tail + b"}")
+        stages = tuple(obj[key] for key in STAGE_KEYS)
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    if stage_drop_reason(stages) is not None:
+        return None
+    return list(row_of(stages))
+
+
+def typed_row(tail: Tail) -> list[float]:
+    return [getattr(tail, name) for name in ("totalTimeMs", *(k for k in STAGE_KEYS if k != "totalTimeMs"))]
+
+
+def test_every_tail_of_the_captures_decodes_as_the_general_parser_reads_it() -> None:
+    tails = [tail_of(line) for line in ALL_LINES]
+    rows = decode_tails(tails)
+    assert rows is not None and len(rows) == len(ALL_LINES)
+    for line, row in zip(ALL_LINES, rows, strict=True):
+        want = list(general(line)[2])
+        assert typed_row(row) == want
+        assert [type(v) for v in typed_row(row)] == [type(v) for v in want]  # ints stay ints
+
+
+REAL_TAIL = tail_of(REAL)
+
+
+def with_value(tail: bytes, key: bytes, value: bytes) -> bytes:
+    i = tail.index(key + b'":') + len(key) + 2
+    j = tail.find(b",", i)
+    return tail[:i] + value + (tail[j:] if j >= 0 else b"")
+
+
+# (name, tails, decoded): a tail decoder that must leave the block to the general path (False)
+# or read it (True, then as orjson reads the same text).
+TAIL_SHAPES = [
+    ("real tail", [REAL_TAIL], True),
+    ("a repeated key: the last one, as orjson", [REAL_TAIL + b',"sendTimeMs":7'], True),
+    ("an extra key", [REAL_TAIL.replace(b',"totalTimeMs"', b',"x":[1,2],"totalTimeMs"')], True),
+    ("an escaped connection", [REAL_TAIL.replace(b'connection":"', b'connection":"\\u0041')], True),
+    ("connection null", [with_value(REAL_TAIL, b"connection", b"null")], False),
+    ("boolean stage", [with_value(REAL_TAIL, b"sendTimeMs", b"true")], False),
+    ("negative stage", [with_value(REAL_TAIL, b"sendTimeMs", b"-1")], False),
+    ("stage too large", [with_value(REAL_TAIL, b"sendTimeMs", b"999999999999")], False),
+    ("string stage", [with_value(REAL_TAIL, b"sendTimeMs", b'"1"')], False),
+    ("a stage missing", [REAL_TAIL.replace(b',"sendTimeMs":', b',"sendTimeMz":')], False),
+    ("a brace in the tail", [REAL_TAIL.replace(b',"totalTimeMs"', b',"x":{},"totalTimeMs"')], False),
+    ("bad JSON", [REAL_TAIL.replace(b'":', b'":,', 1)], False),
+    # A string left open swallows the join: one valid object for two tails.
+    ("a join swallowed", [REAL_TAIL + b',"y":"', b',"' + REAL_TAIL], False),
+]
+
+
+@pytest.mark.parametrize(("name", "tails", "decoded"), TAIL_SHAPES, ids=[s[0] for s in TAIL_SHAPES])
+def test_tail_shapes_the_typed_decoder_must_read_or_leave(
+    name: str, tails: list[bytes], decoded: bool
+) -> None:
+    rows = decode_tails(tails)
+    assert (rows is not None) is decoded
+    if rows is not None:
+        for tail, row in zip(tails, rows, strict=True):
+            assert typed_row(row) == orjson_row(tail)
+
+
+TAIL_TOKENS = [b'"', b"\\", b"}", b"{", b"[", b"]", b",", b":", b"-", b"e5", b"0", b".", b"true", b" "]
+
+
+@st.composite
+def mutated_tail(draw: st.DrawFn) -> bytes:
+    tail = tail_of(draw(st.sampled_from(ALL_LINES)))
+    for _ in range(draw(st.integers(min_value=0, max_value=3))):
+        at = draw(st.integers(min_value=0, max_value=len(tail)))
+        token = draw(st.one_of(st.sampled_from(TAIL_TOKENS), st.binary(min_size=1, max_size=3)))
+        tail = tail[:at] + token + tail[at + draw(st.integers(min_value=0, max_value=2)) :]
+    return tail
+
+
+@BOUNDED
+@given(st.lists(mutated_tail(), min_size=1, max_size=8))
+def test_mutated_tails_are_read_as_orjson_reads_them_or_left(tails: list[bytes]) -> None:
+    rows = decode_tails(tails)
+    if rows is None:
+        return
+    for tail, row in zip(tails, rows, strict=True):
+        want = orjson_row(tail)
+        assert want is not None  # the general parser reads it from the tail alone
+        assert typed_row(row) == want
+        assert [type(v) for v in typed_row(row)] == [type(v) for v in want]
