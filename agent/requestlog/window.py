@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import count, filterfalse
 
-from agent.requestlog.parse import ParsedRequest, exemplar_fields
+from agent.requestlog.parse import STAGE_KEYS, ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
 
 try:  # the C helper behind Counter.update (CPython): counts without per-item Python calls
@@ -200,18 +200,7 @@ ROW_TOTAL, ROW_REMOTE = ROW_ORDER.index(6), ROW_ORDER.index(2)
 
 
 # The attributes of a decoded tail (agent.requestlog.typed.Tail) in the row order.
-_ROW_GETTERS = tuple(
-    operator.attrgetter(name)
-    for name in (
-        "totalTimeMs",
-        "requestQueueTimeMs",
-        "localTimeMs",
-        "remoteTimeMs",
-        "throttleTimeMs",
-        "responseQueueTimeMs",
-        "sendTimeMs",
-    )
-)
+_ROW_GETTERS = tuple(operator.attrgetter(STAGE_KEYS[i]) for i in ROW_ORDER)
 
 
 def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
