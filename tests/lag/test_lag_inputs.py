@@ -106,8 +106,12 @@ def test_records_deleted_past_the_committed_offset_are_err_with_the_count(
         assert p.verdict.numbers["deleted_unread"] == 40
         assert r.groups[behind].verdict.status is Status.ERR
     # Committed above the log start: an ordinary stopped group, lag counted from the commit.
-    p = r.groups[ahead].partitions[0]
-    assert (p.verdict.status, p.lag_messages) == (Status.STOP, 30), p.verdict.reason
+    # Unless its coordinator did not answer ListGroups in that pass (a loaded full run): the
+    # state is then "Unknown", read as having members, and only STALL may be said, never STOP.
+    g = r.groups[ahead]
+    p = g.partitions[0]
+    expected = Status.STALL if g.state == "Unknown" else Status.STOP
+    assert (p.verdict.status, p.lag_messages) == (expected, 30), (g.state, p.verdict.reason)
 
 
 def test_partitions_without_a_commit_are_reported(
