@@ -168,7 +168,8 @@ class SlowBrokerConfig(DetectorConfig):
     # Rule 5: a suspect's own remote p99 / the waiting leaders' median remote p99, at most.
     suspect_remote_ratio: float = Field(0.25, gt=0, le=1)
     hold_while_cluster_wide: bool = True  # Rule 6
-    # Rule 6: hold also while Rule 3's score was active in any of the last hold_windows windows.
+    # Rule 6: hold also while Rule 3's score was active in any of the last hold_windows windows
+    # (counted within history_windows: a larger value acts as history_windows).
     hold_windows: int = Field(12, ge=1)
     client_stages: list[str] = Field(default_factory=lambda: ["send", "throttle"])  # Rule 7
     # Rule 8: stage p99 ≥ degraded_ratio × the peers' median and ≥ degraded_excess_ms above it.
@@ -800,9 +801,11 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         ):
             return [self._cluster_finding(data, now_ms, cfg, wide, sorted(flagged))]
         per_broker, clients = self._attribute(table, scores, active, cfg)
-        # Rule 6: the most recent window reads cluster-wide: what remediation may act on is only
-        # provisional — the engine does not raise it new, but an already active one stays active
-        # (withdrawing it would clear and re-raise it, and restore and demote a broker in turn).
+        # Rule 6: the most recent window reads cluster-wide, or Rule 3's score was active within
+        # the last hold_windows windows (at most the history's: the evidence covers no more):
+        # what remediation may act on is only provisional — the engine does not raise it new,
+        # but an already active one stays active (withdrawing it would clear and re-raise it,
+        # and restore and demote a broker in turn).
         hold = cfg.hold_while_cluster_wide and any(
             ev and (ev[-1]["cluster_wide"] or any(e["cluster_active"] for e in ev[-cfg.hold_windows :]))
             for _, _, ev in cluster

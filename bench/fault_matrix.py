@@ -104,7 +104,7 @@ class Expect:
 
     def stage_ok(self, stages: list[str]) -> bool:
         """The first stage named is right (the one a remediation would act on)."""
-        return self.stage is None or stages[:1] in ([s] for s in self.stage.split("|"))
+        return self.stage is None or (bool(stages) and stages[0] in self.stage.split("|"))
 
     def __str__(self) -> str:
         return f"{self.rule} {self.subject} {self.stage or 'any stage'}"
