@@ -31,6 +31,7 @@ from agent.requestlog.parse import (
 from agent.requestlog.typed import decode_tails
 from agent.requestlog.window import (
     CHUNK,
+    ROW_GETTERS,
     ROW_ORDER,
     ROW_REMOTE,
     ROW_TOTAL,
@@ -255,8 +256,8 @@ def _count_slow(closed: list[ClosedWindow], health: Health) -> None:
             health.slow_requests[request] += n_slow
 
 
-_TOTAL_OF = operator.attrgetter("totalTimeMs")
-_REMOTE_OF = operator.attrgetter("remoteTimeMs")
+_TOTAL_OF = ROW_GETTERS[ROW_TOTAL]
+_REMOTE_OF = ROW_GETTERS[ROW_REMOTE]
 
 
 def _ingest_fast(

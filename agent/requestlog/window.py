@@ -200,7 +200,7 @@ ROW_TOTAL, ROW_REMOTE = ROW_ORDER.index(6), ROW_ORDER.index(2)
 
 
 # The attributes of a decoded tail (agent.requestlog.typed.Tail) in the row order.
-_ROW_GETTERS = tuple(operator.attrgetter(STAGE_KEYS[i]) for i in ROW_ORDER)
+ROW_GETTERS = tuple(operator.attrgetter(STAGE_KEYS[i]) for i in ROW_ORDER)
 
 
 def row_of(stages: tuple[float, ...]) -> tuple[float, ...]:
@@ -240,7 +240,7 @@ class RequestAccumulator:
         C loop per stage (``Counter.update``'s own helper over an attribute getter, without its
         per-call checks); fold if a stage holds :data:`RAW_KEYS` distinct values (bounded memory
         per window)."""
-        for getter, raw in zip(_ROW_GETTERS, self.columns, strict=True):
+        for getter, raw in zip(ROW_GETTERS, self.columns, strict=True):
             _count_elements(raw, map(getter, tails))
         if max(map(len, self.raw)) >= RAW_KEYS:
             self.fold()
