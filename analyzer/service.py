@@ -5,7 +5,7 @@ the key sampler, the engine (detectors → policy → sinks) and the metric gaug
 :meth:`AnalysisService.tick` evaluates the last ``lookback_windows`` windows at ``now``: with
 ``evaluation: incremental`` from the in-driver :class:`~analyzer.window_state.WindowState`
 that a second stream feeds once per micro-batch (rebuilt from the archive at start), with no
-Spark job per evaluation; with ``evaluation: reread`` (the default) by reading the archive
+Spark job per evaluation (the default); with ``evaluation: reread`` by reading the archive
 again with the batch transforms. :func:`run_continuously` is the entry point
 for the CLI and ``spark-submit`` (the demo runs the service through
 ``linkwatch.testbed.demo.analyzer``).
@@ -76,10 +76,10 @@ class AnalyzerConfig(StrictModel):
     lookback_windows: int = Field(18, ge=1)  # × window_s must exceed the pipeline latency (docs)
     interval_s: float = Field(5.0, gt=0)
     watermark: str = "2 minutes"
-    # incremental: windows kept in memory, fed once per micro-batch; reread (default until the
-    # live e2e's fault phase passes with incremental, see docs/analyzer.md): the archive read
-    # again at every evaluation (the earlier path, kept for comparison and as a fallback).
-    evaluation: Literal["incremental", "reread"] = "reread"
+    # incremental (the default): windows kept in memory, fed once per micro-batch; reread: the
+    # archive read again at every evaluation (the earlier path, seconds of Spark jobs per
+    # evaluation; kept for comparison and where the driver's memory is the constraint).
+    evaluation: Literal["incremental", "reread"] = "incremental"
     state_max_records: int = Field(200_000, ge=1)  # records held by the incremental state (docs)
     # incremental: a window not yet complete (a broker / replica of the window before it still
     # missing) is evaluated anyway once it ended this long ago (docs/analyzer.md).

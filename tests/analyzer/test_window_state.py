@@ -305,7 +305,7 @@ def test_interval_parsing_for_the_horizon() -> None:
         interval_ms("soon")
     cfg = AnalyzerConfig(window_s=2, lookback_windows=90, watermark="60 seconds")
     assert cfg.state_horizon_ms == 2000 * 91 + 60_000
-    assert cfg.evaluation == "reread"
+    assert cfg.evaluation == "incremental"
 
 
 def test_the_service_exports_the_state_size_and_its_drops() -> None:
