@@ -5,9 +5,9 @@ The stream keeps the raw record JSON plus the envelope columns (``kind``, ``key`
 with a checkpoint is exactly-once, so a restart resumes from the committed offsets without
 writing a batch twice; re-sends that arrive after the watermark are removed again when the
 archive is read (:func:`spark_metrics.batch.read_archive` deduplicates by ``key``). The
-analysis reads the archive with the same transforms as the batch path (``evaluation: reread``, the default), or keeps its
-windows in memory fed by :func:`start_window_stream` (``evaluation: incremental``;
-:mod:`analyzer.window_state`).
+analysis keeps its windows in memory fed by :func:`start_window_stream` (``evaluation:
+incremental``, the default; :mod:`analyzer.window_state`), or reads the archive with the same
+transforms as the batch path (``evaluation: reread``).
 """
 
 from __future__ import annotations
