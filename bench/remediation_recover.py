@@ -16,7 +16,7 @@ length (reported as "> fault-s"). Then the analyzer restarts with the demo's rem
 (demote, restore after a 20 s hold) and runs the remediation rounds; after each, the fault is
 removed and the round waits for leadership to be restored before the next.
 
-    python bench/remediation_recover.py --rounds 3 --fault-s 90
+    python bench/remediation_recover.py --rounds 3 --fault-s 90 [--analyzer default]
 
 Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recover.py``.
 """
@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from analyzer.service import AnalyzerConfig, PrometheusConfig
 from linkwatch.testbed import faults
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 from linkwatch.testbed.demo.agents import AgentsComponent
@@ -78,6 +79,18 @@ def wait_restored(admin, topic: str, timeout_s: float) -> float | None:
     return None
 
 
+def default_config() -> AnalyzerConfig:
+    """The service's defaults (windows, lookback, evaluation, detectors and their thresholds),
+    with only what the bench's cluster needs: its name, findings published, no extra listening
+    port, no Spark progress bars."""
+    return AnalyzerConfig(
+        cluster="demo",
+        publish_findings=True,
+        prometheus=PrometheusConfig(enabled=False),
+        spark_conf={"spark.ui.showConsoleProgress": "false"},
+    )
+
+
 def fmt(v: float | None, cap: float) -> str:
     return f"{v:6.1f}" if v is not None else f"  >{cap:.0f}"
 
@@ -88,6 +101,13 @@ def main() -> None:
     ap.add_argument("--fault-s", type=float, default=90.0)
     ap.add_argument("--baseline-fault-s", type=float, default=45.0)
     ap.add_argument("--restore-timeout-s", type=float, default=180.0)
+    ap.add_argument(
+        "--analyzer",
+        choices=("demo", "default"),
+        default="demo",
+        help="the analyzer's settings: the demo's (5 s windows, slow-broker history 8) or the "
+        "service's defaults (10 s windows, history 12; the agents' windows too)",
+    )
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-"))
@@ -95,7 +115,9 @@ def main() -> None:
         ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19400))
     )
     loads: list[ProducerLoad] = []
-    agents = AgentsComponent()
+    agents = (
+        AgentsComponent() if args.analyzer == "demo" else AgentsComponent(window_s=AnalyzerConfig().window_s)
+    )
     analyzer: AnalyzerComponent | None = None
     rows: list[tuple[str, dict]] = []
     try:
@@ -114,7 +136,7 @@ def main() -> None:
         ]
         serve = loads[1]
         pid = state.node(VICTIM).pid
-        cfg = demo_config(agents.window_s)
+        cfg = demo_config(agents.window_s) if args.analyzer == "demo" else default_config()
         for mode in ("without", "with"):
             analyzer = AnalyzerComponent(
                 cfg, remediate_topics=["orders", "serve"] if mode == "with" else None, cooldown_s=5.0
