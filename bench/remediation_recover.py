@@ -24,6 +24,7 @@ Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recove
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import tempfile
@@ -35,48 +36,16 @@ from linkwatch.testbed import faults
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 from linkwatch.testbed.demo.agents import AgentsComponent
 from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
-from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic, p99_ms, partition_leaders
+from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic
+from linkwatch.testbed.recovery import one_round, wait_restored
 
 VICTIM = 2
-P99_LINE_MS = 300.0
 
 
-def one_round(admin, serve: ProducerLoad, analyzer: AnalyzerComponent, pid: int, fault_s: float) -> dict:
-    """One fault of at most ``fault_s``; times from the onset (None: not reached)."""
-    key = ("slow_broker", f"broker:{VICTIM}")
-    t: dict[str, float | None] = {"finding": None, "demoted": None, "recovered": None}
-    calm_since = None
-    peak = 0.0
-    onset = time.monotonic()
-    with faults.PauseDutyCycle(pid, 400, 1000):
-        while (elapsed := time.monotonic() - onset) < fault_s:
-            svc = analyzer.service
-            if t["finding"] is None and svc is not None and key in svc.engine.tracker.active:
-                t["finding"] = elapsed
-            if t["demoted"] is None and VICTIM not in partition_leaders(admin, serve.topic).values():
-                t["demoted"] = elapsed
-            p99 = p99_ms((lat for lat, _ in serve.stats.recent(5.0)), min_samples=20)
-            if p99 is not None:
-                peak = max(peak, p99)
-            slow = p99 is None or p99 >= P99_LINE_MS
-            if elapsed > 10 and not slow:  # the first seconds still hold pre-fault acks
-                calm_since = calm_since if calm_since is not None else elapsed
-                if elapsed - calm_since >= 3.0:
-                    t["recovered"] = calm_since
-                    break
-            else:
-                calm_since = None
-            time.sleep(0.5)
-    return {**t, "peak_p99_ms": peak}
-
-
-def wait_restored(admin, topic: str, timeout_s: float) -> float | None:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if VICTIM in partition_leaders(admin, topic).values():
-            return time.monotonic() - start
-        time.sleep(1.0)
-    return None
+def finding_active(analyzer: AnalyzerComponent) -> bool:
+    """The analyzer's slow_broker finding for the victim is active."""
+    svc = analyzer.service
+    return svc is not None and ("slow_broker", f"broker:{VICTIM}") in svc.engine.tracker.active
 
 
 def default_config() -> AnalyzerConfig:
@@ -154,10 +123,10 @@ def main() -> None:
             time.sleep(20)  # some quiet history windows before the first fault
             for i in range(args.rounds):
                 fault_s = args.fault_s if mode == "with" else args.baseline_fault_s
-                r = one_round(admin, serve, analyzer, pid, fault_s)
+                r = one_round(admin, serve, functools.partial(finding_active, analyzer), VICTIM, pid, fault_s)
                 r["fault_s"] = fault_s
                 if mode == "with":
-                    r["restored_after_s"] = wait_restored(admin, "serve", args.restore_timeout_s)
+                    r["restored_after_s"] = wait_restored(admin, "serve", VICTIM, args.restore_timeout_s)
                 else:
                     time.sleep(30)  # the finding clears before the next round
                 rows.append((mode, r))

@@ -1,0 +1,75 @@
+"""Time a paused leader's recovery: fault onset → finding → demotion → producers back under the
+line, and leadership restored after the fault.
+
+Shared by ``bench/remediation_recover.py`` (which times it over rounds) and
+``tests/remediation/test_recover_cluster.py`` (which asserts it once, with bounds). The pieces
+under test are the demo's (``linkwatch.testbed.demo``): the agents, the Spark analyzer and its
+findings pipeline with the demo's remediation config (demote on ``slow_broker``, executed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from linkwatch.testbed import faults
+from linkwatch.testbed.load import ProducerLoad, p99_ms, partition_leaders
+
+P99_LINE_MS = 300.0
+CALM_S = 3.0  # the producer's p99 must stay under the line this long to count as recovered
+SETTLE_S = 10.0  # the first seconds of a fault still hold acks from before it
+
+
+def one_round(
+    admin: Any,
+    serve: ProducerLoad,
+    active: Callable[[], bool],
+    victim: int,
+    pid: int,
+    fault_s: float,
+    topics: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Pause ``pid`` (broker ``victim``) 400 of every 1000 ms for at most ``fault_s`` and return
+    the seconds from the onset to: ``finding`` (``active()`` first true), ``demoted`` (the victim
+    leads no partition of ``serve``'s topic nor of ``topics``), ``recovered`` (the start of
+    ``CALM_S`` seconds in a row with ``serve``'s ack p99 over the last 5 s under
+    ``P99_LINE_MS``); None for a step not reached. Also ``peak_p99_ms``. The fault is removed on
+    return (recovered, or ``fault_s`` over)."""
+    watched = [serve.topic, *topics]
+    t: dict[str, float | None] = {"finding": None, "demoted": None, "recovered": None}
+    calm_since = None
+    peak = 0.0
+    onset = time.monotonic()
+    with faults.PauseDutyCycle(pid, 400, 1000):
+        while (elapsed := time.monotonic() - onset) < fault_s:
+            if t["finding"] is None and active():
+                t["finding"] = elapsed
+            if t["demoted"] is None and all(
+                victim not in partition_leaders(admin, topic).values() for topic in watched
+            ):
+                t["demoted"] = elapsed
+            p99 = p99_ms((lat for lat, _ in serve.stats.recent(5.0)), min_samples=20)
+            if p99 is not None:
+                peak = max(peak, p99)
+            slow = p99 is None or p99 >= P99_LINE_MS
+            if elapsed > SETTLE_S and not slow:
+                calm_since = calm_since if calm_since is not None else elapsed
+                if elapsed - calm_since >= CALM_S:
+                    t["recovered"] = calm_since
+                    break
+            else:
+                calm_since = None
+            time.sleep(0.5)
+    return {**t, "peak_p99_ms": peak}
+
+
+def wait_restored(admin: Any, topic: str, victim: int, timeout_s: float) -> float | None:
+    """Seconds until ``victim`` leads a partition of ``topic`` again (None: not within
+    ``timeout_s``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if victim in partition_leaders(admin, topic).values():
+            return time.monotonic() - start
+        time.sleep(1.0)
+    return None
