@@ -19,6 +19,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from probe.commits import coordinator_partition
 from tests.consumer.conftest import create_topic, leaders, produce
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
@@ -278,13 +279,11 @@ def test_broker_restart_mid_fetch(own_cluster):
 
 
 def _group_coordinator(admin: KafkaAdminClient, group: str) -> int:
-    """The broker leading the group's ``__consumer_offsets`` partition (Kafka's rule: Java
-    ``String.hashCode`` of the group id, made non-negative, modulo the partition count)."""
-    h = 0
-    for ch in group:
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    """The broker leading the group's ``__consumer_offsets`` partition (Kafka's rule,
+    :func:`probe.commits.coordinator_partition`: ``Utils.abs`` of the group id's Java
+    ``String.hashCode``, not its low 31 bits, which name another partition for half the ids)."""
     parts = leaders(admin, "__consumer_offsets")
-    return parts[(h & 0x7FFFFFFF) % len(parts)]
+    return parts[coordinator_partition(group, len(parts))]
 
 
 class _CoordinatorDeadCounter(logging.Handler):
