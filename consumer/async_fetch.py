@@ -291,6 +291,7 @@ class AsyncFetchConsumer:
                 min(COORDINATOR_BACKOFF_INITIAL_MS, cfg.coordinator_backoff_max_ms),
                 cfg.coordinator_backoff_max_ms,
             )
+            kafka_compat.mark_coordinator_dead_on_close(consumer)
         self._thread = threading.Thread(target=self._pump, name=f"fetch-pump-{cfg.client_id}", daemon=True)
         self._thread.start()
         return self

@@ -3,9 +3,10 @@
 The async-fetch consumer runs on kafka-python **3.0.12** (pinned in ``pyproject.toml``) and
 reaches past its public API for a few things the public API does not offer: the per-broker
 fetch round trip, committing from inside a rebalance callback, the fetch position of a
-partition, the cluster metadata, two group-join races and a corrupt batch that wedges
-``poll``; and, for the producer's tracing helper (:mod:`producer.tracing`), which Produce
-request (broker, correlation id) carried a record (:func:`note_produce_requests`). Each function
+partition, the cluster metadata, two group-join races, a corrupt batch that wedges ``poll``,
+the pacing of the group-coordinator lookup and the close of the coordinator's connection;
+and, for the producer's tracing helper (:mod:`producer.tracing`), which Produce request
+(broker, correlation id) carried a record (:func:`note_produce_requests`). Each function
 below names the private attribute it touches; nothing else in :mod:`consumer` or
 :mod:`producer` touches one (the decoder in :mod:`.delivery` subclasses
 kafka-python's ``PartitionRecords`` and is proven field by field against it by
@@ -22,6 +23,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -235,6 +237,51 @@ def back_off_coordinator_lookup(
     coordinator.coordinator_dead = coordinator_dead_noted
     coordinator._send_group_coordinator_request = send_lookup_after_backoff
     return backoff
+
+
+def mark_coordinator_dead_on_close(consumer: KafkaConsumer) -> None:
+    """Mark the group coordinator dead as soon as the consumer's connection to it closes.
+
+    kafka-python 3.0.12's ``coordinator()`` marks the coordinator dead only when its node is
+    disconnected *and* in reconnect backoff; a connection that closes sets no backoff (only a
+    failed connect does). So when the coordinator's broker dies, the member learns it only from
+    a request failing on the connection or when a check falls inside a failed reconnect's
+    backoff, else when the session expires: for an idle member, the next heartbeat's refused
+    reconnect, 2.6 s after a SIGKILL in two runs (up to ``heartbeat_interval_ms``). With
+    this hook, the close of the connection to the
+    current coordinator node (a lost or a refused connection, whatever the error) calls
+    ``coordinator_dead`` at once, on kafka-python's event loop where the close is handled:
+    0.03 s after the SIGKILL. ``coordinator_dead`` is looked up on the instance when called, so
+    :func:`back_off_coordinator_lookup` counts the death and paces the lookups that follow,
+    whichever of the two is installed first. Ignored: the close of a connection to a node that is no longer the
+    coordinator, and every close once the client is shutting down (``_manager.closed``).
+
+    Touches ``_coordinator._manager``: its ``get_connection`` (looked up on the instance,
+    wrapped so that each connection it creates is watched), its ``_conns`` (those already
+    open are watched too) and each connection's ``close_future``.
+    """
+    coordinator = consumer._coordinator
+    manager = coordinator._manager
+    get_connection = manager.get_connection
+    watched: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def on_close(node_id: Any, error: BaseException | None) -> None:
+        if not manager.closed and coordinator.coordinator_id == node_id:
+            coordinator.coordinator_dead(f"Connection closed ({error or 'EOF'})")
+
+    def watch(conn: Any) -> None:
+        if conn not in watched:
+            watched.add(conn)
+            conn.close_future.add_both(on_close, conn.node_id)
+
+    def get_connection_watched(node_id: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = get_connection(node_id, *args, **kwargs)
+        watch(conn)
+        return conn
+
+    manager.get_connection = get_connection_watched
+    for conn in list(manager._conns.values()):
+        watch(conn)
 
 
 class ProduceRequests:
