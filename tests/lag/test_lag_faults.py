@@ -14,17 +14,10 @@ from lag.rules import Status
 from lag.timestamps import TimestampReader
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.faults import PauseDutyCycle
+from probe.commits import coordinator_partition
 from tests.lag.lagkit import commit, end_offsets
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
-
-
-def coordinator_partition(group: str, partitions: int = 50) -> int:
-    """Kafka's group → __consumer_offsets partition: abs(String.hashCode) % partitions."""
-    h = 0
-    for ch in group:
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
 
 
 def group_coordinated_by(admin: KafkaAdminClient, avoid: int) -> str:
