@@ -11,10 +11,12 @@ pauses broker 2's JVM in a duty cycle (400 of every 1000 ms) and measures, from 
 * ``recovered``: the acks=1 producer's ack p99 over the last 5 s is under 300 ms for 3 s in a row.
 
 Baseline rounds run first with the analyzer acting on nothing (notify only), each for
-``--fault-s`` seconds: the fault is never outlived, so their time to recover is the fault's
+``--baseline-fault-s`` seconds: the fault is never outlived, so their time to recover is the fault's
 length (reported as "> fault-s"). Then the analyzer restarts with the demo's remediation
 (demote, restore after a 20 s hold) and runs the remediation rounds; after each, the fault is
-removed and the round waits for leadership to be restored before the next.
+removed and the round waits for leadership to be restored before the next. Every round starts
+once the previous round's finding has cleared and with broker 2 leading its preferred
+partitions again.
 
     python bench/remediation_recover.py --rounds 3 --fault-s 90 [--analyzer default]
 
@@ -71,6 +73,12 @@ def main() -> None:
     ap.add_argument("--baseline-fault-s", type=float, default=45.0)
     ap.add_argument("--restore-timeout-s", type=float, default=180.0)
     ap.add_argument(
+        "--clear-timeout-s",
+        type=float,
+        default=180.0,
+        help="before a round, wait at most this long for the previous round's finding to clear",
+    )
+    ap.add_argument(
         "--analyzer",
         choices=("demo", "default"),
         default="demo",
@@ -123,12 +131,16 @@ def main() -> None:
             time.sleep(20)  # some quiet history windows before the first fault
             for i in range(args.rounds):
                 fault_s = args.fault_s if mode == "with" else args.baseline_fault_s
+                # Every round starts alike: no finding still active from the round before, and
+                # broker 2 leading its preferred partitions (pauses can move leadership away).
+                cleared = time.monotonic() + args.clear_timeout_s
+                while finding_active(analyzer) and time.monotonic() < cleared:
+                    time.sleep(1)
+                faults.restore_preferred_leaders(admin, ["orders", "serve"])
                 r = one_round(admin, serve, functools.partial(finding_active, analyzer), VICTIM, pid, fault_s)
                 r["fault_s"] = fault_s
                 if mode == "with":
                     r["restored_after_s"] = wait_restored(admin, "serve", VICTIM, args.restore_timeout_s)
-                else:
-                    time.sleep(30)  # the finding clears before the next round
                 rows.append((mode, r))
                 print(
                     f"{mode:>7} remediation round {i + 1}: finding {fmt(r['finding'], fault_s)} s, "
