@@ -85,12 +85,23 @@ def test_paused_leader_demoted_producers_recover_then_leadership_restored(
         assert restored is not None, f"broker 2's leadership not restored within {RESTORE_WITHIN_S}s"
         assert restored >= RESTORE_HOLD_S, "restored before the hold time had passed"
         audit_path = analyzer.service.pipeline.dispatcher.remediator.cfg.audit_path
+
+        def done_results() -> list[dict]:
+            return [
+                e for e in read_audit(audit_path)[0] if e["event"] == "result" and e.get("status") == "done"
+            ]
+
+        # The restore's result is audited once its election has been verified, a little after
+        # broker 2 leads again.
+        deadline = time.monotonic() + 60
+        while len(done_results()) < 2 and time.monotonic() < deadline:
+            time.sleep(1)
         audited = read_audit(audit_path)[0]
         print(f"audit: {[(e['event'], e.get('status')) for e in audited]}")
         # Executed, not a dry run: the demotion and the restore are each a plan with a done result.
         assert not [e for e in audited if e["event"] == "dry_run"], audited
         assert len([e for e in audited if e["event"] == "plan"]) >= 2, audited
-        assert len([e for e in audited if e["event"] == "result" and e.get("status") == "done"]) >= 2, audited
+        assert len(done_results()) >= 2, audited
     finally:
         analyzer.stop()
         for load in loads:
