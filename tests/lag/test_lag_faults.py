@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 
@@ -20,11 +21,23 @@ from tests.lag.lagkit import commit, end_offsets
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 
+def offsets_topic_leaders(admin: KafkaAdminClient, timeout_s: float = 60.0) -> dict[int, int]:
+    """``__consumer_offsets`` partition -> leader. On a cluster where no group has been looked up
+    yet the topic does not exist: a group lookup (FindCoordinator) makes the brokers create it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metas = admin.describe_topics(["__consumer_offsets"])
+        leaders = {p["partition_index"]: p["leader_id"] for m in metas for p in m.get("partitions") or []}
+        if leaders and all(b >= 0 for b in leaders.values()):
+            return leaders
+        assert time.monotonic() < deadline, f"__consumer_offsets has no leaders after {timeout_s:.0f}s"
+        with contextlib.suppress(Exception):  # the lookup fails until the topic is up: that is the point
+            admin.describe_consumer_groups([f"g-{uuid.uuid4().hex[:10]}"])
+        time.sleep(1.0)
+
+
 def group_coordinated_by(admin: KafkaAdminClient, avoid: int) -> str:
-    leaders = {
-        p["partition_index"]: p["leader_id"]
-        for p in admin.describe_topics(["__consumer_offsets"])[0]["partitions"]
-    }
+    leaders = offsets_topic_leaders(admin)
     while True:
         g = f"g-{uuid.uuid4().hex[:10]}"
         if leaders[coordinator_partition(g, len(leaders))] != avoid:
