@@ -247,14 +247,14 @@ def mark_coordinator_dead_on_close(consumer: KafkaConsumer) -> None:
     failed connect does). So when the coordinator's broker dies, the member learns it only from
     a request failing on the connection or when a check falls inside a failed reconnect's
     backoff, else when the session expires: for an idle member, the next heartbeat's refused
-    reconnect, 2.6 s after a SIGKILL in two runs (up to ``heartbeat_interval_ms``). With
-    this hook, the close of the connection to the
-    current coordinator node (a lost or a refused connection, whatever the error) calls
-    ``coordinator_dead`` at once, on kafka-python's event loop where the close is handled:
-    0.03 s after the SIGKILL. ``coordinator_dead`` is looked up on the instance when called, so
-    :func:`back_off_coordinator_lookup` counts the death and paces the lookups that follow,
-    whichever of the two is installed first. Ignored: the close of a connection to a node that is no longer the
-    coordinator, and every close once the client is shutting down (``_manager.closed``).
+    reconnect, 2.6 s after a SIGKILL in two runs (up to ``heartbeat_interval_ms``). With this
+    hook, the close of the connection to the current coordinator node (a lost or a refused
+    connection, whatever the error) calls ``coordinator_dead`` at once, on kafka-python's event
+    loop where the close is handled: 0.03 s after the SIGKILL. ``coordinator_dead`` is looked up
+    on the instance when called, so :func:`back_off_coordinator_lookup` counts the death and
+    paces the lookups that follow, whichever of the two is installed first. Ignored: the close
+    of a connection to a node that is no longer the coordinator, and every close once the
+    client is shutting down (``_manager.closed``).
 
     Touches ``_coordinator._manager``: its ``get_connection`` (looked up on the instance,
     wrapped so that each connection it creates is watched), its ``_conns`` (those already
