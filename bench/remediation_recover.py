@@ -133,9 +133,14 @@ def main() -> None:
                 fault_s = args.fault_s if mode == "with" else args.baseline_fault_s
                 # Every round starts alike: no finding still active from the round before, and
                 # broker 2 leading its preferred partitions (pauses can move leadership away).
+                # A restarted analyzer rebuilds its history from the archive, so the baseline's
+                # last fault can raise a finding (and a demotion) at once: wait for it to clear
+                # and for the remediator to restore broker 2 (its replica order) after its hold.
                 cleared = time.monotonic() + args.clear_timeout_s
                 while finding_active(analyzer) and time.monotonic() < cleared:
                     time.sleep(1)
+                if mode == "with":
+                    wait_restored(admin, "serve", VICTIM, args.restore_timeout_s)
                 faults.restore_preferred_leaders(admin, ["orders", "serve"])
                 r = one_round(admin, serve, functools.partial(finding_active, analyzer), VICTIM, pid, fault_s)
                 r["fault_s"] = fault_s
