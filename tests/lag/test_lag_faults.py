@@ -32,7 +32,7 @@ def offsets_topic_leaders(admin: KafkaAdminClient, timeout_s: float = 60.0) -> d
             return leaders
         assert time.monotonic() < deadline, f"__consumer_offsets has no leaders after {timeout_s:.0f}s"
         with contextlib.suppress(Exception):  # the lookup fails until the topic is up: that is the point
-            admin.describe_consumer_groups([f"g-{uuid.uuid4().hex[:10]}"])
+            admin.list_group_offsets(f"g-{uuid.uuid4().hex[:10]}")
         time.sleep(1.0)
 
 
