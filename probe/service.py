@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import OffsetSpec
+from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig
@@ -37,6 +38,8 @@ from probe.metrics import ProbeMetrics
 from probe.topic import NO_LEADER, apply, plan, read_view
 
 log = logging.getLogger(__name__)
+
+CONSUME_RETRY_S = 1.0  # after a failed read of the probed partitions' ends
 
 TP = tuple[str, int]
 
@@ -111,6 +114,8 @@ class ProbeService:
         self._leaders_lock = threading.Lock()
         self._consumer: AsyncFetchConsumer | None = None
         self._consumed: frozenset[int] = frozenset()
+        self._consume_retry_at = 0.0  # monotonic: no new try to (re)assign the consumer before
+        self.consumer_retries = 0  # reads of the probed partitions' ends that failed and were retried
         self._seq = time.time_ns() // 1000  # unique per run: an earlier run's probes never match
         self._http: MetricsServer | None = None
         self._keeper: threading.Thread | None = None
@@ -175,7 +180,7 @@ class ProbeService:
 
     def _ensure_consumer(self, partitions: frozenset[int]) -> None:
         """(Re)assign the consumer when the probed partitions change, starting at their ends."""
-        if partitions == self._consumed:
+        if partitions == self._consumed or time.monotonic() < self._consume_retry_at:
             return
         if self._consumer is not None:
             self._consumer.close()
@@ -184,9 +189,20 @@ class ProbeService:
         if not partitions:
             return
         topic = self.config.topic.name
-        ends = self.admin.list_partition_offsets(
-            {TopicPartition(topic, p): OffsetSpec.LATEST for p in partitions}
-        )
+        try:
+            ends = self.admin.list_partition_offsets(
+                {TopicPartition(topic, p): OffsetSpec.LATEST for p in partitions}
+            )
+        except KafkaError as e:
+            # Just after the topic was created (or a partition moved) a broker may not know it
+            # yet (UnknownTopicOrPartition): try again a second later instead of ending the loop.
+            self._consumed = frozenset()
+            self._consume_retry_at = time.monotonic() + CONSUME_RETRY_S
+            self.consumer_retries += 1
+            log.warning(
+                "probe: reading the ends of %s failed (%s); retrying in %.0f s", topic, e, CONSUME_RETRY_S
+            )
+            return
         cc = ConsumerConfig(
             bootstrap_servers=self.config.bootstrap_servers,
             client_id=f"linkwatch-probe-{self.config.instance}",

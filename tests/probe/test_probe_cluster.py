@@ -251,3 +251,24 @@ def test_commit_latency_per_coordinator_broker_follows_leadership(cluster3, admi
     finally:
         admin.alter_partition_reassignments({tp: list(replicas)})
         admin.elect_leaders(0, {OFFSETS_TOPIC: [part]}, raise_errors=False)
+
+
+def test_unknown_partitions_are_retried_not_fatal(cluster3) -> None:
+    """A broker that does not know the probed partitions yet (just after the topic's creation,
+    as a full CI run once hit: the probe loop died on UnknownTopicOrPartition) is asked again a
+    second later; here the real broker answers for a topic that does not exist."""
+    cfg = probe_config(
+        cluster3.bootstrap, 2, topic={"name": f"no-such-{uuid.uuid4().hex[:8]}"}, publish_samples=False
+    )
+    service = ProbeService(cfg)
+    try:
+        service._ensure_consumer(frozenset({0, 1}))
+        assert service.consumer_retries == 1
+        assert service._consumer is None
+        service._ensure_consumer(frozenset({0, 1}))  # within the retry delay: not asked again
+        assert service.consumer_retries == 1
+        time.sleep(1.1)
+        service._ensure_consumer(frozenset({0, 1}))
+        assert service.consumer_retries == 2
+    finally:
+        service.close()
