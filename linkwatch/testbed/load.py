@@ -226,14 +226,34 @@ class ConsumerLoad:
 
 
 def ensure_topic(
-    admin, topic: str, partitions: int, replication: int, configs: dict[str, str] | None = None
+    admin,
+    topic: str,
+    partitions: int,
+    replication: int,
+    configs: dict[str, str] | None = None,
+    spread_over: list[int] | None = None,
 ) -> None:
-    """Create ``topic`` if it does not exist; wait until every partition has a leader."""
+    """Create ``topic`` if it does not exist; wait until every partition has a leader.
+
+    ``spread_over``: broker ids; the replicas are then assigned explicitly in rotation, so each of
+    those brokers is the preferred (first) replica of an equal share of the partitions. Without
+    it the controller places them, and skips a broker that is fenced at that moment (one a test
+    paused a little earlier), which then leads nothing of the topic."""
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
+    if spread_over is not None and not 0 < replication <= len(spread_over):
+        raise ValueError(
+            f"replication {replication} needs at least that many brokers in spread_over={spread_over}"
+        )
+    if spread_over is None:
+        new = NewTopic(topic, partitions, replication, topic_configs=configs or {})
+    else:
+        ring = sorted(spread_over)
+        assignment = {p: [ring[(p + i) % len(ring)] for i in range(replication)] for p in range(partitions)}
+        new = NewTopic(topic, replica_assignments=assignment, topic_configs=configs or {})
     with contextlib.suppress(TopicAlreadyExistsError):
-        admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs or {})])
+        admin.create_topics([new])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         leaders = partition_leaders(admin, topic)

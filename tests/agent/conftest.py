@@ -30,12 +30,16 @@ def captured(cluster3: ClusterState) -> Iterator[Captured]:
 
     admin = KafkaAdminClient(bootstrap_servers=cluster3.bootstrap, client_id="agent-tests")
     topic = "agent-traffic"
-    create_topic(admin, topic)
+    # One partition led by each broker, and a consumer assigned every partition (no group join
+    # to wait for): every broker serves Produce, FetchConsumer and FetchFollower in the 12 s.
+    # With default placement a broker could lead nothing and see no consumer fetch (CI failure
+    # of 2026-11-24: broker 1 had no FetchConsumer line).
+    create_topic(admin, topic, leaders=sorted(n.node_id for n in cluster3.nodes))
     admin.close()
     followers = {n.node_id: FileFollower(n.request_log, start_at_end=True) for n in cluster3.nodes}
     for f in followers.values():
         f.read_lines()  # open at the end
-    run_traffic(cluster3.bootstrap, topic, seconds=12, rate=300)
+    run_traffic(cluster3.bootstrap, topic, seconds=12, rate=300, group=False)
     lines = {b: f.read_lines(max_bytes=1 << 30) for b, f in followers.items()}
     for f in followers.values():
         f.close()

@@ -18,6 +18,7 @@ import pytest
 from linkwatch.testbed.cluster import ClusterState
 from linkwatch.testbed.demo.agents import AgentsComponent
 from linkwatch.testbed.demo.analyzer import RESTORE_HOLD_S, AnalyzerComponent, demo_config
+from linkwatch.testbed.faults import restore_preferred_leaders
 from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic, partition_leaders
 from linkwatch.testbed.recovery import one_round, wait_restored
 from remediation.audit import read_audit
@@ -36,8 +37,9 @@ def test_paused_leader_demoted_producers_recover_then_leadership_restored(
 ) -> None:
     suffix = uuid.uuid4().hex[:6]
     orders, serve_topic = f"orders-{suffix}", f"serve-{suffix}"
-    ensure_topic(admin, orders, 12, 3)
-    ensure_topic(admin, serve_topic, 6, 3)
+    brokers = [n.node_id for n in cluster3.nodes]
+    ensure_topic(admin, orders, 12, 3, spread_over=brokers)
+    ensure_topic(admin, serve_topic, 6, 3, spread_over=brokers)
     agents = AgentsComponent()
     analyzer = AnalyzerComponent(
         demo_config(agents.window_s), remediate_topics=[orders, serve_topic], cooldown_s=5.0
@@ -63,6 +65,9 @@ def test_paused_leader_demoted_producers_recover_then_leadership_restored(
             )
             time.sleep(2)
         time.sleep(20)  # quiet history windows before the fault
+        # Broker 2 is the preferred leader of a third of each topic; an earlier test's fault
+        # may have moved that leadership away (CI rerun of 2026-11-24).
+        restore_preferred_leaders(admin, [orders, serve_topic])
         assert VICTIM in partition_leaders(admin, serve_topic).values(), (
             "broker 2 leads nothing to begin with"
         )

@@ -7,6 +7,7 @@ import time
 import urllib.request
 
 import orjson
+import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from linkwatch.testbed.cluster import ClusterState
@@ -138,3 +139,17 @@ def test_nodes_have_racks_and_two_log_dirs_in_use(cluster3: ClusterState, admin,
         assert {d["log_dir"] for d in by_broker[node.node_id]} == set(node.log_dirs)
         # Kafka spreads the topic's 6 replicas on this broker over both dirs.
         assert sorted(holding[node.node_id]) == sorted(node.log_dirs), holding
+
+
+def test_ensure_topic_spread_over_makes_each_broker_preferred_leader_of_a_share(
+    cluster3: ClusterState, admin, topic_name: str
+) -> None:
+    ensure_topic(admin, topic_name, partitions=6, replication=3, spread_over=[3, 1, 2])
+    (meta,) = admin.describe_topics([topic_name])
+    preferred = [
+        p["replica_nodes"][0] for p in sorted(meta["partitions"], key=lambda p: p["partition_index"])
+    ]
+    assert preferred == [1, 2, 3, 1, 2, 3]
+    assert all(len(set(p["replica_nodes"])) == 3 for p in meta["partitions"])
+    with pytest.raises(ValueError, match="spread_over"):
+        ensure_topic(admin, f"{topic_name}-x", partitions=1, replication=3, spread_over=[1, 2])
