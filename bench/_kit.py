@@ -1,4 +1,4 @@
-"""Small helpers the lag benchmarks share (run as scripts: ``bench/`` is on ``sys.path``)."""
+"""Small helpers the benchmarks share (run as scripts: ``bench/`` is on ``sys.path``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
+
+from linkwatch import records as R
 
 
 def wait_ready(admin: KafkaAdminClient, tps: list[TopicPartition], timeout_s: float, poll_s: float) -> None:
@@ -41,3 +43,24 @@ def retry(fn: Callable[[], Any], attempts: int, delay_s: float) -> Any:
                 raise
             time.sleep(delay_s)
     return None
+
+
+def read_samples(bootstrap: str, topic: str = R.SAMPLES_TOPIC) -> list[R.Record]:
+    """Every record on the samples topic (or ``topic``: the findings topic; undecodable ones
+    are counted and reported)."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=15_000
+    )
+    out: list[R.Record] = []
+    bad = 0
+    for msg in consumer:
+        try:
+            out.append(R.decode(msg.value))
+        except R.RecordError:
+            bad += 1
+    consumer.close()
+    if bad:
+        print(f"{topic}: {bad} records could not be decoded (left out of the replay)")
+    return out

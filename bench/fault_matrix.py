@@ -55,6 +55,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _kit import read_samples  # bench/ is on sys.path (run as a script)
+
 from analyzer.base import Decision, FindingSink, PolicyConfig, SeverityPolicy
 from analyzer.engine import Engine
 from analyzer.registry import load_detectors
@@ -376,26 +378,6 @@ def fill_slow_topic(admin: Any, bootstrap: str) -> None:
         producer.send(SLOW_TOPIC, value=b"z" * 1000, partition=0)
     producer.flush(60)
     producer.close()
-
-
-def read_samples(bootstrap: str) -> list[R.Record]:
-    """Every record on the samples topic (undecodable ones are counted and reported)."""
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
-        R.SAMPLES_TOPIC, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=15_000
-    )
-    out: list[R.Record] = []
-    bad = 0
-    for msg in consumer:
-        try:
-            out.append(R.decode(msg.value))
-        except R.RecordError:
-            bad += 1
-    consumer.close()
-    if bad:
-        print(f"samples topic: {bad} records could not be decoded (left out of the replay)")
-    return out
 
 
 def load_line() -> str:

@@ -18,7 +18,11 @@ removed and the round waits for leadership to be restored before the next. Every
 once the previous round's finding has cleared and with broker 2 leading its preferred
 partitions again.
 
-    python bench/remediation_recover.py --rounds 3 --fault-s 90 [--analyzer default]
+    python bench/remediation_recover.py --rounds 3 --fault-s 90 [--analyzer default] [--save-run F]
+
+``--save-run F`` writes the rounds (with their onset and removal, wall clock ms), the agents'
+windows from the samples topic and the analyzer's findings from the findings topic as one JSON
+document, to replay the rules over the same windows (``bench/fault_matrix.py``'s ``replay``).
 
 Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recover.py``.
 """
@@ -27,13 +31,17 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from _kit import read_samples  # bench/ is on sys.path (run as a script)
+
 from analyzer.service import AnalyzerConfig, PrometheusConfig
+from linkwatch import records as R
 from linkwatch.testbed import faults
 from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 from linkwatch.testbed.demo.agents import AgentsComponent
@@ -85,6 +93,7 @@ def main() -> None:
         help="the analyzer's settings: the demo's (5 s windows, slow-broker history 8) or the "
         "service's defaults (10 s windows, history 12; the agents' windows too)",
     )
+    ap.add_argument("--save-run", type=Path, help="write rounds, windows and findings here (JSON)")
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-"))
@@ -161,6 +170,16 @@ def main() -> None:
             analyzer.stop()
             analyzer = None
         admin.close()
+        if args.save_run is not None:
+            doc = {
+                "analyzer": args.analyzer,
+                "window_s": agents.window_s,
+                "rounds": [{"mode": m, **r} for m, r in rows],
+                "records": [r.to_json().decode() for r in read_samples(state.bootstrap)],
+                "findings": [f.to_json().decode() for f in read_samples(state.bootstrap, R.FINDINGS_TOPIC)],
+            }
+            args.save_run.write_text(json.dumps(doc))
+            print(f"run saved to {args.save_run}")
     finally:
         faults.revert_all()
         if analyzer is not None:

@@ -34,13 +34,14 @@ def one_round(
     the seconds from the onset to: ``finding`` (``active()`` first true), ``demoted`` (the victim
     leads no partition of ``serve``'s topic nor of ``topics``), ``recovered`` (the start of
     ``CALM_S`` seconds in a row with ``serve``'s ack p99 over the last 5 s under
-    ``P99_LINE_MS``); None for a step not reached. Also ``peak_p99_ms``. The fault is removed on
-    return (recovered, or ``fault_s`` over)."""
+    ``P99_LINE_MS``); None for a step not reached. Also ``peak_p99_ms``, and ``onset_ms`` and
+    ``removed_ms`` (wall clock, ms: to line the round up with the agents' windows). The fault is
+    removed on return (recovered, or ``fault_s`` over)."""
     watched = [serve.topic, *topics]
     t: dict[str, float | None] = {"finding": None, "demoted": None, "recovered": None}
     calm_since = None
     peak = 0.0
-    onset = time.monotonic()
+    onset, onset_ms = time.monotonic(), int(time.time() * 1000)
     with faults.PauseDutyCycle(pid, 400, 1000):
         while (elapsed := time.monotonic() - onset) < fault_s:
             if t["finding"] is None and active():
@@ -61,7 +62,7 @@ def one_round(
             else:
                 calm_since = None
             time.sleep(0.5)
-    return {**t, "peak_p99_ms": peak}
+    return {**t, "peak_p99_ms": peak, "onset_ms": onset_ms, "removed_ms": int(time.time() * 1000)}
 
 
 def wait_restored(admin: Any, topic: str, victim: int, timeout_s: float) -> float | None:
