@@ -45,22 +45,35 @@ def retry(fn: Callable[[], Any], attempts: int, delay_s: float) -> Any:
     return None
 
 
-def read_samples(bootstrap: str, topic: str = R.SAMPLES_TOPIC) -> list[R.Record]:
-    """Every record on the samples topic (or ``topic``: the findings topic; undecodable ones
-    are counted and reported)."""
-    from kafka import KafkaConsumer
+def read_samples(bootstrap: str, topic: str = R.SAMPLES_TOPIC, timeout_s: float = 120.0) -> list[R.Record]:
+    """Every record on the samples topic (or ``topic``: the findings topic) up to the end
+    offsets it has when the read starts: agents still shipping do not keep the read going.
+    Undecodable records are counted and reported; raises TimeoutError if the end is not reached
+    within ``timeout_s``."""
+    from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=15_000
-    )
-    out: list[R.Record] = []
-    bad = 0
-    for msg in consumer:
-        try:
-            out.append(R.decode(msg.value))
-        except R.RecordError:
-            bad += 1
-    consumer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end = consumer.end_offsets(parts)
+        out: list[R.Record] = []
+        bad = 0
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: the end offsets {end} not reached in {timeout_s:.0f} s")
+            for tp, msgs in consumer.poll(timeout_ms=1000).items():
+                for msg in msgs:
+                    if msg.offset >= end[tp]:
+                        continue
+                    try:
+                        out.append(R.decode(msg.value))
+                    except R.RecordError:
+                        bad += 1
+    finally:
+        consumer.close()
     if bad:
         print(f"{topic}: {bad} records could not be decoded (left out of the replay)")
     return out

@@ -159,7 +159,8 @@ def main() -> None:
                 print(
                     f"{mode:>7} remediation round {i + 1}: finding {fmt(r['finding'], fault_s)} s, "
                     f"demoted {fmt(r['demoted'], fault_s)} s, recovered {fmt(r['recovered'], fault_s)} s, "
-                    f"peak acks=1 p99 {r['peak_p99_ms']:.0f} ms"
+                    f"peak acks=1 p99 {r['peak_p99_ms']:.0f} ms, {r['pause_cycles']} pauses "
+                    f"(latest resume {r['pause_max_late_ms']:.0f} ms late)"
                     + (
                         f", leadership restored {fmt(r['restored_after_s'], 0)} s after the fault"
                         if mode == "with"

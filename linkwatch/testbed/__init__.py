@@ -4,7 +4,8 @@
   (:mod:`.jars`, ``kafka-pom.xml``);
 * :mod:`.spark` — a real Spark standalone cluster (master and workers from pyspark's
   ``spark-class``, loopback) to submit the analyzer to;
-* :mod:`.load` — produce and consume load; :mod:`.faults` — reversible faults;
+* :mod:`.load` — produce and consume load; :mod:`.faults` — reversible faults (the pause duty
+  cycle in a process of its own, :mod:`.pause_cycle`);
 * :mod:`.agents` — agents for the nodes of a test cluster, in threads or as subprocesses;
 * :mod:`.alert_stack` — Prometheus, Alertmanager and the receiver on loopback;
 * :mod:`.demo` — ``linkwatch demo``: the timeline and its components.

@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,15 +73,19 @@ class PauseDutyCycle:
 
     The pause is real: the JVM makes no progress, so requests arriving during it see their
     queue/local/send stages stretched. ``stop`` always leaves the process running (SIGCONT).
+    The cycle runs in a child process (:mod:`linkwatch.testbed.pause_cycle`), not a thread of
+    the caller, whose interpreter may be too busy to wake it on time. After ``stop``,
+    ``cycles`` is the number of pauses completed and ``max_late_ms`` the worst lateness of a
+    resume against the schedule (both 0 if the child's report could not be read).
     """
 
     pid: int
     pause_ms: int = 400
     period_ms: int = 1000
-    _stop: threading.Event = field(default_factory=threading.Event, init=False)
-    _thread: threading.Thread | None = field(default=None, init=False)
+    _proc: subprocess.Popen[str] | None = field(default=None, init=False)
     _token: int = field(default=0, init=False)
     cycles: int = field(default=0, init=False)
+    max_late_ms: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.pause_ms < self.period_ms:
@@ -87,28 +93,35 @@ class PauseDutyCycle:
 
     def start(self) -> PauseDutyCycle:
         self._token = _register(f"pause pid {self.pid}", self.stop)
-        self._thread = threading.Thread(target=self._run, name=f"pause-{self.pid}", daemon=True)
-        self._thread.start()
+        cmd = [
+            sys.executable,
+            "-m",
+            "linkwatch.testbed.pause_cycle",
+            str(self.pid),
+            str(self.pause_ms),
+            str(self.period_ms),
+        ]
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         return self
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                os.kill(self.pid, signal.SIGSTOP)
-                self._stop.wait(self.pause_ms / 1000)
-                os.kill(self.pid, signal.SIGCONT)
-                self.cycles += 1
-                self._stop.wait((self.period_ms - self.pause_ms) / 1000)
-        except ProcessLookupError:
-            pass
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGCONT)
+    @property
+    def running(self) -> bool:
+        """The cycle is running (started, not stopped, its process alive)."""
+        return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                out, _ = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            fields = (out or "").split()
+            if len(fields) == 4 and fields[0] == "cycles" and fields[2] == "max_late_ms":
+                self.cycles, self.max_late_ms = int(fields[1]), float(fields[3])
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
         _unregister(self._token)

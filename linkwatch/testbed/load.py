@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from linkwatch.errors import ConfigError
@@ -276,3 +276,22 @@ def partition_leaders(admin, topic: str) -> dict[int, int]:
         for p in t.get("partitions", []):
             out[p["partition_index"]] = p["leader_id"]
     return out
+
+
+def brokers_leading(admin, topics: Sequence[str]) -> set[int] | None:
+    """The brokers that lead at least one partition of ``topics``, from one metadata request;
+    None when the metadata could not be read or a topic is missing from it."""
+    try:
+        described = admin.describe_topics(list(topics))
+    except Exception:
+        return None
+    found = {t.get("name") for t in described if not t.get("error_code", 0)}
+    if not set(topics) <= found:
+        return None
+    return {
+        p["leader_id"]
+        for t in described
+        if t.get("name") in found
+        for p in t.get("partitions", [])
+        if p.get("leader_id", -1) >= 0
+    }

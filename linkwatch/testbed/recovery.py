@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkwatch.testbed import faults
-from linkwatch.testbed.load import ProducerLoad, p99_ms, partition_leaders
+from linkwatch.testbed.load import ProducerLoad, brokers_leading, p99_ms, partition_leaders
 
 P99_LINE_MS = 300.0
 CALM_S = 3.0  # the producer's p99 must stay under the line this long to count as recovered
@@ -35,21 +35,22 @@ def one_round(
     leads no partition of ``serve``'s topic nor of ``topics``), ``recovered`` (the start of
     ``CALM_S`` seconds in a row with ``serve``'s ack p99 over the last 5 s under
     ``P99_LINE_MS``); None for a step not reached. Also ``peak_p99_ms``, and ``onset_ms`` and
-    ``removed_ms`` (wall clock, ms: to line the round up with the agents' windows). The fault is
+    ``removed_ms`` (wall clock, ms: to line the round up with the agents' windows), and
+    ``pause_cycles`` / ``pause_max_late_ms`` (the fault as it was applied). The fault is
     removed on return (recovered, or ``fault_s`` over)."""
     watched = [serve.topic, *topics]
     t: dict[str, float | None] = {"finding": None, "demoted": None, "recovered": None}
     calm_since = None
     peak = 0.0
     onset, onset_ms = time.monotonic(), int(time.time() * 1000)
-    with faults.PauseDutyCycle(pid, 400, 1000):
+    with faults.PauseDutyCycle(pid, 400, 1000) as pause:
         while (elapsed := time.monotonic() - onset) < fault_s:
             if t["finding"] is None and active():
                 t["finding"] = elapsed
-            if t["demoted"] is None and all(
-                victim not in partition_leaders(admin, topic).values() for topic in watched
-            ):
-                t["demoted"] = elapsed
+            if t["demoted"] is None:
+                leading = brokers_leading(admin, watched)  # None: metadata unread, not "demoted"
+                if leading is not None and victim not in leading:
+                    t["demoted"] = elapsed
             p99 = p99_ms((lat for lat, _ in serve.stats.recent(5.0)), min_samples=20)
             if p99 is not None:
                 peak = max(peak, p99)
@@ -62,7 +63,14 @@ def one_round(
             else:
                 calm_since = None
             time.sleep(0.5)
-    return {**t, "peak_p99_ms": peak, "onset_ms": onset_ms, "removed_ms": int(time.time() * 1000)}
+    return {
+        **t,
+        "peak_p99_ms": peak,
+        "onset_ms": onset_ms,
+        "removed_ms": int(time.time() * 1000),
+        "pause_cycles": pause.cycles,
+        "pause_max_late_ms": pause.max_late_ms,
+    }
 
 
 def wait_restored(admin: Any, topic: str, victim: int, timeout_s: float) -> float | None:

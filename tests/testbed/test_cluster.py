@@ -11,7 +11,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.load import ensure_topic, partition_leaders
+from linkwatch.testbed.load import brokers_leading, ensure_topic, partition_leaders
 
 MARKER = "Completed request:"
 
@@ -151,5 +151,7 @@ def test_ensure_topic_spread_over_makes_each_broker_preferred_leader_of_a_share(
     ]
     assert preferred == [1, 2, 3, 1, 2, 3]
     assert all(len(set(p["replica_nodes"])) == 3 for p in meta["partitions"])
+    assert brokers_leading(admin, [topic_name]) == {1, 2, 3}
+    assert brokers_leading(admin, [topic_name, f"{topic_name}-missing"]) is None  # not "nobody leads"
     with pytest.raises(ValueError, match="spread_over"):
         ensure_topic(admin, f"{topic_name}-x", partitions=1, replication=3, spread_over=[1, 2])

@@ -113,7 +113,7 @@ def test_revert_all_undoes_a_fault_left_active(cluster3: ClusterState) -> None:
     pause = faults.PauseDutyCycle(victim.pid, pause_ms=200, period_ms=400).start()
     time.sleep(0.5)
     assert faults.revert_all() == [f"pause pid {victim.pid}"]
-    assert pause._stop.is_set()
+    assert not pause.running
     time.sleep(0.1)
     assert _process_state(victim.pid) != "T"
 
