@@ -4,7 +4,7 @@ On one local 3-broker cluster with the agents and the Spark analyzer (the demo's
 ``linkwatch.testbed.demo``): a Zipf-keyed acks=all load (the analyzer sees a stalled broker
 through the leaders waiting on it) and an acks=1 producer on its own 6-partition topic (its
 clients wait on the leader only: the producer whose p99 recovery is measured). Each round
-pauses broker 2's JVM in a duty cycle (400 of every 1000 ms) and measures, from the onset:
+pauses broker 2's JVM in a duty cycle (``--pause-ms`` of every 1000 ms, 500 by default) and measures, from the onset:
 
 * ``finding``: the analyzer's slow_broker finding for broker 2 is active;
 * ``demoted``: broker 2 leads no partition of the acks=1 topic;
@@ -47,7 +47,7 @@ from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_
 from linkwatch.testbed.demo.agents import AgentsComponent
 from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
 from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic
-from linkwatch.testbed.recovery import one_round, wait_restored
+from linkwatch.testbed.recovery import PAUSE_MS, one_round, wait_restored
 
 VICTIM = 2
 
@@ -92,6 +92,12 @@ def main() -> None:
         default="demo",
         help="the analyzer's settings: the demo's (5 s windows, slow-broker history 8) or the "
         "service's defaults (10 s windows, history 12; the agents' windows too)",
+    )
+    ap.add_argument(
+        "--pause-ms",
+        type=int,
+        default=PAUSE_MS,
+        help="broker 2 is paused this long of every 1000 ms (400: its leaders' acks=all p99 sits on the 300 ms line)",
     )
     ap.add_argument("--save-run", type=Path, help="write rounds, windows and findings here (JSON)")
     args = ap.parse_args()
@@ -151,7 +157,15 @@ def main() -> None:
                 if mode == "with":
                     wait_restored(admin, "serve", VICTIM, args.restore_timeout_s)
                 faults.restore_preferred_leaders(admin, ["orders", "serve"])
-                r = one_round(admin, serve, functools.partial(finding_active, analyzer), VICTIM, pid, fault_s)
+                r = one_round(
+                    admin,
+                    serve,
+                    functools.partial(finding_active, analyzer),
+                    VICTIM,
+                    pid,
+                    fault_s,
+                    pause_ms=args.pause_ms,
+                )
                 r["fault_s"] = fault_s
                 if mode == "with":
                     r["restored_after_s"] = wait_restored(admin, "serve", VICTIM, args.restore_timeout_s)

@@ -1,5 +1,5 @@
 """The whole loop on the real 3-broker cluster, with real agents and the real Spark analyzer:
-broker 2's JVM paused 400 of every 1000 ms while it leads → the agents' windows → the
+broker 2's JVM paused 500 of every 1000 ms (recovery.PAUSE_MS) while it leads → the agents' windows → the
 analyzer's ``slow_broker`` finding → the findings pipeline demotes broker 2 (the demo's
 remediation config: demote on ``slow_broker``, executed, capped) → the acks=1 producer's ack p99
 back under 300 ms → the fault removed, the finding clears, and leadership comes back after the
