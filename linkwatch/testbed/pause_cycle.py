@@ -1,5 +1,5 @@
-"""The SIGSTOP/SIGCONT duty cycle of :class:`linkwatch.testbed.faults.PauseDutyCycle`, run as a
-process of its own::
+"""The SIGSTOP/SIGCONT duty cycle of :class:`linkwatch.testbed.faults.PauseDutyCycle`
+(``own_process=True``), run as a process of its own::
 
     python -m linkwatch.testbed.pause_cycle PID PAUSE_MS PERIOD_MS
 

@@ -49,7 +49,7 @@ def one_round(
     calm_since = None
     peak = 0.0
     onset, onset_ms = time.monotonic(), int(time.time() * 1000)
-    with faults.PauseDutyCycle(pid, pause_ms, 1000) as pause:
+    with faults.PauseDutyCycle(pid, pause_ms, 1000, own_process=True) as pause:
         while (elapsed := time.monotonic() - onset) < fault_s:
             if t["finding"] is None and active():
                 t["finding"] = elapsed

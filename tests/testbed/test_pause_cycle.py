@@ -1,5 +1,6 @@
-"""The duty cycle's own process (linkwatch.testbed.pause_cycle), on a real target process (a
-``sleep``): paused on schedule, always left running, also when its parent dies."""
+"""The pause duty cycle on a real target process (a ``sleep``), in its own process
+(linkwatch.testbed.pause_cycle: paused on schedule, always left running, also when its caller
+dies) and in a thread of the caller."""
 
 from __future__ import annotations
 
@@ -30,9 +31,12 @@ def target() -> Iterator[subprocess.Popen]:
 
 
 @pytest.mark.timing
-def test_pauses_on_schedule_and_leaves_the_target_running(target: subprocess.Popen) -> None:
+@pytest.mark.parametrize("own_process", [True, False], ids=["process", "thread"])
+def test_pauses_on_schedule_and_leaves_the_target_running(
+    target: subprocess.Popen, own_process: bool
+) -> None:
     seen = set()
-    with faults.PauseDutyCycle(target.pid, pause_ms=100, period_ms=200) as pause:
+    with faults.PauseDutyCycle(target.pid, pause_ms=100, period_ms=200, own_process=own_process) as pause:
         assert pause.running
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
@@ -40,7 +44,8 @@ def test_pauses_on_schedule_and_leaves_the_target_running(target: subprocess.Pop
             time.sleep(0.01)
     assert not pause.running
     assert "T" in seen and "S" in seen, seen  # stopped part of the time, running the rest
-    assert 7 <= pause.cycles <= 11, pause.cycles  # ~10 cycles in 2 s
+    # ~10 cycles in 2 s (the thread's run a little longer each: its schedule is relative)
+    assert 7 <= pause.cycles <= 11, pause.cycles
     assert pause.max_late_ms < 150, pause.max_late_ms
     time.sleep(0.05)
     assert _state(target.pid) != "T"
@@ -49,7 +54,7 @@ def test_pauses_on_schedule_and_leaves_the_target_running(target: subprocess.Pop
 
 @pytest.mark.timing
 def test_a_long_pause_is_ended_at_once_by_stop(target: subprocess.Popen) -> None:
-    pause = faults.PauseDutyCycle(target.pid, pause_ms=60_000, period_ms=60_001).start()
+    pause = faults.PauseDutyCycle(target.pid, pause_ms=60_000, period_ms=60_001, own_process=True).start()
     time.sleep(0.5)
     assert _state(target.pid) == "T"
     t0 = time.monotonic()
@@ -65,7 +70,7 @@ def test_the_target_is_left_running_when_the_caller_is_killed(target: subprocess
     code = (
         "import sys, time\n"
         "from linkwatch.testbed.faults import PauseDutyCycle\n"
-        f"PauseDutyCycle({target.pid}, pause_ms=60_000, period_ms=60_001).start()\n"
+        f"PauseDutyCycle({target.pid}, pause_ms=60_000, period_ms=60_001, own_process=True).start()\n"
         "print('started', flush=True)\n"
         "time.sleep(120)\n"
     )
@@ -101,7 +106,7 @@ def test_bad_arguments_are_refused(argv: list[str], message: str, capsys: pytest
 def test_a_target_that_is_gone_ends_the_cycle(target: subprocess.Popen) -> None:
     target.kill()
     target.wait()
-    pause = faults.PauseDutyCycle(target.pid, pause_ms=50, period_ms=100).start()
+    pause = faults.PauseDutyCycle(target.pid, pause_ms=50, period_ms=100, own_process=True).start()
     deadline = time.monotonic() + 5
     while pause.running:
         assert time.monotonic() < deadline, "the cycle goes on without its target"
