@@ -2,7 +2,7 @@
 with ctypes: one call per block reads every line's request type, stamp and stage times into
 reused numpy arrays (:class:`BlockScan`), no Python object per line.
 
-When the library is missing or does not load, :data:`SCANNER` is None and the agent runs the
+When the library is missing or does not load, :func:`block_scan` gives None and the agent runs the
 pure-Python path (:func:`agent.requestlog.source.ingest_block` takes either); :data:`STATUS`
 says which, and :func:`announce` logs it once per process.
 """
@@ -36,14 +36,15 @@ _NAMES = b"".join(name.encode() + b"\0" for name in API_NAMES)
 _VALUE_LIMIT = MAX_STAGE_MS / 8
 
 
-def _load() -> tuple[ctypes.CDLL | None, str]:
-    if not LIBRARY.exists():
-        return None, f"python (no {LIBRARY.name}: run make build-ext)"
+def load(library: Path = LIBRARY) -> tuple[ctypes.CDLL | None, str]:
+    """The scanner library and "compiled", or None and "python (why)"; never raises."""
+    if not library.exists():
+        return None, f"python (no {library}: run make build-ext)"
     try:
-        lib = ctypes.CDLL(str(LIBRARY))
+        lib = ctypes.CDLL(str(library))
         fn = lib.lw_scan
     except (OSError, AttributeError) as e:
-        return None, f"python ({LIBRARY.name} does not load: {e})"
+        return None, f"python ({library} does not load: {e})"
     p = ctypes.c_void_p
     fn.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_long]
     fn.argtypes += [ctypes.c_long, ctypes.c_double, ctypes.c_long, p, p, p, p, p, p]
@@ -51,7 +52,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     return lib, "compiled"
 
 
-_LIB, STATUS = _load()
+_LIB, STATUS = load()
 _announced = False
 
 
