@@ -25,7 +25,7 @@
    says, replayed on the same bytes.
 
    Never reads outside buf[0:len]; holds no state between calls; returns the number of lines,
-   or -1 if they are more than cap (nothing else written is meaningful then). */
+   or -1 if they are more than cap (nothing else written is meaningful then), -2 before lw_init. */
 
 #define _GNU_SOURCE
 #include <locale.h>
@@ -220,11 +220,17 @@ static int32_t line(const char *p, const char *nl, long max_line, const char *na
     return (int32_t)api;
 }
 
+/* Once, before any lw_scan (the loader calls it): lw_scan itself keeps no state, so calls from
+   several threads at once (ctypes releases the GIL) are safe. 0 if the C locale is not there. */
+int lw_init(void) {
+    if (c_locale == (locale_t)0) c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    return c_locale != (locale_t)0;
+}
+
 long lw_scan(const char *buf, long len, long max_line, const char *names, long n_names, long fetch_index,
              double limit, long cap, int64_t *starts, int64_t *ends, int32_t *kinds, int64_t *secs,
              int64_t *millis, double *stages) {
-    if (c_locale == (locale_t)0) c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-    if (c_locale == (locale_t)0) return -2;
+    if (c_locale == (locale_t)0) return -2; /* lw_init not called, or it failed */
     const char *p = buf, *stop = buf + len;
     long k = 0;
     while (p < stop) {

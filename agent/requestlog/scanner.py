@@ -43,8 +43,11 @@ def load(library: Path = LIBRARY) -> tuple[ctypes.CDLL | None, str]:
     try:
         lib = ctypes.CDLL(str(library))
         fn = lib.lw_scan
+        ready = lib.lw_init()
     except (OSError, AttributeError) as e:
         return None, f"python ({library} does not load: {e})"
+    if not ready:
+        return None, f"python ({library}: no C locale for strtod_l)"
     p = ctypes.c_void_p
     fn.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_long]
     fn.argtypes += [ctypes.c_long, ctypes.c_double, ctypes.c_long, p, p, p, p, p, p]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,26 @@ def test_the_malformed_lines_are_flagged_for_the_general_path() -> None:
         assert scanned(raw) is None
         with pytest.raises(Drop):
             LineParser().parse(raw)
+
+
+def test_threads_scanning_at_once_each_read_their_own_blocks() -> None:
+    """ctypes lets go of the GIL during the call: agents side by side in one process scan at
+    once, each thread into its own arrays."""
+    blocks = {name: b"".join(line + b"\n" for line in lines) for name, lines in CAPTURES.items()}
+    want = {}
+    for name, block in blocks.items():
+        scan = scanner.BlockScan()
+        n = scan.scan(block, 1 << 20)
+        want[name] = (scan.kinds[:n].tolist(), scan.stages[:n].tolist())
+
+    def read(name: str) -> bool:
+        scan = scanner.block_scan()
+        assert scan is not None
+        for _ in range(50):
+            n = scan.scan(blocks[name], 1 << 20)
+            if (scan.kinds[:n].tolist(), scan.stages[:n].tolist()) != want[name]:
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(read, sorted(blocks) * 4))
