@@ -359,13 +359,19 @@ def _ingest_compiled(
     if tmax >= agg.close_threshold():
         return None
     rows = scan.stages[:n]
-    present = np.flatnonzero(np.bincount(kinds)).tolist()
+    counts = np.bincount(kinds)
+    present = np.flatnonzero(counts).tolist()
+    # The rows grouped by request type (one sort, then views of one fresh array per block).
+    grouped = rows[np.argsort(kinds, kind="stable")] if len(present) > 1 else rows.copy()
+    at = 0
     for kind in present:
         request = KIND_REQUESTS[kind]
         acc = win.requests.get(request)
         if acc is None:
             acc = win.requests[request] = RequestAccumulator(agg.memo)
-        acc.add_rows(rows[kinds == kind] if len(present) > 1 else rows.copy())
+        end = at + int(counts[kind])
+        acc.add_rows(grouped[at:end])
+        at = end
     # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
     totals = rows[:, ROW_TOTAL]
     fetch = (kinds == FETCH_INDEX) | (kinds == FOLLOWER_INDEX)
