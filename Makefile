@@ -1,11 +1,19 @@
 # The two set-up commands: `make demo` and `make test` (each installs what it needs first).
-.PHONY: bootstrap demo test lint bench
+.PHONY: bootstrap build-ext demo test lint bench
 
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
 bootstrap:
 	@bash scripts/bootstrap.sh
+
+# The request log's compiled block scanner (agent/requestlog/scanner.py loads it; without it the
+# agent reads the log by the pure-Python path and says so).
+SCAN_SO := agent/requestlog/_scan.so
+build-ext: $(SCAN_SO)
+
+$(SCAN_SO): agent/requestlog/_scan.c
+	cc -O2 -Wall -Wextra -shared -fPIC -o $@ $<
 
 demo: bootstrap
 	.venv/bin/linkwatch demo $(DEMO_ARGS)

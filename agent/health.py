@@ -24,6 +24,9 @@ class Health:
         self.spool_records = 0
         self.spool_resent = 0  # records sent again after the producer gave up on them
         self.slow_requests: Counter[str] = Counter()
+        # How the request log is read: "compiled", or "python (why not compiled)"; "" if no
+        # request log source runs.
+        self.request_log_scanner = ""
         self._log_every_s = log_every_s
         self._clock = clock
         self._last_log: dict[str, float] = {}

@@ -13,6 +13,8 @@ apt_pkgs=()
 command -v javac >/dev/null || apt_pkgs+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || apt_pkgs+=(maven)
 command -v promtool >/dev/null || apt_pkgs+=(prometheus)
+# cc: the request log's compiled block scanner (make build-ext).
+command -v cc >/dev/null || apt_pkgs+=(gcc libc6-dev)
 command -v prometheus-alertmanager >/dev/null || [ -x /usr/bin/alertmanager ] || apt_pkgs+=(prometheus-alertmanager)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -32,6 +34,9 @@ if ! command -v uv >/dev/null; then
   python3 -m pip install -q uv
 fi
 uv sync --frozen --quiet
+
+# The compiled block scanner of the request log (a shared library next to its source).
+make --no-print-directory build-ext >&2
 
 # Maven Central: Kafka broker jars and the Jolokia agent into ~/.cache/linkwatch.
 .venv/bin/linkwatch cluster fetch

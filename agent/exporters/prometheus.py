@@ -153,6 +153,14 @@ class AgentMetrics(Collector):
         )
         resent.add_metric(base, health.spool_resent)
         yield resent
+        if health.request_log_scanner:
+            compiled = GaugeMetricFamily(
+                "linkwatch_agent_compiled_scanner",
+                "1 if the request log is read by the compiled block scanner, 0 if by the pure-Python path",
+                labels=["cluster", "broker"],
+            )
+            compiled.add_metric(base, 1.0 if health.request_log_scanner == "compiled" else 0.0)
+            yield compiled
         up = GaugeMetricFamily(
             "linkwatch_agent_source_up",
             "1 if the last read of the source worked",

@@ -30,9 +30,11 @@ import math
 import operator
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import count, filterfalse
+
+import numpy as np
 
 from agent.requestlog.parse import STAGE_KEYS, ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
@@ -50,6 +52,8 @@ except ImportError:  # another interpreter: the same contract in Python
 from linkwatch.sketch import _MAPPING, MIN_POSITIVE_MS, LatencySketch
 
 CHUNK = 2048
+# Stage rows of the compiled path a request type's accumulator holds before it folds them.
+BULK_ROWS = 1 << 15
 # Distinct values a stage's raw counts may hold before they are folded into buckets.
 RAW_KEYS = 1 << 14
 _FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
@@ -132,7 +136,7 @@ class StageAccumulator:
         self.min = math.inf
         self.max = -math.inf
 
-    def fold(self, values: Counter[object], memo: ValueMemo) -> None:
+    def fold(self, values: Mapping[object, int], memo: ValueMemo) -> None:
         """Account ``values`` (key -> how many; keys as :class:`ValueMemo` reads them), once
         per distinct key: C loops over the keys, a Python one only to add to the codes."""
         if not values:
@@ -215,16 +219,20 @@ class RequestAccumulator:
     are folded into each stage's buckets once per distinct value: rows every :data:`CHUNK`,
     raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close."""
 
-    __slots__ = ("columns", "memo", "pending", "raw", "stages")
+    __slots__ = ("bulk", "bulk_rows", "columns", "memo", "pending", "raw", "stages")
 
     def __init__(self, memo: ValueMemo | None = None) -> None:
         self.pending: list[tuple[float, ...] | list[float]] = []
+        self.bulk: list[np.ndarray] = []  # (n, 7) float64 stage rows of the compiled path
+        self.bulk_rows = 0
         self.stages = tuple(StageAccumulator() for _ in STAGES)
         self.raw: tuple[Counter[object], ...] = tuple(Counter() for _ in STAGES)
         self.columns = tuple(self.raw[i] for i in ROW_ORDER)  # raw in the log line's order
         self.memo = memo if memo is not None else ValueMemo()
 
     def fold(self) -> None:
+        if self.bulk:
+            self._fold_bulk()
         if self.pending:
             rows = zip(*self.pending, strict=True)
             self.pending = []
@@ -234,6 +242,24 @@ class RequestAccumulator:
             if raw:
                 acc.fold(raw, self.memo)
                 raw.clear()
+
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Account stage rows (:data:`ROW_ORDER`, float64, one row per line) as they are: kept
+        until :data:`BULK_ROWS` are held (bounded memory per window), then folded."""
+        self.bulk.append(rows)
+        self.bulk_rows += len(rows)
+        if self.bulk_rows >= BULK_ROWS:
+            self.fold()
+
+    def _fold_bulk(self) -> None:
+        """Each stage's held values counted per distinct value (one sort per stage) and folded
+        as the other paths' counts are: a float and an int of the same value are one key of a
+        Counter, so the buckets, exact sums, min and max are the same whichever path read it."""
+        rows = np.concatenate(self.bulk) if len(self.bulk) > 1 else self.bulk[0]
+        self.bulk, self.bulk_rows = [], 0
+        for stage, column in zip(ROW_ORDER, rows.T, strict=True):
+            values, counts = np.unique(column, return_counts=True)
+            self.stages[stage].fold(dict(zip(values.tolist(), counts.tolist(), strict=True)), self.memo)
 
     def count(self, tails: list[object]) -> None:
         """Count the stage times of decoded tails (:class:`agent.requestlog.typed.Tail`), one

@@ -1,0 +1,250 @@
+/* The compiled block scanner of the request log's bulk path (agent/requestlog/scanner.py).
+
+   lw_scan reads one block of kafka-request.log (whole lines, each ending in '\n'; a last line
+   without one is read as complete) and writes, for every line, in one call:
+
+     starts[k], ends[k]  the line's bytes are buf[starts[k]:ends[k]] (without its newline)
+     kinds[k]            the request type: an index into the caller's API names, or n_names for a
+                         follower Fetch (the name FETCH's own index is a consumer Fetch); -1 when
+                         the line is not of the usual shape (Python's general path reads it then)
+     secs[k], millis[k]  the stamp's second as the number yyyymmddHHMMSS, and its milliseconds
+     stages[7k..7k+6]    the stage times in the order the line writes them (totalTimeMs first)
+
+   A line gets a kind only if it is certainly read the same way by LineParser.parse
+   (agent/requestlog/parse.py): ASCII only, at most max_line bytes, the zone-less stamp
+   "[yyyy-MM-dd HH:mm:ss,SSS] DEBUG Completed request:{", the first "requestApiKeyName":" of the
+   JSON (ending within its first 4096 bytes) naming a known API, and the tail that starts at the
+   last ,"connection": before the line's last '}' and ends at the first ,"securityProtocol":
+   after it being exactly
+     "connection":"<plain characters>","totalTimeMs":N,"requestQueueTimeMs":N,
+     "localTimeMs":N,"remoteTimeMs":N,"throttleTimeMs":N,"responseQueueTimeMs":N,"sendTimeMs":N
+   with every N a JSON number without sign or exponent below the value limit. N is converted to
+   the double JSON parsers give (correctly rounded): exactly by one division when its digits fit
+   in 15 (Clinger's fast path: both operands exact, one IEEE division is correctly rounded),
+   else by strtod_l in the C locale on the token. A Fetch is a follower's as is_follower_fetch
+   says, replayed on the same bytes.
+
+   Never reads outside buf[0:len]; holds no state between calls; returns the number of lines,
+   or -1 if they are more than cap (nothing else written is meaningful then), -2 before lw_init. */
+
+#define _GNU_SOURCE
+#include <locale.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NSTAGES 7
+
+static const char PREFIX[] = "] DEBUG Completed request:{";
+#define PREFIX_AT 24
+#define BODY_AT 50 /* where the JSON starts: PREFIX_AT + the prefix but its '{' */
+static const char NAME[] = "\"requestApiKeyName\":\"";
+static const char CONN[] = ",\"connection\":";
+static const char SEC[] = ",\"securityProtocol\":";
+static const char REQUEST[] = "},\"request\":{";
+static const char MAXWAIT[] = "\"maxWaitMs\"";
+static const char REPLICA_ID[] = "\"replicaId\":";
+static const char REPLICA_STATE[] = "\"replicaState\":";
+/* The stage keys after the connection, in the broker's order (agent.requestlog.window.ROW_ORDER). */
+static const char *const KEYS[NSTAGES] = {
+    ",\"totalTimeMs\":",    ",\"requestQueueTimeMs\":", ",\"localTimeMs\":",    ",\"remoteTimeMs\":",
+    ",\"throttleTimeMs\":", ",\"responseQueueTimeMs\":", ",\"sendTimeMs\":",
+};
+#define LEN(s) (sizeof(s) - 1)
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
+static locale_t c_locale;
+
+/* The first occurrence of needle lying wholly within [from, to), or NULL. */
+static const char *find(const char *from, const char *to, const char *needle, size_t n) {
+    if (to - from < (ptrdiff_t)n) return NULL;
+    return memmem(from, (size_t)(to - from), needle, n);
+}
+
+/* The last occurrence of needle lying wholly within [from, to), or NULL. */
+static const char *rfind(const char *from, const char *to, const char *needle, size_t n) {
+    const char *p = to - n;
+    while (p >= from) {
+        p = memrchr(from, needle[0], (size_t)(p - from) + 1);
+        if (p == NULL) return NULL;
+        if (memcmp(p, needle, n) == 0) return p;
+        p--;
+    }
+    return NULL;
+}
+
+static int is_ascii(const char *p, const char *end) {
+    uint64_t acc = 0, w;
+    for (; end - p >= 8; p += 8) {
+        memcpy(&w, p, 8);
+        acc |= w;
+    }
+    for (; p < end; p++) acc |= (unsigned char)*p;
+    return (acc & 0x8080808080808080ULL) == 0;
+}
+
+static int digits(const char *p, int n, int *out) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* The stamp "[yyyy-MM-dd HH:mm:ss,SSS]" at line[0:25] (the caller checked 25 bytes are there). */
+static int stamp(const char *p, int64_t *sec, int64_t *ms) {
+    int y, mo, d, h, mi, s, f;
+    if (p[0] != '[' || p[5] != '-' || p[8] != '-' || p[11] != ' ' || p[14] != ':' || p[17] != ':') return 0;
+    if (p[20] != ',' && p[20] != '.') return 0;
+    if (!digits(p + 1, 4, &y) || !digits(p + 6, 2, &mo) || !digits(p + 9, 2, &d) || !digits(p + 12, 2, &h) ||
+        !digits(p + 15, 2, &mi) || !digits(p + 18, 2, &s) || !digits(p + 21, 3, &f))
+        return 0;
+    *sec = ((((int64_t)y * 100 + mo) * 100 + d) * 100 + h) * 10000 + (int64_t)mi * 100 + s;
+    *ms = f;
+    return 1;
+}
+
+/* One JSON number without sign or exponent at [*at, end): its value in *out and *at past it. */
+static int number(const char **at, const char *end, double limit, double *out) {
+    const char *p = *at, *start = p;
+    uint64_t mant = 0;
+    int ndig = 0, frac = 0;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    if (*p == '0') {
+        p++;
+        ndig = 1;
+    } else {
+        for (; p < end && *p >= '0' && *p <= '9'; p++, ndig++)
+            if (ndig < 19) mant = mant * 10 + (uint64_t)(*p - '0');
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++, frac++, ndig++)
+            if (ndig < 19) mant = mant * 10 + (uint64_t)(*p - '0');
+    }
+    double v;
+    if (ndig <= 15) {
+        v = (double)mant / POW10[frac]; /* both exact (< 2^53, 10^15): one correctly rounded division */
+    } else {
+        char tmp[64];
+        size_t n = (size_t)(p - start);
+        if (n >= sizeof tmp) return 0; /* a usual stage time is short; a long one takes the general path */
+        memcpy(tmp, start, n);
+        tmp[n] = '\0';
+        v = strtod_l(tmp, NULL, c_locale);
+    }
+    if (!(v < limit)) return 0;
+    *out = v;
+    *at = p;
+    return 1;
+}
+
+static int conn_char(char ch) {
+    return (ch >= '0' && ch <= '9') || (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || ch == '.' ||
+           ch == ':' || ch == '-' || ch == '_' || ch == '[' || ch == ']' || ch == '%' || ch == '/';
+}
+
+/* The tail [c + 1, s): "connection":"…",<the seven stage keys and numbers>, nothing else. */
+static int tail(const char *c, const char *s, double limit, double *out) {
+    const char *p = c + 1;
+    static const char OPEN[] = "\"connection\":\"";
+    if (s - p < (ptrdiff_t)LEN(OPEN) || memcmp(p, OPEN, LEN(OPEN)) != 0) return 0;
+    p += LEN(OPEN);
+    while (p < s && conn_char(*p)) p++;
+    if (p >= s || *p != '"') return 0;
+    p++;
+    for (int k = 0; k < NSTAGES; k++) {
+        size_t n = strlen(KEYS[k]);
+        if (s - p < (ptrdiff_t)n || memcmp(p, KEYS[k], n) != 0) return 0;
+        p += n;
+        if (!number(&p, s, limit, out + k)) return 0;
+    }
+    return p == s;
+}
+
+/* is_follower_fetch (parse.py) over the JSON body [b, e). */
+static int follower_fetch(const char *b, const char *e) {
+    const char *r = find(b, e, REQUEST, LEN(REQUEST));
+    if (r == NULL) return 0;
+    const char *lim = (e - r > 2048) ? r + 2048 : e;
+    const char *w = find(r, lim, MAXWAIT, LEN(MAXWAIT));
+    ptrdiff_t stop = w ? w - b : (r - b) + 2048; /* as an index into the body, maybe past its end */
+    const char *stop_p = (stop < e - b) ? b + stop : e;
+    if (find(r, stop_p, REPLICA_STATE, LEN(REPLICA_STATE)) != NULL) return 1;
+    const char *i = find(r, stop_p, REPLICA_ID, LEN(REPLICA_ID));
+    if (i == NULL) return 0;
+    ptrdiff_t at = (i - b) + (ptrdiff_t)LEN(REPLICA_ID);
+    return at >= stop || at >= e - b || b[at] != '-';
+}
+
+/* The index of the API name [p, q) among names (each ended by '\0'), or -1. */
+static long api_index(const char *p, const char *q, const char *names, long n_names) {
+    size_t n = (size_t)(q - p);
+    const char *name = names;
+    for (long k = 0; k < n_names; k++) {
+        size_t m = strlen(name);
+        if (m == n && name[0] == p[0] && memcmp(name, p, n) == 0) return k;
+        name += m + 1;
+    }
+    return -1;
+}
+
+/* One line [p, nl): its kind (-1 if not of the usual shape), stamp and stage times. */
+static int32_t line(const char *p, const char *nl, long max_line, const char *names, long n_names,
+                    long fetch_index, double limit, int64_t *sec, int64_t *ms, double *out) {
+    if (nl - p > max_line || nl - p < BODY_AT + 2 || !is_ascii(p, nl)) return -1;
+    if (!stamp(p, sec, ms) || memcmp(p + PREFIX_AT, PREFIX, LEN(PREFIX)) != 0) return -1;
+    const char *b = p + BODY_AT;
+    const char *end = memrchr(b, '}', (size_t)(nl - b));
+    if (end == NULL || end == b) return -1;
+    const char *e = end + 1; /* the body is [b, e) */
+    const char *name_lim = (e - b > 4096) ? b + 4096 : e;
+    const char *i = find(b, name_lim, NAME, LEN(NAME));
+    if (i == NULL) return -1;
+    i += LEN(NAME);
+    const char *q = memchr(i, '"', (size_t)(e - i));
+    if (q == NULL || q == i) return -1;
+    long api = api_index(i, q, names, n_names);
+    if (api < 0) return -1;
+    const char *c = rfind(b, e, CONN, LEN(CONN));
+    if (c == NULL) return -1;
+    const char *s = find(c, e, SEC, LEN(SEC));
+    if (s == NULL || !tail(c, s, limit, out)) return -1;
+    if (api == fetch_index && follower_fetch(b, e)) return (int32_t)n_names;
+    return (int32_t)api;
+}
+
+/* Once, before any lw_scan (the loader calls it): lw_scan itself keeps no state, so calls from
+   several threads at once (ctypes releases the GIL) are safe. 0 if the C locale is not there. */
+int lw_init(void) {
+    if (c_locale == (locale_t)0) c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    return c_locale != (locale_t)0;
+}
+
+long lw_scan(const char *buf, long len, long max_line, const char *names, long n_names, long fetch_index,
+             double limit, long cap, int64_t *starts, int64_t *ends, int32_t *kinds, int64_t *secs,
+             int64_t *millis, double *stages) {
+    if (c_locale == (locale_t)0) return -2; /* lw_init not called, or it failed */
+    const char *p = buf, *stop = buf + len;
+    long k = 0;
+    while (p < stop) {
+        if (k >= cap) return -1;
+        const char *nl = memchr(p, '\n', (size_t)(stop - p));
+        if (nl == NULL) nl = stop;
+        starts[k] = p - buf;
+        ends[k] = nl - buf;
+        secs[k] = 0;
+        millis[k] = 0;
+        kinds[k] = line(p, nl, max_line, names, n_names, fetch_index, limit, secs + k, millis + k,
+                        stages + (size_t)k * NSTAGES);
+        k++;
+        p = nl + 1;
+    }
+    return k;
+}
