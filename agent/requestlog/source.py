@@ -46,6 +46,7 @@ from agent.requestlog.window import (
     ROW_TOTAL,
     ClosedWindow,
     RequestAccumulator,
+    Window,
     WindowAggregator,
 )
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
@@ -300,13 +301,8 @@ def _ingest_fast(
             return None
         decoded.append((request, group[0::2], rows))
     tmin, tmax = min(tss), max(tss)
-    start = tmin - tmin % agg.window_ms
-    if tmax >= start + agg.window_ms or start < agg.closed_before:
-        return None
-    if tmax > agg.ahead_limit and agg.too_far_ahead(tmax):
-        return None
-    win = agg.window(start)  # the line-by-line path would open it at the first line too
-    if tmax >= agg.close_threshold():
+    win = _bulk_window(agg, tmin, tmax)
+    if win is None:
         return None
     slow: list[tuple[int, float]] = []
     threshold = agg.slow_threshold_ms
@@ -330,6 +326,21 @@ def _ingest_fast(
     return []
 
 
+def _bulk_window(agg: WindowAggregator, tmin: int, tmax: int) -> Window | None:
+    """The open window a block stamped ``tmin``..``tmax`` is accounted into in bulk, or None when
+    the block must go line by line (it spans a window boundary, its window is closed, it lies
+    too far ahead, or a window closes at it)."""
+    start = tmin - tmin % agg.window_ms
+    if tmax >= start + agg.window_ms or start < agg.closed_before:
+        return None
+    if tmax > agg.ahead_limit and agg.too_far_ahead(tmax):
+        return None
+    win = agg.window(start)  # the line-by-line path would open it at the first line too
+    if tmax >= agg.close_threshold():
+        return None
+    return win
+
+
 def _ingest_compiled(
     block: bytes, parser: LineParser, agg: WindowAggregator, health: Health, scan: BlockScan
 ) -> list[ClosedWindow] | None:
@@ -350,13 +361,8 @@ def _ingest_compiled(
     if tss is None:
         return None
     tmin, tmax = int(tss.min()), int(tss.max())
-    start = tmin - tmin % agg.window_ms
-    if tmax >= start + agg.window_ms or start < agg.closed_before:
-        return None
-    if tmax > agg.ahead_limit and agg.too_far_ahead(tmax):
-        return None
-    win = agg.window(start)  # the line-by-line path would open it at the first line too
-    if tmax >= agg.close_threshold():
+    win = _bulk_window(agg, tmin, tmax)
+    if win is None:
         return None
     rows = scan.stages[:n]
     counts = np.bincount(kinds)
