@@ -263,35 +263,29 @@ def ensure_topic(
     raise TimeoutError(f"topic {topic} has no leader for every partition after 30s")
 
 
+def _leaders(admin, topics: Sequence[str]) -> dict[str, dict[int, int]] | None:
+    """topic -> {partition -> leader broker id (-1 when leaderless)} from one metadata request,
+    for the topics the metadata answered without error; None when it could not be read."""
+    try:
+        described = admin.describe_topics(list(topics))
+    except Exception:
+        return None
+    return {
+        t["name"]: {p["partition_index"]: p["leader_id"] for p in t.get("partitions", [])}
+        for t in described
+        if t.get("name") in topics and not t.get("error_code", 0)
+    }
+
+
 def partition_leaders(admin, topic: str) -> dict[int, int]:
     """partition -> leader broker id (-1 when leaderless), from the cluster metadata."""
-    try:
-        described = admin.describe_topics([topic])
-    except Exception:
-        return {}
-    out: dict[int, int] = {}
-    for t in described:
-        if t.get("name") != topic or t.get("error_code", 0):
-            continue
-        for p in t.get("partitions", []):
-            out[p["partition_index"]] = p["leader_id"]
-    return out
+    return (_leaders(admin, [topic]) or {}).get(topic, {})
 
 
 def brokers_leading(admin, topics: Sequence[str]) -> set[int] | None:
     """The brokers that lead at least one partition of ``topics``, from one metadata request;
     None when the metadata could not be read or a topic is missing from it."""
-    try:
-        described = admin.describe_topics(list(topics))
-    except Exception:
+    by_topic = _leaders(admin, topics)
+    if by_topic is None or not set(topics) <= set(by_topic):
         return None
-    found = {t.get("name") for t in described if not t.get("error_code", 0)}
-    if not set(topics) <= found:
-        return None
-    return {
-        p["leader_id"]
-        for t in described
-        if t.get("name") in found
-        for p in t.get("partitions", [])
-        if p.get("leader_id", -1) >= 0
-    }
+    return {b for leaders in by_topic.values() for b in leaders.values() if b >= 0}

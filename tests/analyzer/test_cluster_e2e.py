@@ -28,6 +28,7 @@ import pytest
 
 from analyzer.base import InMemorySink
 from analyzer.service import AnalysisService, AnalyzerConfig, HotKeySampling, PrometheusConfig
+from analyzer.slow_broker import SlowBrokerConfig
 from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
 from linkwatch.testbed import faults
@@ -274,7 +275,7 @@ def test_paused_broker_2_is_found_with_its_stage_then_clears(live: Live) -> None
         for r in live.service.last.broker_stages
         if r.request == "Produce" and r.stage == "total" and r.broker is not None and r.p99_ms is not None
     ]
-    line_ms = live.service.cfg.detectors["slow_broker"].get("p99_threshold_ms", 300.0)
+    line_ms = SlowBrokerConfig(**live.service.cfg.detectors["slow_broker"]).p99_threshold_ms
     if healthy and statistics.median(healthy) > HEALTHY_SHARE_OF_LINE * line_ms:
         pytest.skip(
             f"healthy Produce p99 {statistics.median(healthy):.0f} ms (median of {len(healthy)} quiet "
