@@ -15,10 +15,15 @@ always restores the idle level when a window ends (also on error).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
+import math
+import random
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from linkwatch.errors import SetupError
 
@@ -61,7 +66,11 @@ def slow_only_filter_yaml(threshold_ms: int, indent: int = 8) -> str:
 
 class BrokerLoggerSwitch:
     """Set ``kafka.request.logger`` on chosen brokers through IncrementalAlterConfigs
-    (resource type BROKER_LOGGER); ``window`` is a bounded capture window."""
+    (resource type BROKER_LOGGER); ``window`` is a bounded capture window.
+
+    ``admin`` is an admin client, or a callable making one: then it is made on first use and
+    made again after a failed switch (an agent may start before its broker is reachable).
+    """
 
     def __init__(
         self, admin, broker_ids: list[int], *, idle_level: str = "WARN", dry_run: bool = False
@@ -72,6 +81,7 @@ class BrokerLoggerSwitch:
         self.broker_ids = broker_ids
         self.idle_level = idle_level
         self.dry_run = dry_run
+        self._made = None  # the admin client made by ``admin()`` when admin is a factory
 
     def set_level(self, level: str) -> None:
         from kafka.admin import ConfigResource, ConfigResourceType
@@ -83,7 +93,17 @@ class BrokerLoggerSwitch:
             ConfigResource(ConfigResourceType.BROKER_LOGGER, str(b), {REQUEST_LOGGER: level})
             for b in self.broker_ids
         ]
-        result = self.admin.alter_configs(resources, raise_on_unknown=False)
+        admin = self.admin
+        if callable(admin) and not hasattr(admin, "alter_configs"):
+            admin = self._made = self._made or admin()
+        try:
+            result = admin.alter_configs(resources, raise_on_unknown=False)
+        except Exception:
+            if admin is self._made:
+                self._made = None  # made again on the next switch
+                with contextlib.suppress(Exception):
+                    admin.close()
+            raise
         errors = [f"{k} {n}: {v}" for k, by in result.items() for n, v in by.items() if v != "OK"]
         if errors:
             raise SetupError(f"the broker refused {REQUEST_LOGGER}={level}: " + "; ".join(errors))
@@ -98,3 +118,226 @@ class BrokerLoggerSwitch:
                 time.sleep(seconds)
         finally:
             self.set_level(self.idle_level)
+
+
+# -- sampled capture windows: the agent's default capture policy --------------------------------
+#
+# The broker pays for the request log only while ``kafka.request.logger`` is at DEBUG: Kafka
+# checks ``isDebugEnabled`` before it renders a request to JSON, so a logger at WARN costs
+# nothing, and a log4j2 filter (``slow_only``) cannot save that CPU. The sampled policy keeps the
+# logger at the idle level and, in every aggregation window of ``window_s``, switches it to
+# DEBUG for one slice of ``window_s / stride`` seconds at a random offset (random so that a
+# periodic load or fault cannot hide between slices). The broker's extra CPU per request is then
+# about ``full_capture_cost_pct / stride``; the agent multiplies the window's counts by
+# ``stride`` (quantiles are unchanged by that) and marks its records ``capture_ratio =
+# 1 / stride``. Counts are estimates there; quantiles are those of the captured requests.
+
+
+def capture_stride(
+    rate_rps: float | None,
+    *,
+    cpu_budget_pct: float,
+    full_capture_cost_pct: float,
+    max_lines_per_s: float,
+    max_stride: int,
+) -> int:
+    """How many windows' worth of time one captured slice stands for (1 = full capture).
+
+    The CPU budget alone gives ``ceil(full_capture_cost_pct / cpu_budget_pct)``. A busy broker
+    raises it further, so that the agent reads at most ``max_lines_per_s`` lines per second on
+    average (its own CPU and the log's disk bytes grow with the lines, not the requests).
+    Never above ``max_stride`` (the shortest slice that still makes sense), never below 1.
+    """
+    stride = math.ceil(full_capture_cost_pct / cpu_budget_pct - 1e-9)
+    if rate_rps is not None and rate_rps > 0 and max_lines_per_s > 0:
+        stride = max(stride, math.ceil(rate_rps / max_lines_per_s - 1e-9))
+    return max(1, min(stride, max_stride))
+
+
+@dataclass(frozen=True)
+class CaptureSlice:
+    """The planned capture of one window: DEBUG over ``[on_ms, off_ms)``."""
+
+    window_start_ms: int
+    stride: int
+    on_ms: int
+    off_ms: int
+
+
+def plan_slice(
+    window_start_ms: int, window_s: int, stride: int, rng: random.Random, margin_ms: int = 250
+) -> CaptureSlice:
+    """A slice of ``window_s / stride`` at a uniformly random offset inside the window, at least
+    ``margin_ms`` from either edge (room for the switch's own latency); stride 1 is the whole
+    window."""
+    window_ms = window_s * 1000
+    if stride <= 1:
+        return CaptureSlice(window_start_ms, 1, window_start_ms, window_start_ms + window_ms)
+    length = window_ms // stride
+    room = window_ms - length - 2 * margin_ms
+    offset = margin_ms + (
+        rng.randrange(room + 1) if room > 0 else max(0, (window_ms - length) // 2 - margin_ms)
+    )
+    return CaptureSlice(window_start_ms, stride, window_start_ms + offset, window_start_ms + offset + length)
+
+
+@dataclass
+class _Captured:
+    slice: CaptureSlice
+    # Every line of the slice is stamped inside [on_at_ms, off_at_ms]: DEBUG was asked for at
+    # on_at_ms, and the broker had acknowledged the idle level again by off_at_ms.
+    on_at_ms: int | None = None
+    off_at_ms: int | None = None
+    error: str = ""
+
+
+class CaptureScheduler:
+    """Runs sampled capture windows on this agent's own broker, in a thread of its own.
+
+    Contract:
+
+    * ``start()`` first sets the idle level (repairing a DEBUG left by an agent that died inside
+      a slice), then captures one slice per window until ``stop()``, which always ends with the
+      idle level set (also on error; a failed switch is retried every window).
+    * ``factor(window_start_ms)`` is the multiplier for that window's counts: the stride when the
+      window's slice was switched on and off inside the window as planned, ``None`` otherwise (a
+      window the agent did not plan, e.g. the one it started in, or one whose switch failed:
+      its counts would mean nothing, so the caller drops it and counts the drop).
+    * ``observe(lines, window_start_ms)`` reports how many lines that window's slice had; the
+      next slices' stride follows the broker's request rate from it.
+    * State is bounded: the last ``keep_windows`` windows' slices.
+    """
+
+    def __init__(
+        self,
+        switch: BrokerLoggerSwitch,
+        *,
+        window_s: int,
+        cpu_budget_pct: float,
+        full_capture_cost_pct: float,
+        max_lines_per_s: float,
+        min_slice_s: float,
+        on_error: Callable[[str], None] | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+        keep_windows: int = 64,
+    ) -> None:
+        self.switch = switch
+        self.window_s = window_s
+        self.cpu_budget_pct = cpu_budget_pct
+        self.full_capture_cost_pct = full_capture_cost_pct
+        self.max_lines_per_s = max_lines_per_s
+        self.max_stride = max(1, int(window_s / min_slice_s))
+        self.on_error = on_error or (lambda detail: log.warning("capture switch failed: %s", detail))
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.rate_rps: float | None = None
+        self._captured: collections.OrderedDict[int, _Captured] = collections.OrderedDict()
+        self._keep = keep_windows
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.switch_errors = 0
+
+    # -- what the agent asks ---------------------------------------------------------------
+    @property
+    def stride(self) -> int:
+        return capture_stride(
+            self.rate_rps,
+            cpu_budget_pct=self.cpu_budget_pct,
+            full_capture_cost_pct=self.full_capture_cost_pct,
+            max_lines_per_s=self.max_lines_per_s,
+            max_stride=self.max_stride,
+        )
+
+    def factor(self, window_start_ms: int) -> int | None:
+        with self._lock:
+            c = self._captured.get(window_start_ms)
+        if c is None or c.error or c.on_at_ms is None or c.off_at_ms is None:
+            return None
+        end_ms = window_start_ms + self.window_s * 1000
+        if c.slice.stride == 1:  # whole window at DEBUG: on before it began, off after it ended
+            return 1 if c.on_at_ms <= window_start_ms and c.off_at_ms >= end_ms else None
+        return c.slice.stride if window_start_ms <= c.on_at_ms and c.off_at_ms <= end_ms else None
+
+    def observe(self, lines: int, window_start_ms: int) -> None:
+        """The captured slice of that window held ``lines`` request lines."""
+        with self._lock:
+            c = self._captured.get(window_start_ms)
+        if c is None or c.on_at_ms is None or c.off_at_ms is None or c.off_at_ms <= c.on_at_ms:
+            return
+        rate = lines / ((c.off_at_ms - c.on_at_ms) / 1000)
+        # A rising rate is followed at once (it is what costs); a falling one halfway per window.
+        self.rate_rps = rate if self.rate_rps is None or rate > self.rate_rps else (self.rate_rps + rate) / 2
+
+    # -- the thread --------------------------------------------------------------------------
+    def start(self) -> CaptureScheduler:
+        self._set(self.switch.idle_level)
+        self._thread = threading.Thread(target=self._run, name="linkwatch-capture", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        self._set(self.switch.idle_level)
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _wait_until(self, at_ms: int) -> bool:
+        """Sleep until ``at_ms``; False if asked to stop meanwhile."""
+        while not self._stop.is_set():
+            left = at_ms - self._now_ms()
+            if left <= 0:
+                return True
+            self._stop.wait(min(left / 1000, 1.0))
+        return False
+
+    def _set(self, level: str) -> str:
+        """Set the level; the error text if that failed (reported, never raised)."""
+        try:
+            self.switch.set_level(level)
+            return ""
+        except Exception as e:  # an unreachable broker must not end the thread
+            self.switch_errors += 1
+            detail = f"{REQUEST_LOGGER}={level}: {type(e).__name__}: {e}"
+            self.on_error(detail)
+            return detail
+
+    def _remember(self, c: _Captured) -> None:
+        with self._lock:
+            self._captured[c.slice.window_start_ms] = c
+            while len(self._captured) > self._keep:
+                self._captured.popitem(last=False)
+
+    def _run(self) -> None:
+        window_ms = self.window_s * 1000
+        debug_on = False  # the logger is at DEBUG from an earlier full-capture window
+        carried_to: int | None = None  # ... which ended here, and the next one starts here
+        while not self._stop.is_set():
+            start_ms = carried_to if carried_to is not None else (self._now_ms() // window_ms + 1) * window_ms
+            carried_to = None
+            sl = plan_slice(start_ms, self.window_s, self.stride, self.rng)
+            c = _Captured(sl)
+            self._remember(c)
+            if sl.stride == 1 and debug_on:
+                c.on_at_ms = start_ms - 1  # on since an earlier window
+            else:
+                if not self._wait_until(sl.on_ms - (50 if sl.stride == 1 else 0)):
+                    break
+                c.on_at_ms = self._now_ms()  # before the switch: no line is logged earlier
+                c.error = self._set("DEBUG")
+                debug_on = not c.error
+            if not self._wait_until(sl.off_ms):
+                break
+            if sl.stride == 1 and self.stride == 1 and not c.error:
+                c.off_at_ms = sl.off_ms  # stays on into the next full window
+                carried_to = sl.off_ms
+                continue
+            err = self._set(self.switch.idle_level)
+            c.off_at_ms = self._now_ms()
+            c.error = c.error or err
+            debug_on = bool(err)

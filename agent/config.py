@@ -6,6 +6,7 @@ Load with :func:`load_agent_config`; environment overrides use the prefix ``LINK
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -47,6 +48,37 @@ class RequestLogConfig(StrictModel):
 
     def zone(self) -> ZoneInfo | None:
         return ZoneInfo(self.timezone) if self.timezone is not None else None
+
+
+class CaptureConfig(StrictModel):
+    """Who decides what the broker logs (docs/agent.md "Capture policy").
+
+    ``broker``: the broker's own logging config; the agent reads what is there and changes
+    nothing. ``sampled``: the agent keeps its broker's ``kafka.request.logger`` at
+    ``idle_level`` and switches it to DEBUG for one slice of every window (agent.capture) —
+    a change on the cluster, so it is never the default; config/agent.sample.yaml turns it on.
+    """
+
+    policy: Literal["broker", "sampled"] = "broker"
+    # This broker's own listener, for the BROKER_LOGGER switch (only this broker is switched).
+    bootstrap_servers: str = ""
+    idle_level: Literal["WARN", "ERROR", "OFF"] = "WARN"
+    # The broker's extra CPU per request allowed for the request log, and what logging every
+    # request costs it (measured: +15 % median, rounds up to +38 %, bench/results/agent.md).
+    cpu_budget_pct: float = Field(5.0, gt=0, le=100)
+    full_capture_cost_pct: float = Field(20.0, gt=0, le=1000)
+    # Busy brokers: capture less, so the agent reads at most this many lines/s on average (0: no cap).
+    max_lines_per_s: float = Field(5000.0, ge=0)
+    min_slice_s: float = Field(1.0, gt=0)  # the shortest capture slice
+    dry_run: bool = False  # log the switches instead of making them (the broker logs as configured)
+
+    @model_validator(mode="after")
+    def _needs_servers(self) -> CaptureConfig:
+        if self.policy == "sampled" and not self.bootstrap_servers:
+            raise ValueError(
+                "capture.bootstrap_servers (this broker's listener) is required when capture.policy is sampled"
+            )
+        return self
 
 
 class PrometheusConfig(MetricsServerConfig):
@@ -127,6 +159,7 @@ class AgentConfig(StrictModel):
     broker_id: int = Field(ge=0)
     poll_interval_s: float = Field(0.5, gt=0, le=10)
     request_log: RequestLogConfig = RequestLogConfig()
+    capture: CaptureConfig = CaptureConfig()
     prometheus: PrometheusConfig = PrometheusConfig()
     kafka: KafkaOutputConfig = KafkaOutputConfig()
     jmx: JmxConfig = JmxConfig()
@@ -142,6 +175,24 @@ class AgentConfig(StrictModel):
         if not v or "/" in v:
             raise ValueError("must be a non-empty name without '/'")
         return v
+
+    @model_validator(mode="after")
+    def _capture_fits_the_window(self) -> AgentConfig:
+        cap, window_s = self.capture, self.request_log.window_s
+        if cap.policy != "sampled":
+            return self
+        if cap.min_slice_s > window_s:
+            raise ValueError(
+                f"capture.min_slice_s ({cap.min_slice_s:g}) must not exceed request_log.window_s ({window_s})"
+            )
+        needed = math.ceil(cap.full_capture_cost_pct / cap.cpu_budget_pct - 1e-9)
+        if needed > window_s / cap.min_slice_s:
+            raise ValueError(
+                f"capture.cpu_budget_pct {cap.cpu_budget_pct:g} needs slices of {window_s / needed:.2f} s, "
+                f"shorter than capture.min_slice_s {cap.min_slice_s:g}: raise the budget, lower min_slice_s "
+                "or lengthen request_log.window_s"
+            )
+        return self
 
 
 def load_agent_config(path: Path | str | None) -> AgentConfig:

@@ -27,6 +27,8 @@ class Health:
         # How the request log is read: "compiled", or "python (why not compiled)"; "" if no
         # request log source runs.
         self.request_log_scanner = ""
+        # Sampled capture (agent.capture): 1/stride of the last window emitted; None: not sampled.
+        self.capture_ratio: float | None = None
         self._log_every_s = log_every_s
         self._clock = clock
         self._last_log: dict[str, float] = {}

@@ -61,6 +61,7 @@ class Agent:
             else None
         )
         self._histogram_requests = frozenset(rl.histogram_requests)
+        self.capture = self._make_capture() if rl.enabled and config.capture.policy == "sampled" else None
         self._add_jmx()
         self._add_disk_and_host()
         self.tracer = None
@@ -91,6 +92,31 @@ class Agent:
                 ),
             )
         self._stop = threading.Event()
+
+    def _make_capture(self):
+        from agent.capture import BrokerLoggerSwitch, CaptureScheduler
+
+        cap = self.config.capture
+
+        def admin():  # made on first switch, again after a failed one (agent.capture)
+            from kafka import KafkaAdminClient
+
+            return KafkaAdminClient(
+                bootstrap_servers=cap.bootstrap_servers, client_id="linkwatch-agent-capture"
+            )
+
+        switch = BrokerLoggerSwitch(
+            admin, [self.config.broker_id], idle_level=cap.idle_level, dry_run=cap.dry_run
+        )
+        return CaptureScheduler(
+            switch,
+            window_s=self.config.request_log.window_s,
+            cpu_budget_pct=cap.cpu_budget_pct,
+            full_capture_cost_pct=cap.full_capture_cost_pct,
+            max_lines_per_s=cap.max_lines_per_s,
+            min_slice_s=cap.min_slice_s,
+            on_error=lambda detail: self.health.drop("capture_switch_error", detail),
+        )
 
     def _add_jmx(self) -> None:
         from agent.jmx.collector import ExporterReader, JmxCollector, JolokiaReader
@@ -154,6 +180,8 @@ class Agent:
             from agent.output.kafka import KafkaSink
 
             self.sink = KafkaSink(cfg.kafka, self.health).start()
+        if self.capture is not None:
+            self.capture.start()
         return self
 
     def step(self, now_ms: int | None = None) -> list[ClosedWindow]:
@@ -166,7 +194,7 @@ class Agent:
             except OSError as e:  # e.g. permission denied on the log: report, keep running
                 self.health.set_up(RequestLogSource.NAME, False, str(e))
         records: list[Record] = []
-        for win in closed:
+        for win in closed if self.capture is None else self._scale_sampled(closed):
             self.metrics.add_window(win, self._histogram_requests)
             records += win.sketches
             records += win.slow_requests
@@ -179,6 +207,23 @@ class Agent:
         if records and self.sink is not None:
             self.sink.submit(records)
         return closed
+
+    def _scale_sampled(self, closed: list[ClosedWindow]) -> list[ClosedWindow]:
+        """Sampled capture: each window's counts times its stride; a window whose capture
+        slice did not happen as planned is dropped (its counts would mean nothing), counted
+        under ``capture_unplanned`` with the lines it had."""
+        out = []
+        for win in closed:
+            lines = win.requests_seen
+            factor = self.capture.factor(win.start_ms)
+            if factor is None:
+                if lines:
+                    self.health.drop("capture_unplanned", f"window {win.start_ms}: {lines} lines", n=lines)
+                continue
+            self.capture.observe(lines, win.start_ms)
+            self.health.capture_ratio = 1 / factor
+            out.append(win.scaled(factor))
+        return out
 
     def _isolated(self, fn, *args):
         try:
@@ -218,6 +263,8 @@ class Agent:
         if self.request_log is not None:
             self.request_log.follower.save_position()
             self.request_log.follower.close()
+        if self.capture is not None:
+            self.capture.stop()  # always ends with the broker's logger at the idle level
         if self.sink is not None:
             self.sink.stop()
         if self.tracer is not None:

@@ -161,6 +161,14 @@ class AgentMetrics(Collector):
             )
             compiled.add_metric(base, 1.0 if health.request_log_scanner == "compiled" else 0.0)
             yield compiled
+        if health.capture_ratio is not None:
+            ratio = GaugeMetricFamily(
+                "linkwatch_agent_capture_ratio",
+                "Share of requests the broker logged in the last window (sampled capture; counts are estimates below 1)",
+                labels=["cluster", "broker"],
+            )
+            ratio.add_metric(base, health.capture_ratio)
+            yield ratio
         up = GaugeMetricFamily(
             "linkwatch_agent_source_up",
             "1 if the last read of the source worked",

@@ -25,6 +25,7 @@ changes a window's record.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import operator
@@ -290,6 +291,41 @@ class ClosedWindow:
     slow_counts: dict[str, int]
     histograms: dict[tuple[str, str], tuple[list[int], float]]  # (request, stage) -> (hist, sum)
     values: dict[tuple[str, str], StageAccumulator]
+
+    @property
+    def requests_seen(self) -> int:
+        """Request lines in the window (each line is in its type's ``total`` sketch once)."""
+        return sum(int(s.sketch.get("count", 0)) for s in self.sketches if s.stage == "total")
+
+    def scaled(self, factor: int) -> ClosedWindow:
+        """The window as estimated for all requests when 1 in ``factor`` was logged (sampled
+        capture, :mod:`agent.capture`): every count and sum times ``factor``, ``capture_ratio``
+        1/factor. Each logged request stands for ``factor``, so a quantile is still one of the
+        logged requests' (at rank ``floor(q (n - 1))`` or the next), minima and maxima are
+        unchanged. Exemplars and ``values`` stay the logged requests themselves."""
+        if factor == 1:
+            return self
+        sketches = [
+            dataclasses.replace(s, sketch=_scaled_sketch(s.sketch, factor), capture_ratio=1 / factor)
+            for s in self.sketches
+        ]
+        return dataclasses.replace(
+            self,
+            sketches=sketches,
+            slow_counts={k: v * factor for k, v in self.slow_counts.items()},
+            histograms={
+                k: ([c * factor for c in h], total * factor) for k, (h, total) in self.histograms.items()
+            },
+        )
+
+
+def _scaled_sketch(d: dict, factor: int) -> dict:
+    out = dict(d)
+    out["zero"] = int(d.get("zero", 0)) * factor
+    out["buckets"] = {k: int(v) * factor for k, v in d.get("buckets", {}).items()}
+    out["count"] = int(d.get("count", 0)) * factor
+    out["sum"] = float(d.get("sum", 0.0)) * factor
+    return out
 
 
 class WindowAggregator:

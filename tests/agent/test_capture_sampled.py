@@ -1,0 +1,321 @@
+"""Sampled capture (agent.capture, ``capture.policy: sampled``): the stride from the CPU budget and
+the request rate, where slices fall, counts scaled without moving quantiles, config errors that
+name the key, and on the real cluster: lines only inside the planned slices, the agent's
+windows scaled and marked, the broker left at the idle level."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from agent.capture import BrokerLoggerSwitch, CaptureScheduler, capture_stride, plan_slice
+from agent.config import AgentConfig
+from agent.requestlog.follow import FileFollower
+from agent.requestlog.parse import Drop, LineParser
+from agent.requestlog.window import ClosedWindow, WindowAggregator
+from linkwatch.sketch import LatencySketch, key_to_value
+from linkwatch.testbed.agents import config_for_node
+from linkwatch.testbed.cluster import ClusterState
+from tests.agent.traffic import create_topic, run_traffic
+
+FIXTURE = Path(__file__).parent / "fixtures" / "kafka-request-kraft.log"
+
+# (name, rate req/s, budget %, full cost %, max lines/s, max stride, stride)
+STRIDES = [
+    ("budget alone: 20 % cost in a 5 % budget", None, 5, 20, 5000, 10, 4),
+    ("budget not a divisor rounds up", None, 5, 15.4, 5000, 10, 4),
+    ("budget covers full capture", 700, 20, 15, 5000, 10, 1),
+    ("quiet broker: the budget decides", 700, 5, 20, 5000, 10, 4),
+    ("busy broker: the line cap decides", 50_000, 5, 20, 5000, 10, 10),
+    ("busy broker: capped at the shortest slice", 500_000, 5, 20, 5000, 10, 10),
+    ("cap of 0 means no cap", 500_000, 5, 20, 0, 10, 4),
+    ("rate just over the cap", 20_001, 5, 20, 5000, 10, 5),
+    ("no rate seen yet", None, 5, 20, 5000, 2, 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "rate", "budget", "cost", "cap", "max_stride", "want"), STRIDES, ids=[s[0] for s in STRIDES]
+)
+def test_capture_stride(name, rate, budget, cost, cap, max_stride, want) -> None:
+    got = capture_stride(
+        rate, cpu_budget_pct=budget, full_capture_cost_pct=cost, max_lines_per_s=cap, max_stride=max_stride
+    )
+    assert got == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    window_s=st.integers(1, 300),
+    stride=st.integers(1, 20),
+    seed=st.integers(0, 2**32),
+    start=st.integers(0, 10**13).map(lambda v: v - v % 1000),
+)
+def test_slice_lies_inside_its_window_with_its_length(window_s, stride, seed, start) -> None:
+    sl = plan_slice(start, window_s, stride, random.Random(seed))
+    window_ms = window_s * 1000
+    assert start <= sl.on_ms < sl.off_ms <= start + window_ms
+    if stride == 1:
+        assert (sl.on_ms, sl.off_ms) == (start, start + window_ms)
+    else:
+        assert sl.off_ms - sl.on_ms == window_ms // stride
+
+
+def test_slice_offsets_spread_over_the_window() -> None:
+    """Random, not fixed: a periodic fault cannot hide between slices."""
+    rng = random.Random(7)
+    offsets = [plan_slice(0, 10, 4, rng).on_ms for _ in range(2000)]
+    assert min(offsets) >= 250 and max(offsets) <= 10_000 - 2500 - 250
+    thirds = [sum(1 for o in offsets if lo <= o < lo + 2333) for lo in (250, 2583, 4916)]
+    assert all(600 <= n <= 730 for n in thirds), thirds
+
+
+def _windows(lines: list[bytes]) -> list[ClosedWindow]:
+    parser, agg = LineParser(), WindowAggregator(cluster="t", broker=1, window_s=10, clock=lambda: 4e9)
+    for line in lines:
+        with contextlib.suppress(Drop):
+            agg.add(parser.parse(line))
+    return agg.close_all()
+
+
+def _at_rank(d: dict, rank: int) -> float:
+    seen = d["zero"]
+    if rank < seen:
+        return 0.0
+    for key in sorted(d["buckets"], key=int):
+        seen += d["buckets"][key]
+        if seen > rank:
+            return key_to_value(int(key))
+    raise AssertionError("rank beyond the count")
+
+
+@pytest.mark.parametrize("factor", [1, 2, 4, 7])
+def test_scaled_window_multiplies_counts_and_quantiles_stay_the_logged_requests(factor: int) -> None:
+    wins = _windows(FIXTURE.read_bytes().splitlines())
+    assert wins
+    for win in wins:
+        scaled = win.scaled(factor)
+        assert scaled.requests_seen == factor * win.requests_seen
+        assert len(scaled.sketches) == len(win.sketches)
+        for raw, s in zip(win.sketches, scaled.sketches, strict=True):
+            assert s.capture_ratio == pytest.approx(1 / factor)
+            assert s.sketch["count"] == factor * raw.sketch["count"]
+            assert s.sketch["sum"] == pytest.approx(factor * raw.sketch["sum"])
+            b = LatencySketch.from_dict(s.sketch)
+            n = raw.sketch["count"]
+            for q in (0.5, 0.9, 0.99, 1.0):
+                # each logged request stands for `factor`: the logged requests' own quantile,
+                # at the same rank (floor(q (n-1))) or the next one
+                rank = math.floor(q * (n - 1))
+                assert b.quantile(q) in (
+                    _at_rank(raw.sketch, rank),
+                    _at_rank(raw.sketch, min(rank + 1, n - 1)),
+                )
+        for key, (hist, total) in win.histograms.items():
+            assert scaled.histograms[key][0] == [c * factor for c in hist]
+            assert scaled.histograms[key][1] == pytest.approx(total * factor)
+        assert scaled.slow_requests == win.slow_requests
+
+
+def _cfg(**capture) -> dict:
+    return {"broker_id": 1, "capture": capture}
+
+
+BAD = [
+    ("sampled without a listener", _cfg(policy="sampled"), "capture.bootstrap_servers"),
+    ("unknown policy", _cfg(policy="sometimes"), "capture.policy"),
+    (
+        "zero budget",
+        _cfg(policy="sampled", bootstrap_servers="b:9092", cpu_budget_pct=0),
+        "capture.cpu_budget_pct",
+    ),
+    (
+        "budget needs slices shorter than min_slice_s",
+        _cfg(
+            policy="sampled",
+            bootstrap_servers="b:9092",
+            cpu_budget_pct=1,
+            full_capture_cost_pct=20,
+            min_slice_s=1,
+        ),
+        "capture.min_slice_s",
+    ),
+    (
+        "slice longer than the window",
+        {
+            **_cfg(policy="sampled", bootstrap_servers="b:9092", min_slice_s=20),
+            "request_log": {"window_s": 10},
+        },
+        "request_log.window_s",
+    ),
+    (
+        "idle level that logs requests",
+        _cfg(policy="sampled", bootstrap_servers="b:9092", idle_level="DEBUG"),
+        "capture.idle_level",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "names"), BAD, ids=[b[0] for b in BAD])
+def test_bad_capture_config_names_the_key(name, data, names) -> None:
+    with pytest.raises(ValidationError) as e:
+        AgentConfig.model_validate(data)
+    assert names.split(".")[-1] in str(e.value)
+
+
+def test_capture_defaults_change_nothing_on_the_broker() -> None:
+    cfg = AgentConfig.model_validate({"broker_id": 1})
+    assert cfg.capture.policy == "broker"
+
+
+class FakeSwitch:
+    """A stand-in for BrokerLoggerSwitch where no broker is wanted: it records the levels it was
+    asked for and can fail on demand (the real switch is tested on the cluster below)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.idle_level = "WARN"
+        self.fail = fail
+        self.levels: list[str] = []
+
+    def set_level(self, level: str) -> None:
+        self.levels.append(level)
+        if self.fail:
+            raise ConnectionError("broker unreachable")
+
+
+def test_failed_switches_are_reported_and_no_window_is_scaled() -> None:
+    errors: list[str] = []
+    switch = FakeSwitch(fail=True)
+    sched = CaptureScheduler(
+        switch,
+        window_s=1,
+        cpu_budget_pct=50,
+        full_capture_cost_pct=100,
+        max_lines_per_s=0,
+        min_slice_s=0.2,
+        on_error=errors.append,
+    ).start()
+    time.sleep(2.6)
+    sched.stop()
+    assert errors and all("ConnectionError" in e for e in errors)
+    assert sched.switch_errors == len(errors)
+    assert switch.levels[0] == "WARN" and switch.levels[-1] == "WARN"
+    now_s = int(time.time())
+    assert all(sched.factor(s * 1000) is None for s in range(now_s - 5, now_s + 1))
+
+
+def test_full_capture_stride_keeps_debug_on_across_windows() -> None:
+    switch = FakeSwitch()
+    sched = CaptureScheduler(
+        switch, window_s=1, cpu_budget_pct=100, full_capture_cost_pct=50, max_lines_per_s=0, min_slice_s=0.2
+    ).start()
+    time.sleep(3.5)
+    sched.stop()
+    assert switch.levels.count("DEBUG") == 1  # switched on once, never off between windows
+    now_s = int(time.time())
+    assert [sched.factor(s * 1000) for s in range(now_s - 3, now_s - 1)] == [1, 1]
+
+
+# -- on the real cluster --------------------------------------------------------------------
+
+
+def _leader_with_traffic(cluster3: ClusterState, admin, topic: str) -> int:
+    leader = sorted(n.node_id for n in cluster3.nodes)[0]
+    create_topic(admin, topic, partitions=1, rf=3, leaders=[leader])
+    return leader
+
+
+def test_real_broker_logs_only_inside_the_planned_slices(
+    cluster3: ClusterState, admin, topic_name: str
+) -> None:
+    leader = _leader_with_traffic(cluster3, admin, topic_name)
+    follower = FileFollower(cluster3.node(leader).request_log, start_at_end=True)
+    follower.read_lines()
+    switch = BrokerLoggerSwitch(admin, [leader], idle_level="WARN")
+    sched = CaptureScheduler(
+        switch, window_s=2, cpu_budget_pct=25, full_capture_cost_pct=100, max_lines_per_s=0, min_slice_s=0.5
+    )
+    try:
+        sched.start()
+        run_traffic(cluster3.bootstrap, topic_name, seconds=9, rate=200, group=False)
+        sched.stop()
+        time.sleep(0.5)
+        lines = follower.read_lines(max_bytes=1 << 30)
+        with sched._lock:
+            slices = [c for c in sched._captured.values() if c.on_at_ms and c.off_at_ms]
+        planned = [s for s in slices if sched.factor(s.slice.window_start_ms) == 4]
+        assert len(planned) >= 3, slices
+        parser = LineParser()
+        stamps = [parser.parse(line).ts_ms for line in lines]
+        assert stamps
+        outside = [t for t in stamps if not any(c.on_at_ms - 1 <= t <= c.off_at_ms + 1 for c in slices)]
+        assert outside == []
+        per_slice = [sum(1 for t in stamps if c.on_at_ms - 1 <= t <= c.off_at_ms + 1) for c in planned]
+        assert all(n > 0 for n in per_slice), per_slice
+        # stopped: the broker is left at the idle level
+        run_traffic(cluster3.bootstrap, topic_name, seconds=1.5, rate=100, consume=False)
+        time.sleep(0.5)
+        assert follower.read_lines(max_bytes=1 << 30) == []
+    finally:
+        sched.stop()
+        switch.set_level("DEBUG")  # the session cluster's normal state
+        follower.close()
+
+
+def test_agent_sampled_windows_are_scaled_marked_and_exported(
+    cluster3: ClusterState, admin, topic_name: str
+) -> None:
+    from agent.runner import Agent
+
+    leader = _leader_with_traffic(cluster3, admin, topic_name)
+    node = cluster3.node(leader)
+    cfg = config_for_node(
+        node,
+        request_log={"window_s": 2, "grace_s": 0.5},
+        capture={
+            "policy": "sampled",
+            "bootstrap_servers": node.bootstrap,
+            "cpu_budget_pct": 25,
+            "full_capture_cost_pct": 100,
+            "min_slice_s": 0.5,
+        },
+        jmx={"jolokia_url": None},
+        log_dirs={"paths": []},
+    )
+    agent = Agent(cfg).start()
+    seen: list[ClosedWindow] = []
+    agent.listeners.append(seen.append)
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        run_traffic(cluster3.bootstrap, topic_name, seconds=10, rate=200, group=False)
+        time.sleep(3)
+        import urllib.request
+
+        body = (
+            urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=5)
+            .read()
+            .decode()
+        )
+    finally:
+        agent.stop()
+        thread.join(10)
+        BrokerLoggerSwitch(admin, [leader]).set_level("DEBUG")  # the session cluster's normal state
+    assert len(seen) >= 3
+    for win in seen:
+        assert win.sketches
+        for s in win.sketches:
+            assert s.capture_ratio == 0.25
+            assert s.sketch["count"] % 4 == 0
+    assert agent.health.capture_ratio == 0.25
+    assert f'linkwatch_agent_capture_ratio{{broker="{leader}",cluster="local"}} 0.25' in body
+    assert agent.health.dropped.get("capture_switch_error", 0) == 0
