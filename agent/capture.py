@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from linkwatch.errors import SetupError
 
@@ -126,11 +126,13 @@ class BrokerLoggerSwitch:
 # checks ``isDebugEnabled`` before it renders a request to JSON, so a logger at WARN costs
 # nothing, and a log4j2 filter (``slow_only``) cannot save that CPU. The sampled policy keeps the
 # logger at the idle level and, in every aggregation window of ``window_s``, switches it to
-# DEBUG for one slice of ``window_s / stride`` seconds at a random offset (random so that a
-# periodic load or fault cannot hide between slices). The broker's extra CPU per request is then
-# about ``full_capture_cost_pct / stride``; the agent multiplies the window's counts by
-# ``stride`` (quantiles are unchanged by that) and marks its records ``capture_ratio =
-# 1 / stride``. Counts are estimates there; quantiles are those of the captured requests.
+# DEBUG for ``1 / stride`` of the window, in ``n`` short slices, one at a random offset in each
+# ``n``-th of the window (stratified: latency tails come in bursts, and many short slices sample
+# them far more evenly than one long one; random, so that a periodic load or fault cannot hide
+# between slices). The broker's extra CPU per request is then about ``full_capture_cost_pct /
+# stride``; the agent multiplies the window's counts by ``stride`` and marks its records
+# ``capture_ratio = 1 / stride``. Counts are estimates there; quantiles are those of the
+# captured requests.
 
 
 def capture_stride(
@@ -141,7 +143,7 @@ def capture_stride(
     max_lines_per_s: float,
     max_stride: int,
 ) -> int:
-    """How many windows' worth of time one captured slice stands for (1 = full capture).
+    """How many windows' worth of time the captured part stands for (1 = full capture).
 
     The CPU budget alone gives ``ceil(full_capture_cost_pct / cpu_budget_pct)``. A busy broker
     raises it further, so that the agent reads at most ``max_lines_per_s`` lines per second on
@@ -156,7 +158,7 @@ def capture_stride(
 
 @dataclass(frozen=True)
 class CaptureSlice:
-    """The planned capture of one window: DEBUG over ``[on_ms, off_ms)``."""
+    """One planned capture: DEBUG over ``[on_ms, off_ms)``, inside the window at ``window_start_ms``."""
 
     window_start_ms: int
     stride: int
@@ -164,31 +166,50 @@ class CaptureSlice:
     off_ms: int
 
 
-def plan_slice(
-    window_start_ms: int, window_s: int, stride: int, rng: random.Random, margin_ms: int = 250
-) -> CaptureSlice:
-    """A slice of ``window_s / stride`` at a uniformly random offset inside the window, at least
-    ``margin_ms`` from either edge (room for the switch's own latency); stride 1 is the whole
-    window."""
+def plan_window(
+    window_start_ms: int,
+    window_s: int,
+    stride: int,
+    rng: random.Random,
+    *,
+    slices: int = 1,
+    min_slice_ms: int = 0,
+    margin_ms: int = 100,
+) -> list[CaptureSlice]:
+    """The slices of one window: ``window_s / stride`` at DEBUG in all, in at most ``slices``
+    equal slices of at least ``min_slice_ms``, one at a uniformly random offset inside each
+    equal part of the window and at least ``margin_ms`` from the part's edges where it fits
+    (room for the switch's own latency). Stride 1 is the whole window, one slice."""
     window_ms = window_s * 1000
     if stride <= 1:
-        return CaptureSlice(window_start_ms, 1, window_start_ms, window_start_ms + window_ms)
-    length = window_ms // stride
-    room = window_ms - length - 2 * margin_ms
-    offset = margin_ms + (
-        rng.randrange(room + 1) if room > 0 else max(0, (window_ms - length) // 2 - margin_ms)
-    )
-    return CaptureSlice(window_start_ms, stride, window_start_ms + offset, window_start_ms + offset + length)
+        return [CaptureSlice(window_start_ms, 1, window_start_ms, window_start_ms + window_ms)]
+    total = window_ms // stride
+    n = max(1, min(slices, total // max(min_slice_ms, 1)))
+    length, part = total // n, window_ms // n
+    out = []
+    for i in range(n):
+        lo = window_start_ms + i * part
+        room = part - length - 2 * margin_ms
+        offset = margin_ms + rng.randrange(room + 1) if room >= 0 else max(0, (part - length) // 2)
+        out.append(CaptureSlice(window_start_ms, stride, lo + offset, lo + offset + length))
+    return out
 
 
 @dataclass
 class _Captured:
-    slice: CaptureSlice
-    # Every line of the slice is stamped inside [on_at_ms, off_at_ms]: DEBUG was asked for at
-    # on_at_ms, and the broker had acknowledged the idle level again by off_at_ms.
-    on_at_ms: int | None = None
-    off_at_ms: int | None = None
+    slices: list[CaptureSlice]
+    # Every line of slice i is stamped inside spans[i] = [on, off]: DEBUG was asked for at on,
+    # and the broker had acknowledged the idle level again by off.
+    spans: list[tuple[int, int]] = field(default_factory=list)
     error: str = ""
+
+    @property
+    def window_start_ms(self) -> int:
+        return self.slices[0].window_start_ms
+
+    @property
+    def stride(self) -> int:
+        return self.slices[0].stride
 
 
 class CaptureScheduler:
@@ -197,14 +218,14 @@ class CaptureScheduler:
     Contract:
 
     * ``start()`` first sets the idle level (repairing a DEBUG left by an agent that died inside
-      a slice), then captures one slice per window until ``stop()``, which always ends with the
-      idle level set (also on error; a failed switch is retried every window).
-    * ``factor(window_start_ms)`` is the multiplier for that window's counts: the stride when the
-      window's slice was switched on and off inside the window as planned, ``None`` otherwise (a
-      window the agent did not plan, e.g. the one it started in, or one whose switch failed:
-      its counts would mean nothing, so the caller drops it and counts the drop).
-    * ``observe(lines, window_start_ms)`` reports how many lines that window's slice had; the
-      next slices' stride follows the broker's request rate from it.
+      a slice), then captures each window's slices until ``stop()``, which always ends with the
+      idle level set (also on error; a failed switch is retried at the next slice).
+    * ``factor(window_start_ms)`` is the multiplier for that window's counts: the stride when
+      every slice of the window was switched on and off inside the window as planned, ``None``
+      otherwise (a window the agent did not plan, e.g. the one it started in, or one with a
+      failed switch: its counts would mean nothing, so the caller drops it and counts the drop).
+    * ``observe(lines, window_start_ms)`` reports how many lines that window's slices had; the
+      next windows' stride follows the broker's request rate from it.
     * State is bounded: the last ``keep_windows`` windows' slices.
     """
 
@@ -217,6 +238,7 @@ class CaptureScheduler:
         full_capture_cost_pct: float,
         max_lines_per_s: float,
         min_slice_s: float,
+        slices_per_window: int = 1,
         on_error: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
@@ -227,7 +249,9 @@ class CaptureScheduler:
         self.cpu_budget_pct = cpu_budget_pct
         self.full_capture_cost_pct = full_capture_cost_pct
         self.max_lines_per_s = max_lines_per_s
+        self.min_slice_ms = int(min_slice_s * 1000)
         self.max_stride = max(1, int(window_s / min_slice_s))
+        self.slices_per_window = slices_per_window
         self.on_error = on_error or (lambda detail: log.warning("capture switch failed: %s", detail))
         self.rng = rng or random.Random()
         self.clock = clock
@@ -250,23 +274,44 @@ class CaptureScheduler:
             max_stride=self.max_stride,
         )
 
+    def plan(self, window_start_ms: int, stride: int | None = None) -> list[CaptureSlice]:
+        """The slices of that window at ``stride`` (now's by default), as the thread plans them."""
+        return plan_window(
+            window_start_ms,
+            self.window_s,
+            self.stride if stride is None else stride,
+            self.rng,
+            slices=self.slices_per_window,
+            min_slice_ms=self.min_slice_ms,
+        )
+
+    def captured(self) -> list[_Captured]:
+        """The remembered windows, oldest first (a copy)."""
+        with self._lock:
+            return list(self._captured.values())
+
     def factor(self, window_start_ms: int) -> int | None:
         with self._lock:
             c = self._captured.get(window_start_ms)
-        if c is None or c.error or c.on_at_ms is None or c.off_at_ms is None:
+        if c is None or c.error or len(c.spans) != len(c.slices):
             return None
         end_ms = window_start_ms + self.window_s * 1000
-        if c.slice.stride == 1:  # whole window at DEBUG: on before it began, off after it ended
-            return 1 if c.on_at_ms <= window_start_ms and c.off_at_ms >= end_ms else None
-        return c.slice.stride if window_start_ms <= c.on_at_ms and c.off_at_ms <= end_ms else None
+        if c.stride == 1:  # whole window at DEBUG: on before it began, off after it ended
+            on, off = c.spans[0]
+            return 1 if on <= window_start_ms and off >= end_ms else None
+        inside = all(window_start_ms <= on <= off <= end_ms for on, off in c.spans)
+        return c.stride if inside else None
 
     def observe(self, lines: int, window_start_ms: int) -> None:
-        """The captured slice of that window held ``lines`` request lines."""
+        """The captured slices of that window held ``lines`` request lines."""
         with self._lock:
             c = self._captured.get(window_start_ms)
-        if c is None or c.on_at_ms is None or c.off_at_ms is None or c.off_at_ms <= c.on_at_ms:
+        if c is None or c.error or len(c.spans) != len(c.slices):
             return
-        rate = lines / ((c.off_at_ms - c.on_at_ms) / 1000)
+        captured_s = sum(off - on for on, off in c.spans) / 1000
+        if captured_s <= 0:
+            return
+        rate = lines / captured_s
         # A rising rate is followed at once (it is what costs); a falling one halfway per window.
         self.rate_rps = rate if self.rate_rps is None or rate > self.rate_rps else (self.rate_rps + rate) / 2
 
@@ -309,35 +354,37 @@ class CaptureScheduler:
 
     def _remember(self, c: _Captured) -> None:
         with self._lock:
-            self._captured[c.slice.window_start_ms] = c
+            self._captured[c.window_start_ms] = c
             while len(self._captured) > self._keep:
                 self._captured.popitem(last=False)
 
     def _run(self) -> None:
         window_ms = self.window_s * 1000
-        debug_on = False  # the logger is at DEBUG from an earlier full-capture window
-        carried_to: int | None = None  # ... which ended here, and the next one starts here
+        carried_to: int | None = None  # DEBUG stays on from a full-capture window ending here
         while not self._stop.is_set():
-            start_ms = carried_to if carried_to is not None else (self._now_ms() // window_ms + 1) * window_ms
-            carried_to = None
-            sl = plan_slice(start_ms, self.window_s, self.stride, self.rng)
-            c = _Captured(sl)
+            # the next window that begins at least 100 ms from now (time to switch before it)
+            start_ms = (
+                carried_to
+                if carried_to is not None
+                else ((self._now_ms() + 100) // window_ms + 1) * window_ms
+            )
+            c = _Captured(self.plan(start_ms))
             self._remember(c)
-            if sl.stride == 1 and debug_on:
-                c.on_at_ms = start_ms - 1  # on since an earlier window
-            else:
-                if not self._wait_until(sl.on_ms - (50 if sl.stride == 1 else 0)):
-                    break
-                c.on_at_ms = self._now_ms()  # before the switch: no line is logged earlier
-                c.error = self._set("DEBUG")
-                debug_on = not c.error
-            if not self._wait_until(sl.off_ms):
-                break
-            if sl.stride == 1 and self.stride == 1 and not c.error:
-                c.off_at_ms = sl.off_ms  # stays on into the next full window
-                carried_to = sl.off_ms
-                continue
-            err = self._set(self.switch.idle_level)
-            c.off_at_ms = self._now_ms()
-            c.error = c.error or err
-            debug_on = bool(err)
+            for sl in c.slices:
+                if sl.stride == 1 and carried_to is not None:
+                    on_ms = start_ms - 1  # on since an earlier window
+                else:
+                    if not self._wait_until(sl.on_ms - (50 if sl.stride == 1 else 0)):
+                        return
+                    on_ms = self._now_ms()  # before the switch: no line of the slice is earlier
+                    c.error = c.error or self._set("DEBUG")
+                carried_to = None
+                if not self._wait_until(sl.off_ms):
+                    return
+                if sl.stride == 1 and self.stride == 1 and not c.error:
+                    c.spans.append((on_ms, sl.off_ms))  # stays on into the next full window
+                    carried_to = sl.off_ms
+                    continue
+                err = self._set(self.switch.idle_level)
+                c.spans.append((on_ms, self._now_ms()))
+                c.error = c.error or err

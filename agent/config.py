@@ -69,7 +69,10 @@ class CaptureConfig(StrictModel):
     full_capture_cost_pct: float = Field(20.0, gt=0, le=1000)
     # Busy brokers: capture less, so the agent reads at most this many lines/s on average (0: no cap).
     max_lines_per_s: float = Field(5000.0, ge=0)
-    min_slice_s: float = Field(1.0, gt=0)  # the shortest capture slice
+    # DEBUG time of a window split into this many slices, one in each equal part of the window
+    # (tails come in bursts: short spread slices sample them evenly), none shorter than min_slice_s.
+    slices_per_window: int = Field(4, ge=1, le=100)
+    min_slice_s: float = Field(0.5, gt=0)
     dry_run: bool = False  # log the switches instead of making them (the broker logs as configured)
 
     @model_validator(mode="after")

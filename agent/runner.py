@@ -115,6 +115,7 @@ class Agent:
             full_capture_cost_pct=cap.full_capture_cost_pct,
             max_lines_per_s=cap.max_lines_per_s,
             min_slice_s=cap.min_slice_s,
+            slices_per_window=cap.slices_per_window,
             on_error=lambda detail: self.health.drop("capture_switch_error", detail),
         )
 

@@ -18,7 +18,15 @@ by. Policies:
 * ``always``     A, logger at DEBUG (every request logged);
 * ``windows``    A, DEBUG for the first quarter of the slice (a bounded capture window switched
                  on and off through BROKER_LOGGER by agent.capture.BrokerLoggerSwitch), WARN after;
-* ``slow_only``  B, logger at DEBUG, the RegexFilter writing only requests >= ``--slow-ms``.
+* ``slow_only``  B, logger at DEBUG, the RegexFilter writing only requests >= ``--slow-ms``;
+* ``sampled``    A, the agent's sampled capture (agent.capture.CaptureScheduler with the config
+                 defaults: one slice of 10 s / stride per 10 s window at a random offset); the
+                 slice is aligned to the window boundaries so it covers whole windows.
+
+And the sampled policy's accuracy on the same traffic: the ``always`` slices' request lines are
+kept, and the p99 per (request type, stage) of all of them (the agent's sketch) is compared with
+the p99 of only those the sampled policy would have logged, the slices drawn by the scheduler's
+own planner (``--draws`` draws of the offsets).
 
 Slices of one round are seconds apart under the same load, so a policy is compared with the
 ``off`` slice of its own round (paired difference); the table gives medians over the rounds.
@@ -27,7 +35,9 @@ Slices of one round are seconds apart under the same load, so a policy is compar
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
+import random
 import select
 import shutil
 import signal
@@ -41,13 +51,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import orjson
 from _kit import process_cpu_s  # bench/ is on sys.path (run as a script)
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-from agent.capture import BrokerLoggerSwitch, slow_only_filter_yaml
+from agent.capture import BrokerLoggerSwitch, CaptureScheduler, slow_only_filter_yaml
+from agent.config import CaptureConfig, RequestLogConfig
 from agent.jmx.collector import JMX_REQUESTS, JolokiaReader, stage_mbean
+from agent.requestlog.follow import FileFollower
+from agent.requestlog.parse import Drop, LineParser
 from linkwatch.errors import SetupError
+from linkwatch.records import STAGES
+from linkwatch.sketch import LatencySketch
 from linkwatch.testbed import jars
 from linkwatch.testbed.cluster import (
     ClusterSpec,
@@ -126,8 +142,56 @@ def counters(target: Target) -> tuple[float, float, int, float]:
     )
 
 
-def run_slice(target: Target, policy: str, seconds: float, idle: float, round_no: int) -> dict:
-    if policy == "windows":
+def sampled_scheduler(target: Target | None, slices_per_window: int | None = None) -> CaptureScheduler:
+    """The agent's sampled capture exactly as ``capture.policy: sampled`` runs it with the
+    defaults of agent.config (window 10 s, stride from the 5 % budget and the 20 % cost estimate,
+    4 slices per window); ``target`` None: for planning only."""
+    cap, window_s = CaptureConfig(policy="sampled", bootstrap_servers="-"), RequestLogConfig().window_s
+    if slices_per_window is not None:
+        cap = cap.model_copy(update={"slices_per_window": slices_per_window})
+    return CaptureScheduler(
+        target.switch if target is not None else None,
+        window_s=window_s,
+        cpu_budget_pct=cap.cpu_budget_pct,
+        full_capture_cost_pct=cap.full_capture_cost_pct,
+        max_lines_per_s=cap.max_lines_per_s,
+        min_slice_s=cap.min_slice_s,
+        slices_per_window=cap.slices_per_window,
+    )
+
+
+def read_stage_rows(follower: FileFollower) -> list[tuple[int, str, tuple[float, ...]]]:
+    """(stamp ms, request type, stage times) of every request line written since the last read."""
+    parser, rows = LineParser(), []
+    for line in follower.read_lines(max_bytes=1 << 32):
+        try:
+            req = parser.parse(line)
+        except Drop:
+            continue
+        rows.append((req.ts_ms, req.request, req.stages))
+    return rows
+
+
+def run_slice(
+    target: Target, policy: str, seconds: float, idle: float, round_no: int, keep: list | None = None
+) -> dict:
+    """One measured slice; ``keep`` (``always`` slices): the slice's request lines go there."""
+    follower = None
+    if keep is not None:
+        follower = FileFollower(target.state.nodes[0].request_log, start_at_end=True)
+        follower.read_lines()
+    if policy == "sampled":
+        # The scheduler plans from the next window boundary: the slice starts there and covers
+        # whole windows, so the realised duty cycle is the planned one.
+        sched = sampled_scheduler(target).start()
+        window_ms = sched.window_s * 1000
+        time.sleep(((time.time() * 1000 // window_ms + 1) * window_ms - time.time() * 1000) / 1000)
+        r0, c0, b0, t0 = counters(target)
+        time.sleep(seconds)
+        r1, c1, b1, t1 = counters(target)
+        sched.stop()
+        stride = sched.stride
+    elif policy == "windows":
         with target.switch.window(level="DEBUG"):
             r0, c0, b0, t0 = counters(target)
             time.sleep(seconds / 4)
@@ -136,7 +200,11 @@ def run_slice(target: Target, policy: str, seconds: float, idle: float, round_no
         target.switch.set_level("DEBUG" if policy in ("always", "slow_only") else "WARN")
         r0, c0, b0, t0 = counters(target)
         time.sleep(seconds)
-    r1, c1, b1, t1 = counters(target)
+    if policy != "sampled":
+        r1, c1, b1, t1 = counters(target)
+    if follower is not None:
+        keep.append(read_stage_rows(follower))
+        follower.close()
     served, used = max(r1 - r0, 1.0), c1 - c0
     row = {
         "round": round_no,
@@ -148,6 +216,8 @@ def run_slice(target: Target, policy: str, seconds: float, idle: float, round_no
         "net_ms_per_1k": 1e6 * (used - idle * (t1 - t0)) / served,
         "log_mb": (b1 - b0) / 1e6,
     }
+    if policy == "sampled":
+        row["stride"] = stride
     print(
         f"  {target.name}:{policy:9s} {row['req_per_s']:6.0f} req/s  broker CPU {used:5.2f} s = "
         f"{row['cpu_ms_per_1k']:5.1f} CPU-ms/1k requests ({row['net_ms_per_1k']:5.1f} net of idle)  "
@@ -157,7 +227,9 @@ def run_slice(target: Target, policy: str, seconds: float, idle: float, round_no
     return row
 
 
-def measure(target: Target, policies: list[str], args: argparse.Namespace, classpath: str) -> list[dict]:
+def measure(
+    target: Target, policies: list[str], args: argparse.Namespace, classpath: str, full: list | None = None
+) -> list[dict]:
     idle = idle_cpu_per_s(target, args.idle_seconds)
     print(f"cluster {target.name}: idle broker CPU {idle * 1000:.0f} ms/s", flush=True)
     # generous: JVM start-up on a loaded machine is slow; stopped as soon as the slices are done
@@ -190,7 +262,8 @@ def measure(target: Target, policies: list[str], args: argparse.Namespace, class
         for k in range(args.rounds):
             order = policies[k % len(policies) :] + policies[: k % len(policies)]
             for policy in order:
-                rows.append(run_slice(target, policy, args.slice_seconds, idle, k))
+                keep = full if policy == "always" else None
+                rows.append(run_slice(target, policy, args.slice_seconds, idle, k, keep))
     finally:
         if load.poll() is None:
             load.kill()
@@ -221,6 +294,69 @@ def summary(rows: list[dict], cluster: str, policies: list[str]) -> None:
         print(line, flush=True)
 
 
+P99_REQUESTS = ("Produce", "FetchConsumer", "FetchFollower")
+P99_STAGES = ("requestQueue", "local", "remote", "responseQueue", "send", "total")
+
+
+def p99_by_stage(rows: list[tuple[int, str, tuple[float, ...]]]) -> dict[tuple[str, str], tuple[float, int]]:
+    """(request, stage) -> (p99 from the agent's sketch, requests)."""
+    sketches: dict[tuple[str, str], LatencySketch] = {}
+    for _, request, stages in rows:
+        for i, stage in enumerate(STAGES):
+            if stage in P99_STAGES:
+                sketches.setdefault((request, stage), LatencySketch()).add(stages[i])
+    return {k: (sk.quantile(0.99) or 0.0, sk.count) for k, sk in sketches.items()}
+
+
+def sampled_subset(slices: list[list], stride: int, seed: int, slices_per_window: int | None = None) -> list:
+    """The lines the sampled policy would have logged out of full captures: per window, only
+    those stamped inside the slices the scheduler's own planner draws (CaptureScheduler.plan)."""
+    sched = sampled_scheduler(None, slices_per_window)
+    sched.rng = random.Random(seed)
+    window_ms, out = sched.window_s * 1000, []
+    for rows in slices:
+        plans: dict[int, list] = {}
+        for row in rows:
+            start = row[0] - row[0] % window_ms
+            plan = plans.get(start) or plans.setdefault(start, sched.plan(start, stride))
+            if any(sl.on_ms <= row[0] < sl.off_ms for sl in plan):
+                out.append(row)
+    return out
+
+
+def p99_comparison(
+    full: list[list], stride: int, draws: int, min_requests: int, slices_per_window: int | None = None
+) -> None:
+    """The sampled policy's p99 per stage against the full capture's, on the same traffic."""
+    rows = [r for rs in full for r in rs]
+    want = p99_by_stage(rows)
+    keys = [k for k in sorted(want) if k[0] in P99_REQUESTS and want[k][1] >= min_requests and want[k][0] > 0]
+    sched = sampled_scheduler(None, slices_per_window)
+    window_s, n = sched.window_s, len(sched.plan(0, stride))
+    rel: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
+    for seed in range(draws):
+        got = p99_by_stage(sampled_subset(full, stride, seed, slices_per_window))
+        for k in keys:
+            rel[k].append(100 * (got.get(k, (0.0, 0))[0] - want[k][0]) / want[k][0])
+    print(
+        f"p99 per stage, sampled (stride {stride}: {n} slices of {window_s / stride / n:.2f} s per {window_s} s window) "
+        f"against the full capture of the same traffic ({len(full)} always slices, {len(rows)} requests; "
+        f"{draws} draws of the slice offsets):",
+        flush=True,
+    )
+    worst = []
+    for k in keys:
+        med = statistics.median(abs(x) for x in rel[k])
+        worst.append(med)
+        print(
+            f"  {k[0]:13s} {k[1]:13s} full p99 {want[k][0]:8.2f} ms ({want[k][1]:6d} req)  sampled: median |diff| "
+            f"{med:4.1f} %, draws {min(rel[k]):+5.1f}..{max(rel[k]):+5.1f} %",
+            flush=True,
+        )
+    if worst:
+        print(f"  largest median |diff| over the stages: {max(worst):.1f} % (target 5 %)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6)
@@ -232,13 +368,35 @@ def main() -> None:
     ap.add_argument("--slow-ms", type=int, default=50)
     ap.add_argument("--idle-seconds", type=float, default=8)
     ap.add_argument("--warmup-seconds", type=float, default=60, help="unmeasured load first (JIT)")
-    ap.add_argument("--clusters", default="AB", help="A (off/always/windows), B (off/slow_only) or AB")
+    ap.add_argument("--clusters", default="A", help="A (--policies-a), B (off/slow_only) or AB")
+    ap.add_argument(
+        "--policies-a",
+        default="off,always,sampled",
+        help="cluster A's policies, comma-separated, from off, always, windows, sampled",
+    )
+    ap.add_argument("--draws", type=int, default=20, help="slice-offset draws for the p99 comparison")
+    ap.add_argument("--min-requests", type=int, default=2000, help="stages with fewer are not compared")
+    ap.add_argument("--save-full", type=Path, help="write the always slices' request rows here (.json.gz)")
+    ap.add_argument(
+        "--p99-from",
+        type=Path,
+        help="no brokers: only the p99 comparison, on rows saved by --save-full (at --stride, "
+        "for each of --slices-per-window)",
+    )
+    ap.add_argument("--stride", type=int, default=4)
+    ap.add_argument("--slices-per-window", default="", help="comma-separated, with --p99-from")
     args = ap.parse_args()
+    if args.p99_from:
+        full = orjson.loads(gzip.decompress(args.p99_from.read_bytes()))
+        for n in [int(x) for x in args.slices_per_window.split(",") if x] or [None]:
+            p99_comparison(full, args.stride, args.draws, args.min_requests, n)
+        return
     # A TERM (e.g. timeout) unwinds like Ctrl-C, so the brokers are always stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    plan = {"A": ["off", "always", "windows"], "B": ["off", "slow_only"]}
+    plan = {"A": args.policies_a.split(","), "B": ["off", "slow_only"]}
     rows: list[dict] = []
+    full: list[list] = []
     with tempfile.TemporaryDirectory() as tmp:
         classpath = compile_load(Path(tmp) / "classes")
         for name, filter_yaml, port in (("A", "", 52000), ("B", slow_only_filter_yaml(args.slow_ms), 53000)):
@@ -250,7 +408,7 @@ def main() -> None:
                 print(f"cluster {name} did not start ({e}); retrying on other ports", flush=True)
                 target = start(name, Path(tmp) / f"{name}2", filter_yaml, port + 500, args.producers)
             try:
-                rows += measure(target, plan[name], args, classpath)
+                rows += measure(target, plan[name], args, classpath, full if name == "A" else None)
             finally:
                 target.admin.close()
                 target.cluster.down()
@@ -260,6 +418,11 @@ def main() -> None:
                 flush=True,
             )
             summary(rows, name, plan[name])
+            strides = [r["stride"] for r in rows if r.get("stride")]
+            if name == "A" and full and args.save_full:
+                args.save_full.write_bytes(gzip.compress(orjson.dumps(full)))
+            if name == "A" and full and strides:
+                p99_comparison(full, statistics.median_low(strides), args.draws, args.min_requests)
 
 
 if __name__ == "__main__":

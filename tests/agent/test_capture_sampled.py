@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agent.capture import BrokerLoggerSwitch, CaptureScheduler, capture_stride, plan_slice
+from agent.capture import BrokerLoggerSwitch, CaptureScheduler, capture_stride, plan_window
 from agent.config import AgentConfig
 from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import Drop, LineParser
@@ -57,26 +57,40 @@ def test_capture_stride(name, rate, budget, cost, cap, max_stride, want) -> None
 @given(
     window_s=st.integers(1, 300),
     stride=st.integers(1, 20),
+    slices=st.integers(1, 10),
+    min_slice_ms=st.sampled_from([0, 100, 500, 1000]),
     seed=st.integers(0, 2**32),
     start=st.integers(0, 10**13).map(lambda v: v - v % 1000),
 )
-def test_slice_lies_inside_its_window_with_its_length(window_s, stride, seed, start) -> None:
-    sl = plan_slice(start, window_s, stride, random.Random(seed))
+def test_slices_lie_in_their_parts_of_the_window_and_add_up(
+    window_s, stride, slices, min_slice_ms, seed, start
+):
+    plan = plan_window(start, window_s, stride, random.Random(seed), slices=slices, min_slice_ms=min_slice_ms)
     window_ms = window_s * 1000
-    assert start <= sl.on_ms < sl.off_ms <= start + window_ms
     if stride == 1:
-        assert (sl.on_ms, sl.off_ms) == (start, start + window_ms)
-    else:
-        assert sl.off_ms - sl.on_ms == window_ms // stride
+        assert [(sl.on_ms, sl.off_ms) for sl in plan] == [(start, start + window_ms)]
+        return
+    n = len(plan)
+    assert 1 <= n <= slices
+    assert n == 1 or window_ms // stride // n >= min_slice_ms  # no slice shorter than asked, unless one
+    total = window_ms // stride
+    assert total - n < sum(sl.off_ms - sl.on_ms for sl in plan) <= total  # 1/stride of the window
+    part = window_ms // n
+    for i, sl in enumerate(plan):
+        assert sl.stride == stride and sl.window_start_ms == start
+        assert start + i * part <= sl.on_ms < sl.off_ms <= start + (i + 1) * part  # stratified
 
 
-def test_slice_offsets_spread_over_the_window() -> None:
+def test_slice_offsets_spread_over_their_parts() -> None:
     """Random, not fixed: a periodic fault cannot hide between slices."""
     rng = random.Random(7)
-    offsets = [plan_slice(0, 10, 4, rng).on_ms for _ in range(2000)]
-    assert min(offsets) >= 250 and max(offsets) <= 10_000 - 2500 - 250
-    thirds = [sum(1 for o in offsets if lo <= o < lo + 2333) for lo in (250, 2583, 4916)]
+    offsets = [plan_window(0, 10, 4, rng, slices=1)[0].on_ms for _ in range(2000)]
+    assert min(offsets) >= 100 and max(offsets) <= 10_000 - 2500 - 100
+    thirds = [sum(1 for o in offsets if lo <= o < lo + 2433) for lo in (100, 2533, 4966)]
     assert all(600 <= n <= 730 for n in thirds), thirds
+    firsts = [plan_window(0, 10, 4, rng, slices=4)[0].on_ms for _ in range(2000)]
+    assert min(firsts) >= 100 and max(firsts) <= 2500 - 625 - 100
+    assert len({o // 100 for o in firsts}) >= 16  # spread over its part, not one place
 
 
 def _windows(lines: list[bytes]) -> list[ClosedWindow]:
@@ -221,8 +235,9 @@ def test_full_capture_stride_keeps_debug_on_across_windows() -> None:
     time.sleep(3.5)
     sched.stop()
     assert switch.levels.count("DEBUG") == 1  # switched on once, never off between windows
-    now_s = int(time.time())
-    assert [sched.factor(s * 1000) for s in range(now_s - 3, now_s - 1)] == [1, 1]
+    done = sched.captured()[:-1]  # the last one was cut short by stop()
+    assert len(done) >= 2
+    assert [sched.factor(c.window_start_ms) for c in done] == [1] * len(done)
 
 
 # -- on the real cluster --------------------------------------------------------------------
@@ -242,7 +257,13 @@ def test_real_broker_logs_only_inside_the_planned_slices(
     follower.read_lines()
     switch = BrokerLoggerSwitch(admin, [leader], idle_level="WARN")
     sched = CaptureScheduler(
-        switch, window_s=2, cpu_budget_pct=25, full_capture_cost_pct=100, max_lines_per_s=0, min_slice_s=0.5
+        switch,
+        window_s=2,
+        cpu_budget_pct=25,
+        full_capture_cost_pct=100,
+        max_lines_per_s=0,
+        min_slice_s=0.25,
+        slices_per_window=2,
     )
     try:
         sched.start()
@@ -250,16 +271,17 @@ def test_real_broker_logs_only_inside_the_planned_slices(
         sched.stop()
         time.sleep(0.5)
         lines = follower.read_lines(max_bytes=1 << 30)
-        with sched._lock:
-            slices = [c for c in sched._captured.values() if c.on_at_ms and c.off_at_ms]
-        planned = [s for s in slices if sched.factor(s.slice.window_start_ms) == 4]
-        assert len(planned) >= 3, slices
+        windows = sched.captured()
+        spans = [span for c in windows for span in c.spans]
+        planned = [c for c in windows if sched.factor(c.window_start_ms) == 4]
+        assert len(planned) >= 3, windows
+        assert all(len(c.spans) == 2 for c in planned)  # two slices of 0.25 s per 2 s window
         parser = LineParser()
         stamps = [parser.parse(line).ts_ms for line in lines]
         assert stamps
-        outside = [t for t in stamps if not any(c.on_at_ms - 1 <= t <= c.off_at_ms + 1 for c in slices)]
+        outside = [t for t in stamps if not any(on - 1 <= t <= off + 1 for on, off in spans)]
         assert outside == []
-        per_slice = [sum(1 for t in stamps if c.on_at_ms - 1 <= t <= c.off_at_ms + 1) for c in planned]
+        per_slice = [sum(1 for t in stamps if on - 1 <= t <= off + 1) for c in planned for on, off in c.spans]
         assert all(n > 0 for n in per_slice), per_slice
         # stopped: the broker is left at the idle level
         run_traffic(cluster3.bootstrap, topic_name, seconds=1.5, rate=100, consume=False)
@@ -286,7 +308,8 @@ def test_agent_sampled_windows_are_scaled_marked_and_exported(
             "bootstrap_servers": node.bootstrap,
             "cpu_budget_pct": 25,
             "full_capture_cost_pct": 100,
-            "min_slice_s": 0.5,
+            "min_slice_s": 0.25,
+            "slices_per_window": 2,
         },
         jmx={"jolokia_url": None},
         log_dirs={"paths": []},
