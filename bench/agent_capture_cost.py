@@ -144,8 +144,8 @@ def counters(target: Target) -> tuple[float, float, int, float]:
 
 def sampled_scheduler(target: Target | None, slices_per_window: int | None = None) -> CaptureScheduler:
     """The agent's sampled capture exactly as ``capture.policy: sampled`` runs it with the
-    defaults of agent.config (window 10 s, stride from the 5 % budget and the 20 % cost estimate,
-    4 slices per window); ``target`` None: for planning only."""
+    defaults of agent.config (window 10 s, stride from the 5 % budget and the 30 % cost estimate,
+    up to 4 slices per window); ``target`` None: for planning only."""
     cap, window_s = CaptureConfig(policy="sampled", bootstrap_servers="-"), RequestLogConfig().window_s
     if slices_per_window is not None:
         cap = cap.model_copy(update={"slices_per_window": slices_per_window})
