@@ -174,25 +174,40 @@ def plan_window(
     *,
     slices: int = 1,
     min_slice_ms: int = 0,
-    margin_ms: int = 100,
+    end_margin_ms: int = 50,
 ) -> list[CaptureSlice]:
-    """The slices of one window: ``window_s / stride`` at DEBUG in all, in at most ``slices``
-    equal slices of at least ``min_slice_ms``, one at a uniformly random offset inside each
-    equal part of the window and at least ``margin_ms`` from the part's edges where it fits
-    (room for the switch's own latency). Stride 1 is the whole window, one slice."""
+    """The slices of one window, in time order: ``1 / stride`` of the window at DEBUG, as at
+    most ``slices`` equal slices (none shorter than ``min_slice_ms``) spaced evenly at one
+    random phase; a slice running past the window's end wraps to its start.
+
+    So every moment of the window is captured with the same chance, ``1 / stride`` (a uniform
+    offset per slice would capture the window's edges less: a load that bursts on whole
+    seconds would be sampled off its bursts and its p99 read low), except the last
+    ``end_margin_ms``, where the switch back must land before the window ends. Stride 1 is the
+    whole window, one slice."""
     window_ms = window_s * 1000
     if stride <= 1:
         return [CaptureSlice(window_start_ms, 1, window_start_ms, window_start_ms + window_ms)]
-    total = window_ms // stride
-    n = max(1, min(slices, total // max(min_slice_ms, 1)))
-    length, part = total // n, window_ms // n
-    out = []
+    usable = window_ms - end_margin_ms
+    n = max(1, min(slices, usable // stride // max(min_slice_ms, 1)))
+    part = usable // n
+    length = part // stride
+    phase = rng.randrange(part)
+    spans = []
     for i in range(n):
-        lo = window_start_ms + i * part
-        room = part - length - 2 * margin_ms
-        offset = margin_ms + rng.randrange(room + 1) if room >= 0 else max(0, (part - length) // 2)
-        out.append(CaptureSlice(window_start_ms, stride, lo + offset, lo + offset + length))
-    return out
+        on = phase + i * part
+        off = on + length
+        if off <= usable:
+            spans.append((on, off))
+        elif on < usable:
+            spans += [(on, usable), (0, off - usable)]
+        else:
+            spans.append((on - usable, off - usable))
+    return [
+        CaptureSlice(window_start_ms, stride, window_start_ms + on, window_start_ms + off)
+        for on, off in sorted(spans)
+        if off > on
+    ]
 
 
 @dataclass

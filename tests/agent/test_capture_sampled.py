@@ -6,6 +6,7 @@ windows scaled and marked, the broker left at the idle level."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import random
 import threading
@@ -62,35 +63,32 @@ def test_capture_stride(name, rate, budget, cost, cap, max_stride, want) -> None
     seed=st.integers(0, 2**32),
     start=st.integers(0, 10**13).map(lambda v: v - v % 1000),
 )
-def test_slices_lie_in_their_parts_of_the_window_and_add_up(
-    window_s, stride, slices, min_slice_ms, seed, start
-):
+def test_slices_lie_in_the_window_in_order_and_add_up(window_s, stride, slices, min_slice_ms, seed, start):
     plan = plan_window(start, window_s, stride, random.Random(seed), slices=slices, min_slice_ms=min_slice_ms)
     window_ms = window_s * 1000
     if stride == 1:
         assert [(sl.on_ms, sl.off_ms) for sl in plan] == [(start, start + window_ms)]
         return
-    n = len(plan)
-    assert 1 <= n <= slices
-    assert n == 1 or window_ms // stride // n >= min_slice_ms  # no slice shorter than asked, unless one
-    total = window_ms // stride
-    assert total - n < sum(sl.off_ms - sl.on_ms for sl in plan) <= total  # 1/stride of the window
-    part = window_ms // n
-    for i, sl in enumerate(plan):
-        assert sl.stride == stride and sl.window_start_ms == start
-        assert start + i * part <= sl.on_ms < sl.off_ms <= start + (i + 1) * part  # stratified
+    assert 1 <= len(plan) <= slices + 1  # one slice may wrap to the window's start
+    assert all(sl.stride == stride and sl.window_start_ms == start for sl in plan)
+    assert all(start <= sl.on_ms < sl.off_ms <= start + window_ms - 50 for sl in plan)
+    assert all(a.off_ms <= b.on_ms for a, b in itertools.pairwise(plan))  # in order, apart
+    usable = window_ms - 50
+    total = sum(sl.off_ms - sl.on_ms for sl in plan)
+    assert usable // stride - slices - 1 <= total <= usable // stride  # 1/stride of the window
 
 
-def test_slice_offsets_spread_over_their_parts() -> None:
-    """Random, not fixed: a periodic fault cannot hide between slices."""
+@pytest.mark.parametrize("slices", [1, 4])
+def test_every_moment_of_the_window_is_captured_alike(slices: int) -> None:
+    """Random phase, even spacing, wrap-around: a periodic fault cannot hide between slices, and
+    a load that bursts on whole seconds is sampled on its bursts as often as off them. Every
+    100 ms of the window (but the last, where the switch back must land) is captured in a
+    quarter of the plans at stride 4."""
     rng = random.Random(7)
-    offsets = [plan_window(0, 10, 4, rng, slices=1)[0].on_ms for _ in range(2000)]
-    assert min(offsets) >= 100 and max(offsets) <= 10_000 - 2500 - 100
-    thirds = [sum(1 for o in offsets if lo <= o < lo + 2433) for lo in (100, 2533, 4966)]
-    assert all(600 <= n <= 730 for n in thirds), thirds
-    firsts = [plan_window(0, 10, 4, rng, slices=4)[0].on_ms for _ in range(2000)]
-    assert min(firsts) >= 100 and max(firsts) <= 2500 - 625 - 100
-    assert len({o // 100 for o in firsts}) >= 16  # spread over its part, not one place
+    plans = [plan_window(0, 10, 4, rng, slices=slices) for _ in range(3000)]
+    for ms in range(50, 9900, 100):
+        share = sum(1 for plan in plans if any(sl.on_ms <= ms < sl.off_ms for sl in plan)) / len(plans)
+        assert 0.21 <= share <= 0.29, (ms, share)
 
 
 def _windows(lines: list[bytes]) -> list[ClosedWindow]:
@@ -253,16 +251,18 @@ def test_real_broker_logs_only_inside_the_planned_slices(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
     leader = _leader_with_traffic(cluster3, admin, topic_name)
+    switch = BrokerLoggerSwitch(admin, [leader], idle_level="WARN")
+    switch.set_level("WARN")  # the session cluster logs at DEBUG: lines before this are not ours
+    time.sleep(0.5)
     follower = FileFollower(cluster3.node(leader).request_log, start_at_end=True)
     follower.read_lines()
-    switch = BrokerLoggerSwitch(admin, [leader], idle_level="WARN")
     sched = CaptureScheduler(
         switch,
         window_s=2,
         cpu_budget_pct=25,
         full_capture_cost_pct=100,
         max_lines_per_s=0,
-        min_slice_s=0.25,
+        min_slice_s=0.2,
         slices_per_window=2,
     )
     try:
@@ -275,14 +275,18 @@ def test_real_broker_logs_only_inside_the_planned_slices(
         spans = [span for c in windows for span in c.spans]
         planned = [c for c in windows if sched.factor(c.window_start_ms) == 4]
         assert len(planned) >= 3, windows
-        assert all(len(c.spans) == 2 for c in planned)  # two slices of 0.25 s per 2 s window
+        assert all(
+            len(c.spans) in (2, 3) for c in planned
+        )  # two slices of 0.24 s per 2 s window (one may wrap)
         parser = LineParser()
         stamps = [parser.parse(line).ts_ms for line in lines]
         assert stamps
         outside = [t for t in stamps if not any(on - 1 <= t <= off + 1 for on, off in spans)]
         assert outside == []
-        per_slice = [sum(1 for t in stamps if on - 1 <= t <= off + 1) for c in planned for on, off in c.spans]
-        assert all(n > 0 for n in per_slice), per_slice
+        per_window = [
+            sum(1 for t in stamps for on, off in c.spans if on - 1 <= t <= off + 1) for c in planned
+        ]
+        assert all(n > 0 for n in per_window), per_window
         # stopped: the broker is left at the idle level
         run_traffic(cluster3.bootstrap, topic_name, seconds=1.5, rate=100, consume=False)
         time.sleep(0.5)
@@ -308,7 +312,7 @@ def test_agent_sampled_windows_are_scaled_marked_and_exported(
             "bootstrap_servers": node.bootstrap,
             "cpu_budget_pct": 25,
             "full_capture_cost_pct": 100,
-            "min_slice_s": 0.25,
+            "min_slice_s": 0.2,
             "slices_per_window": 2,
         },
         jmx={"jolokia_url": None},
