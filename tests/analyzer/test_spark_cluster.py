@@ -16,6 +16,10 @@ eight times the bytes of the others. Every Spark run is its own process, as an o
   micro-batch holds every sample, as they are on the topic before it starts) are equal apart
   from their decision time.
 
+The local and the cluster run of each pair go side by side (separate processes, applications
+and output files): the comparison does not depend on the order, and the pair takes less wall
+time than one run after the other.
+
 Then ``down`` leaves no daemon or executor process behind.
 """
 
@@ -228,21 +232,35 @@ def _spark_submit(master: str, *args: str) -> list[str]:
     ]
 
 
-def _run(cmd: list[str], log: Path, timeout_s: float) -> None:
+def _start(cmd: list[str], log: Path) -> subprocess.Popen:
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
-        try:
-            rc = proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise AssertionError(f"{cmd[:4]} did not finish within {timeout_s:.0f}s: {log}") from None
-    assert rc == 0, f"{cmd[:4]}… exited {rc}: {log.read_text()[-3000:]}"
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
 
 
-def _report(cmd: list[str], out: Path, log: Path) -> dict:
-    _run(cmd, log, REPORT_TIMEOUT_S)
-    return json.loads(out.read_text())
+def _finish(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    try:
+        rc = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(f"{proc.args[:4]} did not finish within {timeout_s:.0f}s: {log}") from None
+    assert rc == 0, f"{proc.args[:4]}… exited {rc}: {log.read_text()[-3000:]}"
+
+
+def _reports(runs: list[tuple[list[str], Path, Path]]) -> list[dict]:
+    """Run the ``(command, JSON output, log)`` reports side by side (each its own process and
+    Spark application) and return their outputs in order. None is left running, whatever
+    happens."""
+    procs = [(_start(cmd, log), log) for cmd, _, log in runs]
+    try:
+        for proc, log in procs:
+            _finish(proc, log, REPORT_TIMEOUT_S)
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return [json.loads(out.read_text()) for _, out, _ in runs]
 
 
 # --- 1. the helper ------------------------------------------------------------------------
@@ -282,24 +300,28 @@ def test_report_same_findings_local_and_on_the_cluster(
     local_cfg = _config(
         tmp_path / "local.yaml", cluster3, samples, "local[2]", tmp_path / "local", "f-unused"
     )
-    local = _report(
-        _linkwatch("report", *rng, "-c", str(local_cfg), "--out", str(tmp_path / "local.json")),
-        tmp_path / "local.json",
-        tmp_path / "local.log",
-    )
     cluster_cfg = _config(tmp_path / "cluster.yaml", cluster3, samples, "", tmp_path / "cluster", "f-unused")
-    on_cluster = _report(
-        _spark_submit(
-            spark_cluster.master_url,
-            "report",
-            *rng,
-            "-c",
-            str(cluster_cfg),
-            "--out",
-            str(tmp_path / "cluster.json"),
-        ),
-        tmp_path / "cluster.json",
-        tmp_path / "cluster.log",
+    local, on_cluster = _reports(
+        [
+            (
+                _linkwatch("report", *rng, "-c", str(local_cfg), "--out", str(tmp_path / "local.json")),
+                tmp_path / "local.json",
+                tmp_path / "local.log",
+            ),
+            (
+                _spark_submit(
+                    spark_cluster.master_url,
+                    "report",
+                    *rng,
+                    "-c",
+                    str(cluster_cfg),
+                    "--out",
+                    str(tmp_path / "cluster.json"),
+                ),
+                tmp_path / "cluster.json",
+                tmp_path / "cluster.log",
+            ),
+        ]
     )
     rules = sorted((f["rule"], f["subject"]) for f in local["findings"])
     assert ("slow_broker", "broker:2") in rules and ("skewed_partitions", "topic:orders") in rules, rules
@@ -336,7 +358,14 @@ def _first_evaluation(bootstrap: str, topic: str, proc: subprocess.Popen, log: P
     raise AssertionError(f"no two evaluations published findings within {FINDINGS_WITHIN_S}s: {log}")
 
 
-def _analyze(cluster3, samples: Samples, master: str, tmp: Path, name: str) -> list[dict]:
+@dataclass(frozen=True)
+class Analyzer:
+    proc: subprocess.Popen
+    findings_topic: str
+    log: Path
+
+
+def _start_analyzer(cluster3, samples: Samples, master: str, tmp: Path, name: str) -> Analyzer:
     from kafka import KafkaAdminClient
 
     findings_topic = f"findings-{name}-{tmp.name[-6:]}"
@@ -345,19 +374,28 @@ def _analyze(cluster3, samples: Samples, master: str, tmp: Path, name: str) -> l
     admin.close()
     cfg = _config(tmp / f"{name}.yaml", cluster3, samples, master, tmp / name, findings_topic)
     log = tmp / f"{name}-analyze.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            _linkwatch("analyze", "-c", str(cfg)),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-            start_new_session=True,
-        )
+    return Analyzer(_start(_linkwatch("analyze", "-c", str(cfg)), log), findings_topic, log)
+
+
+def _analyze_side_by_side(cluster3, samples: Samples, masters: dict[str, str], tmp: Path) -> list[list[dict]]:
+    """Start ``linkwatch analyze`` once per ``name: master`` at the same time (each its own
+    process, Spark application and findings topic), then return each one's first evaluation, in
+    order. Every analyzer is stopped, whatever happens."""
+    started: list[Analyzer] = []
     try:
-        found = _first_evaluation(cluster3.bootstrap, findings_topic, proc, log)
+        for name, master in masters.items():
+            started.append(_start_analyzer(cluster3, samples, master, tmp, name))
+        out = []
+        for a in started:
+            found = _first_evaluation(cluster3.bootstrap, a.findings_topic, a.proc, a.log)
+            _stop(a.proc)
+            out.append(
+                sorted(({k: v for k, v in f.items() if k != "ts_ms"} for f in found), key=lambda f: f["key"])
+            )
+        return out
     finally:
-        _stop(proc)
-    return sorted(({k: v for k, v in f.items() if k != "ts_ms"} for f in found), key=lambda f: f["key"])
+        for a in started:
+            _stop(a.proc)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -382,8 +420,9 @@ def _comparable(findings: list[dict]) -> list[dict]:
 def test_streaming_analyzer_same_findings_local_and_on_the_cluster(
     cluster3, spark_cluster: SparkClusterState, samples: Samples, tmp_path: Path
 ) -> None:
-    local = _analyze(cluster3, samples, "local[2]", tmp_path, "local")
-    on_cluster = _analyze(cluster3, samples, spark_cluster.master_url, tmp_path, "cluster")
+    local, on_cluster = _analyze_side_by_side(
+        cluster3, samples, {"local": "local[2]", "cluster": spark_cluster.master_url}, tmp_path
+    )
     subjects = [(f["rule"], f["subject"]) for f in local]
     assert ("slow_broker", "broker:2") in subjects, subjects
     assert _comparable(on_cluster) == _comparable(local)

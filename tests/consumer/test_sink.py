@@ -35,8 +35,14 @@ def test_sigkill_mid_stream_then_restart_gives_exactly_once(cluster3, admin, top
     db = tmp_path / "out.db"
     group = f"g-{uuid.uuid4().hex[:6]}"
     # Commit to Kafka rarely, so the group's offsets lag the sink's: a restart from the group's
-    # offsets would duplicate, only the sink's offsets give exactly-once.
-    env = {"LINKWATCH_CONSUMER_COMMIT_INTERVAL_MS": "60000", "PATH": "/usr/bin:/bin"}
+    # offsets would duplicate, only the sink's offsets give exactly-once. The killed member stays
+    # in the group until its session expires and the restart's join waits for that: a 10 s
+    # session (the broker's minimum is 6 s) instead of the default 45 s, which only adds waiting.
+    env = {
+        "LINKWATCH_CONSUMER_COMMIT_INTERVAL_MS": "60000",
+        "LINKWATCH_CONSUMER_SESSION_TIMEOUT_MS": "10000",
+        "PATH": "/usr/bin:/bin",
+    }
     first = subprocess.Popen(
         _consume_cmd(cluster3.bootstrap, topic_name, group, db, "--process-ms", "2"),
         env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "first.log").open("wb"),

@@ -28,12 +28,23 @@ def _produce_and_consume(cluster: ClusterState, admin, topic: str, n: int = 600)
         bootstrap_servers=cluster.bootstrap,
         group_id=f"g-{topic}",
         auto_offset_reset="earliest",
-        consumer_timeout_ms=15000,
         client_id="test-consumer",
     )
-    got = [(r.partition, r.value) for r in consumer]
-    consumer.close()
+    got: list[tuple[int, bytes]] = []
+    try:
+        # Until the n records are in (not until a long silence after them), then one more poll:
+        # a record delivered twice would come right behind.
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            got += _records(consumer.poll(timeout_ms=500))
+        got += _records(consumer.poll(timeout_ms=2000))
+    finally:
+        consumer.close()
     return got
+
+
+def _records(polled: dict) -> list[tuple[int, bytes]]:
+    return [(r.partition, r.value) for records in polled.values() for r in records]
 
 
 def test_produce_consume_across_three_brokers(cluster3: ClusterState, admin, topic_name: str) -> None:
