@@ -126,10 +126,10 @@ class BrokerLoggerSwitch:
 # checks ``isDebugEnabled`` before it renders a request to JSON, so a logger at WARN costs
 # nothing, and a log4j2 filter (``slow_only``) cannot save that CPU. The sampled policy keeps the
 # logger at the idle level and, in every aggregation window of ``window_s``, switches it to
-# DEBUG for ``1 / stride`` of the window, in ``n`` short slices, one at a random offset in each
-# ``n``-th of the window (stratified: latency tails come in bursts, and many short slices sample
-# them far more evenly than one long one; random, so that a periodic load or fault cannot hide
-# between slices). The broker's extra CPU per request is then about ``full_capture_cost_pct /
+# DEBUG for ``1 / stride`` of the window, in ``n`` short slices spaced evenly at a random phase
+# (spread, because latency tails come in bursts; random and wrapping at the window's end, so
+# every moment of the window is captured with the same chance and no periodic load or fault
+# can hide between slices: :func:`plan_window`). The broker's extra CPU per request is then about ``full_capture_cost_pct /
 # stride``; the agent multiplies the window's counts by ``stride`` and marks its records
 # ``capture_ratio = 1 / stride``. Counts are estimates there; quantiles are those of the
 # captured requests.
@@ -180,11 +180,11 @@ def plan_window(
     most ``slices`` equal slices (none shorter than ``min_slice_ms``) spaced evenly at one
     random phase; a slice running past the window's end wraps to its start.
 
-    So every moment of the window is captured with the same chance, ``1 / stride`` (a uniform
-    offset per slice would capture the window's edges less: a load that bursts on whole
-    seconds would be sampled off its bursts and its p99 read low), except the last
-    ``end_margin_ms``, where the switch back must land before the window ends. Stride 1 is the
-    whole window, one slice."""
+    So every moment of the window is captured with the same chance, ``1 / stride``. A uniform
+    offset per slice would capture the window's edges less, and periodic work at a fixed phase
+    in the window (a broker task every 5 s, say) would be sampled less than the rest: measured,
+    the p99 read low in every draw. The exception is the last ``end_margin_ms``, where the
+    switch back must land before the window ends. Stride 1 is the whole window, one slice."""
     window_ms = window_s * 1000
     if stride <= 1:
         return [CaptureSlice(window_start_ms, 1, window_start_ms, window_start_ms + window_ms)]

@@ -55,7 +55,7 @@ class CaptureConfig(StrictModel):
 
     ``broker``: the broker's own logging config; the agent reads what is there and changes
     nothing. ``sampled``: the agent keeps its broker's ``kafka.request.logger`` at
-    ``idle_level`` and switches it to DEBUG for one slice of every window (agent.capture) —
+    ``idle_level`` and switches it to DEBUG for 1/stride of every window (agent.capture) —
     a change on the cluster, so it is never the default; config/agent.sample.yaml turns it on.
     """
 

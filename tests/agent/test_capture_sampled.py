@@ -81,7 +81,7 @@ def test_slices_lie_in_the_window_in_order_and_add_up(window_s, stride, slices, 
 @pytest.mark.parametrize("slices", [1, 4])
 def test_every_moment_of_the_window_is_captured_alike(slices: int) -> None:
     """Random phase, even spacing, wrap-around: a periodic fault cannot hide between slices, and
-    a load that bursts on whole seconds is sampled on its bursts as often as off them. Every
+    periodic work at a fixed phase in the window is sampled as often as the rest. Every
     100 ms of the window (but the last, where the switch back must land) is captured in a
     quarter of the plans at stride 4."""
     rng = random.Random(7)
