@@ -184,8 +184,9 @@ def run_slice(
         # The scheduler plans from the next window boundary: the slice starts there and covers
         # whole windows, so the realised duty cycle is the planned one.
         sched = sampled_scheduler(target).start()
-        window_ms = sched.window_s * 1000
-        time.sleep(((time.time() * 1000 // window_ms + 1) * window_ms - time.time() * 1000) / 1000)
+        while not sched.captured():  # the first window it plans (the next one at least 100 ms away)
+            time.sleep(0.01)
+        time.sleep(max(0.0, sched.captured()[0].window_start_ms / 1000 - time.time()))
         r0, c0, b0, t0 = counters(target)
         time.sleep(seconds)
         r1, c1, b1, t1 = counters(target)
