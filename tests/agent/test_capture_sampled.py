@@ -247,6 +247,9 @@ def _leader_with_traffic(cluster3: ClusterState, admin, topic: str) -> int:
     return leader
 
 
+# Switch latencies on a shared 2-core machine decide whether a window's slices landed in time.
+@pytest.mark.cluster
+@pytest.mark.timing
 def test_real_broker_logs_only_inside_the_planned_slices(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
@@ -267,7 +270,7 @@ def test_real_broker_logs_only_inside_the_planned_slices(
     )
     try:
         sched.start()
-        run_traffic(cluster3.bootstrap, topic_name, seconds=9, rate=200, group=False)
+        run_traffic(cluster3.bootstrap, topic_name, seconds=12, rate=200, group=False)
         sched.stop()
         time.sleep(0.5)
         lines = follower.read_lines(max_bytes=1 << 30)
@@ -282,7 +285,7 @@ def test_real_broker_logs_only_inside_the_planned_slices(
         stamps = [parser.parse(line).ts_ms for line in lines]
         assert stamps
         outside = [t for t in stamps if not any(on - 1 <= t <= off + 1 for on, off in spans)]
-        assert outside == []
+        assert outside == [], (outside, spans)
         per_window = [
             sum(1 for t in stamps for on, off in c.spans if on - 1 <= t <= off + 1) for c in planned
         ]
@@ -297,6 +300,8 @@ def test_real_broker_logs_only_inside_the_planned_slices(
         follower.close()
 
 
+@pytest.mark.cluster
+@pytest.mark.timing
 def test_agent_sampled_windows_are_scaled_marked_and_exported(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
