@@ -235,7 +235,8 @@ class CaptureScheduler:
     * ``start()`` first sets the idle level (repairing a DEBUG left by an agent that died inside
       a slice), then captures each window's slices until ``stop()``, which always ends with the
       idle level set (also on error; a failed switch is retried at the next slice).
-    * ``factor(window_start_ms)`` is the multiplier for that window's counts: the stride when
+    * ``factor(window_start_ms)`` is the multiplier for that window's counts: 1 in a dry run
+      (the switches are only logged, so the broker logs what its config says); the stride when
       every slice of the window was switched on and off inside the window as planned, ``None``
       otherwise (a window the agent did not plan, e.g. the one it started in, or one with a
       failed switch: its counts would mean nothing, so the caller drops it and counts the drop).
@@ -306,6 +307,8 @@ class CaptureScheduler:
             return list(self._captured.values())
 
     def factor(self, window_start_ms: int) -> int | None:
+        if getattr(self.switch, "dry_run", False):
+            return 1  # nothing is switched: the broker logs what its own config says, unscaled
         with self._lock:
             c = self._captured.get(window_start_ms)
         if c is None or c.error or len(c.spans) != len(c.slices):

@@ -195,6 +195,7 @@ class FakeSwitch:
 
     def __init__(self, fail: bool = False) -> None:
         self.idle_level = "WARN"
+        self.dry_run = False
         self.fail = fail
         self.levels: list[str] = []
 
@@ -223,6 +224,20 @@ def test_failed_switches_are_reported_and_no_window_is_scaled() -> None:
     assert switch.levels[0] == "WARN" and switch.levels[-1] == "WARN"
     now_s = int(time.time())
     assert all(sched.factor(s * 1000) is None for s in range(now_s - 5, now_s + 1))
+
+
+def test_dry_run_leaves_the_windows_unscaled() -> None:
+    """In a dry run nothing is switched, so the broker logs what its own config says (every
+    request, at DEBUG): scaling those windows by the stride would multiply every count."""
+    switch = FakeSwitch()
+    switch.dry_run = True
+    sched = CaptureScheduler(
+        switch, window_s=1, cpu_budget_pct=5, full_capture_cost_pct=30, max_lines_per_s=0, min_slice_s=0.1
+    )
+    assert sched.stride == 6
+    assert sched.factor(0) == 1 and sched.factor(123_000) == 1
+    switch.dry_run = False
+    assert sched.factor(0) is None  # a window it did not plan
 
 
 def test_full_capture_stride_keeps_debug_on_across_windows() -> None:
