@@ -83,6 +83,13 @@ class BrokerLoggerSwitch:
         self.dry_run = dry_run
         self._made = None  # the admin client made by ``admin()`` when admin is a factory
 
+    def close(self) -> None:
+        """Close the admin client this switch made itself (one passed in is the caller's)."""
+        if self._made is not None:
+            with contextlib.suppress(Exception):
+                self._made.close()
+            self._made = None
+
     def set_level(self, level: str) -> None:
         from kafka.admin import ConfigResource, ConfigResourceType
 
@@ -306,12 +313,17 @@ class CaptureScheduler:
         with self._lock:
             return list(self._captured.values())
 
-    def factor(self, window_start_ms: int) -> int | None:
-        if getattr(self.switch, "dry_run", False):
-            return 1  # nothing is switched: the broker logs what its own config says, unscaled
+    def _complete(self, window_start_ms: int) -> _Captured | None:
+        """That window's capture if every slice was switched on and off without error."""
         with self._lock:
             c = self._captured.get(window_start_ms)
-        if c is None or c.error or len(c.spans) != len(c.slices):
+        return c if c is not None and not c.error and len(c.spans) == len(c.slices) else None
+
+    def factor(self, window_start_ms: int) -> int | None:
+        if self.switch.dry_run:
+            return 1  # nothing is switched: the broker logs what its own config says, unscaled
+        c = self._complete(window_start_ms)
+        if c is None:
             return None
         end_ms = window_start_ms + self.window_s * 1000
         if c.stride == 1:  # whole window at DEBUG: on before it began, off after it ended
@@ -322,9 +334,8 @@ class CaptureScheduler:
 
     def observe(self, lines: int, window_start_ms: int) -> None:
         """The captured slices of that window held ``lines`` request lines."""
-        with self._lock:
-            c = self._captured.get(window_start_ms)
-        if c is None or c.error or len(c.spans) != len(c.slices):
+        c = self._complete(window_start_ms)
+        if c is None:
             return
         captured_s = sum(off - on for on, off in c.spans) / 1000
         if captured_s <= 0:
@@ -346,6 +357,7 @@ class CaptureScheduler:
             self._thread.join(timeout_s)
             self._thread = None
         self._set(self.switch.idle_level)
+        self.switch.close()
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -194,6 +194,9 @@ class FakeSwitch:
         self.fail = fail
         self.levels: list[str] = []
 
+    def close(self) -> None:
+        pass
+
     def set_level(self, level: str) -> None:
         self.levels.append(level)
         if self.fail:
