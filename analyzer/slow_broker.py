@@ -1,9 +1,11 @@
 """Slow broker rule, with the stage at fault and the cluster-wide case.
 
-Rule 1 — a window is *slow* for broker b and request type r when b served at least
+Rule 1 — a window is *slow* for broker b and request type r when b logged at least
 ``min_requests`` requests of r in it, its merged p99 of ``total`` exceeds ``p99_threshold_ms``
 **and** is at least ``peer_ratio`` × the median p99 of its peers (other brokers with enough
-requests in the same window).
+requests in the same window). Logged, not served (``StageWindow.logged``): under sampled
+capture the served count is an estimate several times larger, and the p99 of a few logged
+requests is their maximum. Every rule's "enough requests" is this guard.
 
 Rule 2 — a score walks the windows in time order: +1 for a slow window, −1 otherwise, kept in
 ``[0, max_score]``. A broker becomes active when the score reaches ``fire_score`` and clears
@@ -294,7 +296,9 @@ class _Table:
 
     def usable(self, request: str, stage: str, window: int, min_requests: int) -> dict[int, StageWindow]:
         by_broker = self.rows.get((request, stage), {}).get(window, {})
-        return {b: r for b, r in by_broker.items() if r.count >= min_requests and r.p99_ms is not None}
+        # ``logged``, not ``count``: under sampled capture a count is an estimate, and a p99 is
+        # only as good as the logged requests it is read from.
+        return {b: r for b, r in by_broker.items() if r.logged >= min_requests and r.p99_ms is not None}
 
 
 def _peer_median(usable: dict[int, StageWindow], broker: int) -> float | None:

@@ -67,6 +67,7 @@ from linkwatch.aggregates import (
     PartitionWindow,
     ProbeBrokerWindow,
     StageWindow,
+    logged_requests,
 )
 from linkwatch.sketch import _MAPPING
 
@@ -91,12 +92,19 @@ class _Sketch:
     zero: int = 0
     sum_ms: float = 0.0
     buckets: dict[int, int] = field(default_factory=dict)
+    logged: int = 0  # requests logged (StageWindow.logged): the count unless sampled
 
-    def merge(self, zero: int, sum_ms: float, buckets: Iterable[tuple[int, int]]) -> None:
+    def merge(
+        self, zero: int, sum_ms: float, buckets: Iterable[tuple[int, int]], logged: int | None = None
+    ) -> None:
+        """Add one sketch; ``logged`` defaults to its count (a full capture)."""
         self.zero += zero
         self.sum_ms += sum_ms
+        n_all = zero
         for key, n in buckets:
             self.buckets[key] = self.buckets.get(key, 0) + n
+            n_all += n
+        self.logged += n_all if logged is None else logged
 
 
 @dataclass
@@ -231,7 +239,13 @@ class WindowState:
         except (TypeError, ValueError):
             self.dropped["bad_sketch"] += 1
             return False
-        win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketch()).merge(zero, sum_ms, buckets)
+        low, high = R.StageSketch.RANGES["capture_ratio"]
+        if not (low < rec.capture_ratio <= high):  # records built in code skip decode's check
+            self.dropped["bad_value"] += 1
+            return False
+        logged = logged_requests(zero + sum(n for _, n in buckets), rec.capture_ratio)
+        cell = win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketch())
+        cell.merge(zero, sum_ms, buckets, logged)
         return True
 
     def _merge_exemplar(self, win: _Window, rec: R.SlowRequest) -> bool:
@@ -409,6 +423,7 @@ def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: 
         stage=stage,
         window_start_ms=start,
         count=count,
+        logged=sk.logged,
         mean_ms=sk.sum_ms / count if count > 0 else None,
         **values,
     )
@@ -420,7 +435,7 @@ def _stage_rows(picked: list[tuple[int, _Window]]) -> list[StageWindow]:
         merged: dict[tuple[str, str], _Sketch] = defaultdict(_Sketch)
         for (broker, request, stage), sk in win.stages.items():
             out.append(_quantile_row(broker, request, stage, start, sk))
-            merged[(request, stage)].merge(sk.zero, sk.sum_ms, sk.buckets.items())
+            merged[(request, stage)].merge(sk.zero, sk.sum_ms, sk.buckets.items(), sk.logged)
         out.extend(_quantile_row(None, rq, st, start, sk) for (rq, st), sk in merged.items())
     return out
 

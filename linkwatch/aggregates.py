@@ -7,8 +7,15 @@ transform (a test checks it); :func:`spark_metrics.aggregate.collect` builds the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+def logged_requests(count: int, capture_ratio: float) -> int:
+    """Requests a sketch of ``count`` (already scaled by ``1 / capture_ratio``) rests on:
+    ``floor(count × capture_ratio + 0.5)``; the Spark side computes the same expression."""
+    return math.floor(count * capture_ratio + 0.5)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,6 +24,11 @@ class StageWindow:
 
     ``broker`` is ``None`` for the cluster-wide merge (all brokers' sketches summed per bucket).
     Quantiles are ``None`` when the window saw no request.
+
+    ``count`` estimates the requests served; ``logged`` is how many of them the broker logged,
+    the sample the quantiles rest on. They are equal under a full capture; under sampled capture
+    (:mod:`agent.capture`) ``logged`` is ``count × capture_ratio`` summed over the merged
+    sketches. A guard on how many requests a quantile needs reads ``logged``.
     """
 
     broker: int | None
@@ -24,6 +36,7 @@ class StageWindow:
     stage: str
     window_start_ms: int
     count: int
+    logged: int
     p50_ms: float | None
     p99_ms: float | None
     p999_ms: float | None

@@ -20,6 +20,8 @@ Every record is a JSON object with an envelope and a body::
   the same key, so a consumer (the Spark job) drops duplicates from re-sends and restarts.
 * :func:`decode` raises :class:`RecordError` with a short ``reason`` (for a
   ``..._dropped_total{reason}`` counter) for anything malformed; unknown kinds are a reason too.
+  A field with a range (``RANGES``) outside it is ``bad_value``; the Spark side checks the same
+  ranges (:func:`spark_metrics.transforms.with_drop_reason`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Record:
     cluster: str
     source: str
     ts_ms: int
+    # Fields whose value must lie in ``(low, high]`` (else the record is dropped as ``bad_value``).
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = {}
 
     def dedup_key(self) -> str:
         raise NotImplementedError
@@ -86,6 +90,7 @@ class StageSketch(Record):
     # capture; 1/k under sampled capture, where the sketch's counts are already multiplied by k
     # (estimates; quantiles are those of the logged requests). See agent.capture.
     capture_ratio: float = 1.0
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = {"capture_ratio": (0.0, 1.0)}
 
     def dedup_key(self) -> str:
         return f"{self.cluster}/{self.broker}/{self.request}/{self.stage}/{self.ts_ms}"
@@ -320,6 +325,11 @@ def from_dict(obj: dict[str, Any]) -> Record:
         if not _type_ok(value, hints[f.name]):
             raise RecordError("bad_type", f"{kind}.{f.name}={_preview(repr(value))}")
         values[f.name] = float(value) if hints[f.name] is float and isinstance(value, int) else value
+    for name, (low, high) in cls.RANGES.items():
+        value = values.get(name)
+        # ``not (low < x <= high)`` also catches NaN.
+        if value is not None and not (low < value <= high):
+            raise RecordError("bad_value", f"{kind}.{name}={value!r} not in ({low}, {high}]")
     return cls(**values)
 
 

@@ -223,9 +223,12 @@ def _numbers(table: pa.Table, name: str, dtype: type) -> tuple[np.ndarray, np.nd
     return col.fill_null(0).to_numpy(zero_copy_only=False).astype(dtype), valid
 
 
-def quantile_table(table: pa.Table, levels: Sequence[Sequence[str]], dims: Sequence[str]) -> pa.Table:
-    """Sketch rows (``dims`` + :data:`SKETCH_COLUMNS`) → result rows for every level, a level
-    being the dimensions it groups by (the others are null in its rows)."""
+def quantile_table(
+    table: pa.Table, levels: Sequence[Sequence[str]], dims: Sequence[str], sums: Sequence[str] = ()
+) -> pa.Table:
+    """Sketch rows (``dims`` + :data:`SKETCH_COLUMNS` + ``sums``) → result rows for every level,
+    a level being the dimensions it groups by (the others are null in its rows). Each of
+    ``sums`` (integer columns) is summed per group, a null adding nothing."""
     zero, zero_valid = _numbers(table, "zero", np.int64)
     sum_ms, sum_valid = _numbers(table, "sum_ms", np.float64)
     lengths, keys = _flat(table, "keys")
@@ -255,6 +258,10 @@ def quantile_table(table: pa.Table, levels: Sequence[Sequence[str]], dims: Seque
         for d in dims:
             cols[d] = picked.column(d) if d in level else pa.nulls(n_groups, table.schema.field(d).type)
         cols["count"] = pa.array(m.count, pa.int64(), mask=~m.count_valid)
+        for name in sums:
+            acc = np.zeros(n_groups, dtype=np.int64)
+            np.add.at(acc, group, _numbers(table, name, np.int64)[0])
+            cols[name] = pa.array(acc, pa.int64())
         for name, (value, valid) in m.quantiles.items():
             cols[name] = pa.array(value, pa.float64(), mask=~valid)
         cols["mean_ms"] = pa.array(m.mean, pa.float64(), mask=~m.mean_valid)
@@ -275,25 +282,32 @@ def _entry_index(offsets: np.ndarray, order: np.ndarray, lengths: np.ndarray) ->
 
 
 def quantile_batches(
-    batches: Iterator[pa.RecordBatch], levels: Sequence[Sequence[str]], dims: Sequence[str]
+    batches: Iterator[pa.RecordBatch],
+    levels: Sequence[Sequence[str]],
+    dims: Sequence[str],
+    sums: Sequence[str] = (),
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: the whole partition at once (a group never spans partitions)."""
     got = list(batches)
     table = pa.Table.from_batches(got) if got else None
     if table is not None and table.num_rows:
-        yield from quantile_table(table, levels, dims).to_batches()
+        yield from quantile_table(table, levels, dims, sums).to_batches()
 
 
 # --- Spark ------------------------------------------------------------------------------------
 
 
 def merged_quantiles(
-    base: DataFrame, dims: Sequence[str], levels: Sequence[Sequence[str]], shuffle_by: Sequence[str]
+    base: DataFrame,
+    dims: Sequence[str],
+    levels: Sequence[Sequence[str]],
+    shuffle_by: Sequence[str],
+    sums: Sequence[str] = (),
 ) -> DataFrame:
-    """``base``: ``dims`` columns and :data:`SKETCH_COLUMNS` (``keys`` array<int>, ``counts``
-    array<long>, one element per bucket). Returns ``dims`` + count, p50/p99/p999 and mean per
-    group of each level. ``shuffle_by`` must be a subset of every level (so each group is whole
-    in one partition)."""
+    """``base``: ``dims`` columns, :data:`SKETCH_COLUMNS` (``keys`` array<int>, ``counts``
+    array<long>, one element per bucket) and ``sums`` (long columns). Returns ``dims`` + count,
+    ``sums`` summed, p50/p99/p999 and mean per group of each level. ``shuffle_by`` must be a
+    subset of every level (so each group is whole in one partition)."""
     for level in levels:
         if not set(shuffle_by) <= set(level):
             raise ValueError(f"shuffle_by {list(shuffle_by)} is not within level {list(level)}")
@@ -301,12 +315,13 @@ def merged_quantiles(
     schema = T.StructType(
         [T.StructField(f.name, f.dataType, True) for f in fields]
         + [T.StructField("count", T.LongType(), True)]
+        + [T.StructField(n, T.LongType(), False) for n in sums]
         + [T.StructField(n, T.DoubleType(), True) for n in [*QUANTILES, "mean_ms"]]
     )
-    dims_, levels_ = list(dims), [list(lv) for lv in levels]
+    dims_, levels_, sums_ = list(dims), [list(lv) for lv in levels], list(sums)
     # AQE may coalesce these partitions but never splits one, so a group stays whole.
-    shuffled = base.select(*dims_, *SKETCH_COLUMNS).repartition(*shuffle_by)
-    return shuffled.mapInArrow(lambda it: quantile_batches(it, levels_, dims_), schema)
+    shuffled = base.select(*dims_, *SKETCH_COLUMNS, *sums_).repartition(*shuffle_by)
+    return shuffled.mapInArrow(lambda it: quantile_batches(it, levels_, dims_, sums_), schema)
 
 
 def sketch_columns(sketch: str = "sketch") -> list:
@@ -324,7 +339,7 @@ def stage_windows(sketches: DataFrame, window_s: int) -> DataFrame:
     (request, stage, window) over all brokers (``broker`` null): the union of
     :func:`spark_metrics.transforms.stage_quantiles` and
     :func:`~spark_metrics.transforms.cluster_quantiles`, computed in one pass."""
-    from spark_metrics.transforms import window_start
+    from spark_metrics.transforms import logged_requests, window_start
 
     base = sketches.select(
         F.col("broker"),
@@ -332,5 +347,6 @@ def stage_windows(sketches: DataFrame, window_s: int) -> DataFrame:
         F.col("stage"),
         window_start("ts_ms", window_s).alias("window_start_ms"),
         *sketch_columns(),
+        logged_requests().alias("logged"),
     )
-    return merged_quantiles(base, STAGE_DIMS, [STAGE_DIMS, STAGE_DIMS[1:]], STAGE_DIMS[1:])
+    return merged_quantiles(base, STAGE_DIMS, [STAGE_DIMS, STAGE_DIMS[1:]], STAGE_DIMS[1:], ["logged"])

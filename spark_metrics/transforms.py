@@ -47,19 +47,22 @@ def with_drop_reason(raw: DataFrame) -> DataFrame:
     """Adds ``kind`` and ``drop_reason`` (null for a usable record) to raw rows.
 
     Reasons mirror :func:`linkwatch.records.decode`: ``not_json``, ``bad_version``,
-    ``future_version``, ``unknown_kind``, ``missing_field`` (absent or wrong type).
+    ``future_version``, ``unknown_kind``, ``missing_field`` (absent or wrong type),
+    ``bad_value`` (a field outside its ``RANGES``).
     """
     js = _json(raw)
     envelope = F.from_json("json", "v long, kind string")
     js = js.withColumn("env", envelope).withColumn("kind", F.col("env.kind"))
     ok_json = F.get_json_object("json", "$").isNotNull()
-    missing = F.lit(False)
+    missing, bad = F.lit(False), F.lit(False)
     for kind, cls in R.KINDS.items():
         parsed = F.from_json("json", record_schema(cls))
         absent = F.lit(False)
         for name in required_fields(cls):
             absent = absent | parsed[name].isNull()
         missing = F.when(F.col("kind") == kind, absent).otherwise(missing)
+        if cls.RANGES:
+            bad = F.when(F.col("kind") == kind, ~_in_ranges(cls, parsed)).otherwise(bad)
     reason = (
         F.when(~ok_json, "not_json")
         .when(~F.col("json").rlike(r"^\s*\{"), "not_object")
@@ -67,6 +70,7 @@ def with_drop_reason(raw: DataFrame) -> DataFrame:
         .when(F.col("env.v") > R.SCHEMA_VERSION, "future_version")
         .when(~F.col("kind").isin(list(R.KINDS)), "unknown_kind")
         .when(missing, "missing_field")
+        .when(bad, "bad_value")
     )
     return js.withColumn("drop_reason", reason).drop("env")
 
@@ -79,9 +83,21 @@ def records_of(raw: DataFrame, cls: type[R.Record], cluster: str | None = None) 
     ok = (F.col("v") >= 1) & (F.col("v") <= R.SCHEMA_VERSION)
     for name in required_fields(cls):
         ok = ok & F.col(name).isNotNull()
+    if cls.RANGES:
+        ok = ok & _in_ranges(cls, F.struct(*(F.col(n) for n in cls.RANGES)))
     if cluster is not None:
         ok = ok & (F.col("cluster") == cluster)
     return rec.where(ok).withColumn("event_time", F.timestamp_millis("ts_ms"))
+
+
+def _in_ranges(cls: type[R.Record], parsed: Column) -> Column:
+    """True where every field of ``cls.RANGES`` in ``parsed`` is absent or in ``(low, high]``
+    (as :func:`linkwatch.records.from_dict`; NaN is out: Spark orders it above every number)."""
+    ok = F.lit(True)
+    for name, (low, high) in cls.RANGES.items():
+        v = parsed[name]
+        ok = ok & (v.isNull() | ((v > F.lit(low)) & (v <= F.lit(high))))
+    return ok
 
 
 def dedup(records: DataFrame, watermark: str | None = None) -> DataFrame:
@@ -107,15 +123,26 @@ def key_to_value(key: Column) -> Column:
     return F.pow(F.lit(2.0), (key - F.lit(m._offset)) / F.lit(m._multiplier)) * F.lit(2.0 / (1 + m.gamma))
 
 
+def logged_requests(sketch: str = "sketch", ratio: str = "capture_ratio") -> Column:
+    """Spark form of :func:`linkwatch.aggregates.logged_requests` for one StageSketch row: its
+    count (zero + bucket counts, null counts adding nothing) times ``capture_ratio`` (1.0 when
+    absent), rounded half up."""
+    count = F.coalesce(F.col(f"{sketch}.zero"), F.lit(0)) + F.aggregate(
+        F.map_values(f"{sketch}.buckets"), F.lit(0).cast("long"), lambda acc, n: acc + F.coalesce(n, F.lit(0))
+    )
+    return F.floor(count * F.coalesce(F.col(ratio), F.lit(1.0)) + F.lit(0.5)).cast("long")
+
+
 def sketch_buckets(sketches: DataFrame, window_s: int) -> tuple[DataFrame, DataFrame]:
     """``(buckets, totals)`` per broker/request/stage/window: bucket counts summed per key, and
-    the zero count, count and sum of the merged sketches."""
+    the zero count, count, sum and logged requests of the merged sketches."""
     base = sketches.select(
         F.col("broker"),
         F.col("request"),
         F.col("stage"),
         window_start("ts_ms", window_s).alias("window_start_ms"),
         F.col("sketch"),
+        logged_requests().alias("logged"),
     )
     buckets = (
         base.select(*STAGE_DIMS, F.explode("sketch.buckets").alias("bkey", "n"))
@@ -123,7 +150,9 @@ def sketch_buckets(sketches: DataFrame, window_s: int) -> tuple[DataFrame, DataF
         .agg(F.sum("n").alias("n"))
     )
     totals = base.groupBy(*STAGE_DIMS).agg(
-        F.sum("sketch.zero").alias("zero"), F.sum("sketch.sum").alias("sum_ms")
+        F.sum("sketch.zero").alias("zero"),
+        F.sum("sketch.sum").alias("sum_ms"),
+        F.sum("logged").alias("logged"),
     )
     return buckets, totals
 
@@ -142,7 +171,8 @@ def _quantiles(buckets: DataFrame, totals: DataFrame, dims: list[str]) -> DataFr
     out = totals.join(per_group, dims, "left").withColumn(
         "count", (F.col("zero") + F.coalesce("bucket_n", F.lit(0))).cast("long")
     )
-    cols = [*dims, "count"]
+    # ``logged`` rides along where the totals carry it (stage sketches, not the probe's).
+    cols = [*dims, "count", *(["logged"] if "logged" in totals.columns else [])]
     for name, q in QUANTILES.items():
         rank = F.floor(F.lit(q) * (F.col("count") - 1))
         # First key whose cumulative count (after the zeros) passes the rank.
@@ -170,7 +200,9 @@ def cluster_quantiles(sketches: DataFrame, window_s: int) -> DataFrame:
     buckets, totals = sketch_buckets(sketches, window_s)
     dims = STAGE_DIMS[1:]
     cb = buckets.groupBy(*dims, "bkey").agg(F.sum("n").alias("n"))
-    ct = totals.groupBy(*dims).agg(F.sum("zero").alias("zero"), F.sum("sum_ms").alias("sum_ms"))
+    ct = totals.groupBy(*dims).agg(
+        F.sum("zero").alias("zero"), F.sum("sum_ms").alias("sum_ms"), F.sum("logged").alias("logged")
+    )
     out = _quantiles(cb, ct, dims)
     return out.select(F.lit(None).cast("long").alias("broker"), *out.columns)
 

@@ -24,12 +24,14 @@ def broker_rows(
     i: int,
     p99: float,
     count: int = 100,
+    logged: int | None = None,
     stage: str = "local",
     request: str = "Produce",
     stage_p99: dict[str, float] | None = None,
 ) -> list[StageWindow]:
     """A broker's rows for one window: total p99 and stage p99s, the excess on ``stage``;
-    ``stage_p99`` sets single stages' p99 exactly (others as before)."""
+    ``stage_p99`` sets single stages' p99 exactly (others as before); ``logged`` is ``count``
+    unless sampled capture logged fewer."""
     rows = []
     for s in (*STAGES, "total"):
         v = p99 if s == "total" else (max(p99 - 15.0, 3.0) if s == stage else 3.0)
@@ -41,6 +43,7 @@ def broker_rows(
                 stage=s,
                 window_start_ms=window(i),
                 count=count,
+                logged=count if logged is None else logged,
                 p50_ms=v / 4,
                 p99_ms=v,
                 p999_ms=v * 1.2,
@@ -134,6 +137,16 @@ CASES = [
     ("healthy", 8, 3, {}, {}),
     ("slow broker 2, disk", 8, 3, {2: slow_in(range(3, 8))}, {("slow_broker", "broker:2"): "local"}),
     ("low traffic broker", 8, 3, {2: slow_in(range(8), count=5)}, {}),
+    # Sampled capture at stride 6: 60 requests served (estimated), 10 logged; the p99 of 10 is
+    # their maximum. The guard reads the logged 10 (min_requests 20), not the 60.
+    ("low traffic broker, sampled 1/6", 8, 3, {2: slow_in(range(8), count=60, logged=10)}, {}),
+    (
+        "slow broker, sampled 1/6 with enough logged",
+        8,
+        3,
+        {2: slow_in(range(3, 8), count=600, logged=100)},
+        {("slow_broker", "broker:2"): "local"},
+    ),
     ("one noisy window", 8, 3, {2: slow_in([7])}, {}),
     ("two noisy windows apart", 8, 3, {2: slow_in([2, 6])}, {}),
     (

@@ -53,6 +53,28 @@ def test_sketches_of_one_window_merge_and_the_cluster_row_sums_brokers() -> None
     assert cluster.mean_ms == pytest.approx((10 * 1.0 + 10 * 100.0 + 5 * 50.0) / 25)
 
 
+def test_sampled_sketches_count_the_requests_they_logged() -> None:
+    """A sampled window's counts are estimates (scaled by the agent); ``logged`` is the sample
+    its quantiles rest on, summed over the merged sketches and the brokers."""
+    state = fresh()
+    state.add(
+        [
+            stage(1, T0, [5.0] * 24, capture_ratio=0.25),  # 6 logged, scaled by 4
+            stage(1, T0 + 500, [7.0] * 10),  # a full capture: 10 logged
+            stage(2, T0 + 1, [9.0] * 12, capture_ratio=1 / 6),  # 2 logged
+        ]
+    )
+    data = state.aggregates()
+    rows = {r.broker: (r.count, r.logged) for r in data.broker_stages}
+    assert rows == {1: (34, 16), 2: (12, 2)}
+    [cluster] = data.cluster_stages
+    assert (cluster.count, cluster.logged) == (46, 18)
+    # A record built in code skips decode's range check; the state still drops it.
+    bad = stage(3, T0, [1.0], capture_ratio=0.0)
+    state.add([bad])
+    assert state.dropped["bad_value"] == 1 and 3 not in {r.broker for r in state.aggregates().broker_stages}
+
+
 @PROPERTY
 @given(record_sets())
 def test_order_and_resends_do_not_change_the_aggregates(sets) -> None:
@@ -268,6 +290,7 @@ def test_held_windows_are_a_suffix_and_never_change_released_rows(sets, at: int)
             stage(1, T0, [1.0]).to_json().replace(b'"buckets":{', b'"buckets":{"x":1,'),
             "bad_sketch",
         ),
+        (stage(1, T0, [1.0]).to_json().replace(b'"capture_ratio":1.0', b'"capture_ratio":2.0'), "bad_value"),
     ],
 )
 def test_bad_input_is_a_counted_drop(raw: bytes, reason: str) -> None:

@@ -25,7 +25,16 @@ def sketch_of(values: list[float]) -> dict:
     return sk.to_dict()
 
 
-def stage(broker: int, ts_ms: int, values: list[float], request: str = "Produce", stage: str = "total"):
+def stage(
+    broker: int,
+    ts_ms: int,
+    values: list[float],
+    request: str = "Produce",
+    stage: str = "total",
+    capture_ratio: float = 1.0,
+):
+    """A broker's stage sketch; ``capture_ratio`` < 1 marks it sampled (as the agent's scaled
+    windows: ``values`` are then the scaled requests, not only the logged ones)."""
     return R.StageSketch(
         cluster=CLUSTER,
         source=f"broker-{broker}",
@@ -35,6 +44,7 @@ def stage(broker: int, ts_ms: int, values: list[float], request: str = "Produce"
         stage=stage,
         window_s=WINDOW_S,
         sketch=sketch_of(values),
+        capture_ratio=capture_ratio,
     )
 
 
@@ -134,6 +144,7 @@ _stages = st.builds(
     st.lists(_latency, max_size=40),
     st.sampled_from(["Produce", "FetchConsumer"]),
     st.sampled_from(["total", "local"]),
+    st.sampled_from([1.0, 1.0, 0.5, 1 / 6, 0.3]),
 )
 _partitions = st.builds(
     partition,

@@ -165,6 +165,21 @@ MALFORMED = [
         "bad_type",
     ),
     (EXAMPLES[6].to_json().replace(b'"lag_seconds":1.5', b'"lag_seconds":"slow"'), "bad_type"),
+    # The share of requests logged under sampled capture lies in (0, 1].
+    *(
+        (
+            StageSketch(**ENVELOPE, broker=1, request="Produce", stage="total", window_s=10, sketch={})
+            .to_json()
+            .replace(b'"capture_ratio":1.0', b'"capture_ratio":' + bad),
+            reason,
+        )
+        for bad, reason in [
+            (b"0", "bad_value"),
+            (b"1.5", "bad_value"),
+            (b"-0.25", "bad_value"),
+            (b'"x"', "bad_type"),
+        ]
+    ),
     (
         EXAMPLES[2]
         .to_json()
@@ -179,3 +194,13 @@ def test_malformed_records_are_rejected_with_a_reason(raw: bytes, reason: str) -
     with pytest.raises(RecordError) as info:
         decode(raw)
     assert info.value.reason == reason
+
+
+def test_a_sampled_sketch_keeps_its_capture_ratio() -> None:
+    rec = StageSketch(
+        **ENVELOPE, broker=1, request="Produce", stage="total", window_s=10, sketch={}, capture_ratio=1 / 6
+    )
+    assert decode(rec.to_json()) == rec
+    # An older writer leaves the field out: a full capture.
+    legacy = rec.to_json().replace(b',"capture_ratio":0.16666666666666666', b"")
+    assert legacy != rec.to_json() and decode(legacy).capture_ratio == 1.0

@@ -75,6 +75,11 @@ def sketch_dict(values: list[float], reverse: bool = False) -> dict:
     return d
 
 
+# Sampled capture marks a sketch with the share of requests logged; a cell's ratio follows
+# from its broker and window, so every generated set mixes full and sampled sketches.
+RATIOS = [1.0, 0.5, 1 / 6, 0.3, 1.0]
+
+
 def records(cells: Iterable[tuple]) -> list[R.StageSketch]:
     return [
         R.StageSketch(
@@ -86,6 +91,7 @@ def records(cells: Iterable[tuple]) -> list[R.StageSketch]:
             stage=stage,
             window_s=WINDOW_S,
             sketch=sketch_dict(values, rev),
+            capture_ratio=RATIOS[(b + w) % len(RATIOS)],
         )
         for b, w, req, stage, off, values, rev in cells
     ]
@@ -107,12 +113,14 @@ def rows_by_key(df: DataFrame, dims: list[str]) -> dict[tuple, dict]:
 
 
 def assert_same_rows(actual: DataFrame, expected: DataFrame, dims: list[str] = STAGE_DIMS) -> int:
-    """Same keys; count equal; quantiles and mean equal to 1e-9 relative (None where None)."""
+    """Same keys; count and logged equal; quantiles and mean equal to 1e-9 relative (None
+    where None)."""
     got, want = rows_by_key(actual, dims), rows_by_key(expected, dims)
     assert got.keys() == want.keys()
     for key, w in want.items():
         g = got[key]
         assert g["count"] == w["count"], key
+        assert g["logged"] == w["logged"], key
         for name in [*QUANTILES, "mean_ms"]:
             assert close(g[name], w[name]), (key, name, g[name], w[name])
     return len(want)
@@ -312,11 +320,12 @@ def test_several_racks_and_the_cluster_in_one_pass(spark: SparkSession) -> None:
     rack = (F.col("broker") % 3).alias("rack")
     base = sketches.select(
         "broker", rack, "request", "stage", tf.window_start("ts_ms", WINDOW_S).alias("window_start_ms"),
-        *sketch_columns(),
+        *sketch_columns(), tf.logged_requests().alias("logged"),
     )  # fmt: skip
     dims = ["broker", "rack", "request", "stage", "window_start_ms"]
     per = ["request", "stage", "window_start_ms"]
-    out = merged_quantiles(base, dims, [["broker", "rack", *per], ["rack", *per], per], per).cache()
+    levels = [["broker", "rack", *per], ["rack", *per], per]
+    out = merged_quantiles(base, dims, levels, per, ["logged"]).cache()
     try:
         by_rack = out.where(F.col("broker").isNull() & F.col("rack").isNotNull()).drop("broker")
         as_broker = sketches.withColumn("broker", F.col("broker") % 3)
@@ -375,6 +384,6 @@ def test_aggregate_collects_both_stage_levels_from_one_frame(spark: SparkSession
     assert {r.broker for r in data.cluster_stages} == {None}
     for key, w in want.items():
         g = got[key]
-        assert g.count == w.count
+        assert (g.count, g.logged) == (w.count, w.logged)
         for name in [*QUANTILES, "mean_ms"]:
             assert close(getattr(g, name), getattr(w, name)), (key, name)

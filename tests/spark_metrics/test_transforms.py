@@ -56,7 +56,14 @@ def expected_row(broker: int | None, window: int, sketches: list[dict], stage: s
     qs = {name: quantile_from_buckets(zero, pairs, q) for name, q in Q.items()}
     mean = sum(s["sum"] for s in sketches) / count if count else None
     return Row(
-        broker=broker, request="Produce", stage=stage, window_start_ms=window, count=count, **qs, mean_ms=mean
+        broker=broker,
+        request="Produce",
+        stage=stage,
+        window_start_ms=window,
+        count=count,
+        logged=count,  # full captures: every request logged
+        **qs,
+        mean_ms=mean,
     )
 
 
@@ -86,6 +93,7 @@ def test_stage_quantiles_merge_windows_dedup_and_skew(spark) -> None:
             stage="total",
             window_start_ms=T0,
             count=5,
+            logged=5,
             p50_ms=0.0,
             p99_ms=0.0,
             p999_ms=0.0,
@@ -97,6 +105,7 @@ def test_stage_quantiles_merge_windows_dedup_and_skew(spark) -> None:
             stage="total",
             window_start_ms=T0 + 10_000,
             count=0,
+            logged=0,
             p50_ms=None,
             p99_ms=None,
             p999_ms=None,
@@ -136,6 +145,18 @@ MALFORMED = [
         "missing_field",
     ),
     (
+        "capture ratio out of range",
+        '{"v": 1, "kind": "stage_sketch", "key": "k", "cluster": "c", "source": "s", "ts_ms": 1, '
+        '"broker": 1, "request": "Produce", "stage": "total", "window_s": 10, "sketch": {}, "capture_ratio": 0}',
+        "bad_value",
+    ),
+    (
+        "sampled sketch",
+        '{"v": 1, "kind": "stage_sketch", "key": "k", "cluster": "c", "source": "s", "ts_ms": 1, '
+        '"broker": 1, "request": "Produce", "stage": "total", "window_s": 10, "sketch": {}, "capture_ratio": 0.25}',
+        None,
+    ),
+    (
         "good",
         R.LogDirUsage(
             cluster="c",
@@ -158,6 +179,9 @@ MALFORMED = [
 def test_malformed_records_are_dropped_with_a_reason(spark) -> None:
     actual = tf.with_drop_reason(raw_frame(spark, [v for _, v, _ in MALFORMED])).select("json", "drop_reason")
     assertDataFrameEqual(actual, [Row(json=v, drop_reason=r) for _, v, r in MALFORMED])
+    # records_of keeps exactly the stage sketches with_drop_reason lets through.
+    kept = tf.records_of(raw_frame(spark, [v for _, v, _ in MALFORMED]), R.StageSketch).collect()
+    assert [r.capture_ratio for r in kept] == [0.25]
     good = tf.records_of(raw_frame(spark, [v for _, v, _ in MALFORMED]), R.LogDirUsage)
     assert good.count() == 1
 
