@@ -101,6 +101,14 @@ p99 of that stage **and** at least ``degraded_excess_ms`` above it (both: a rati
 ``degraded_broker`` finding of severity ``info`` (an early warning, never remediated by the
 default policy). When more than ``cluster_wide_fraction`` of the brokers are degraded at once,
 none is reported.
+
+Rule 11 — the request queue backs up behind the disk: I/O handler threads blocked in a slow log
+append (``local``) leave the requests behind them waiting in ``requestQueue``, often longer than
+the append itself. So where Rules 4 and 8 would name ``requestQueue`` while the broker's
+``local`` p99 is itself out of line (at least ``degraded_ratio`` × its peers' median and
+``queue_behind_local_ms`` above it, in at least half of the windows read), they name ``local``:
+the queue is the symptom, the disk the cause. A starved CPU or too few handler threads leave
+``local`` in line, and the stage stays ``requestQueue``.
 """
 
 from __future__ import annotations
@@ -190,6 +198,9 @@ class SlowBrokerConfig(DetectorConfig):
     wait_stages: dict[str, list[str]] = Field(
         default_factory=lambda: {FETCH_CONSUMER: ["remote"], FETCH_FOLLOWER: ["remote"]}
     )
+    # Rule 11: a request-queue excess is the disk's when ``local`` is itself out of line: at
+    # least degraded_ratio × its peers' median and this many ms above it.
+    queue_behind_local_ms: float = Field(5.0, ge=0)
 
 
 @dataclass(frozen=True)
@@ -492,6 +503,23 @@ def attributed_windows(
     }
 
 
+def queue_behind_local(
+    table: _Table, broker: int, request: str, windows: Sequence[int], cfg: SlowBrokerConfig
+) -> bool:
+    """Rule 11: the broker's ``local`` p99 out of line (``degraded_ratio`` × its peers' median and
+    ``queue_behind_local_ms`` above it) in at least half of the ``windows`` it was measured in."""
+    out_of_line = measured = 0
+    for w in windows:
+        usable = table.usable(request, "local", w, cfg.min_requests)
+        mine, peers = usable.get(broker), _peer_median(usable, broker)
+        if mine is None or mine.p99_ms is None or peers is None:
+            continue
+        measured += 1
+        excess = mine.p99_ms - peers
+        out_of_line += mine.p99_ms >= cfg.degraded_ratio * peers and excess >= cfg.queue_behind_local_ms
+    return measured > 0 and 2 * out_of_line >= measured
+
+
 def attribute_stage(
     table: _Table, broker: int, request: str, windows: Sequence[int], cfg: SlowBrokerConfig
 ) -> dict[str, float]:
@@ -684,6 +712,9 @@ def degraded_stage(
         degraded = mine.p99_ms >= cfg.degraded_ratio * peers and excess >= cfg.degraded_excess_ms
         if degraded and (best is None or excess > best[1] - best[2]):
             best = (stage, mine.p99_ms, peers)
+    if best is not None and best[0] == "requestQueue" and queue_behind_local(table, b, request, [w], cfg):
+        usable = table.usable(request, "local", w, cfg.min_requests)
+        best = ("local", usable[b].p99_ms or 0.0, _peer_median(usable, b) or 0.0)  # Rule 11
     return best
 
 
@@ -841,6 +872,8 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             slow_windows = [v.window_start_ms for v in s.windows if v.slow] or [s.windows[-1].window_start_ms]
             excess = attribute_stage(table, b, request, slow_windows, cfg)
             stage = max(excess, key=excess.__getitem__) if excess else None
+            if stage == "requestQueue" and queue_behind_local(table, b, request, slow_windows, cfg):
+                stage = "local"  # Rule 11
             info = {"score": s.score, "stage": stage, "stage_excess_ms": excess, "windows": s.windows}
             if stage in cfg.client_stages:
                 clients[(b, request)] = info | {"slow_windows": slow_windows}

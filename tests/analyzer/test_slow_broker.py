@@ -358,6 +358,60 @@ CASES = [
         },
         {("degraded_broker", "broker:1"): "local"},
     ),
+    # -- Rule 11: the request queue backs up behind a slow disk ------------------------------
+    (
+        # The fault matrix's slow disk (flush on every message): the handlers block in the
+        # append, and the requests behind them wait longer in the queue than the append takes.
+        "degraded: slow log appends, the queue backs up behind them (queue 60 ms, local 16 ms)",
+        8,
+        3,
+        {
+            b: {
+                i: BUSY
+                | (
+                    {"p99": 140.0, "stage_p99": {**BUSY_STAGES, "requestQueue": 60.0, "local": 16.0}}
+                    if b == 2 and i >= 2
+                    else {}
+                )
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:2"): "local"},
+    ),
+    (
+        # The same queue with local in line (3 ms against 2.2): a CPU or handler-thread cause.
+        "degraded: the queue backs up, local in line: the queue",
+        8,
+        3,
+        {
+            b: {
+                i: BUSY
+                | (
+                    {"p99": 140.0, "stage_p99": {**BUSY_STAGES, "requestQueue": 60.0, "local": 3.0}}
+                    if b == 2 and i >= 2
+                    else {}
+                )
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        "slow disk above the line: the queue's excess is the disk's",
+        8,
+        3,
+        {2: slow_in(range(3, 8), stage_p99={"requestQueue": 600.0, "local": 90.0})},
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    (
+        "slow queue above the line, local in line: the queue",
+        8,
+        3,
+        {2: slow_in(range(3, 8), stage_p99={"requestQueue": 600.0, "local": 5.0})},
+        {("slow_broker", "broker:2"): "requestQueue"},
+    ),
     ("degraded: normal jitter", 8, 3, {b: {i: jitter(b, i) for i in range(8)} for b in range(3)}, {}),
     (
         "degraded: 3x its peers, 2 ms against 0.7 ms",
