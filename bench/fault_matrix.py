@@ -78,7 +78,6 @@ TOPICS = ("fm-uniform", "fm-zipf", "fm-all")
 ACKS_ALL_TOPIC = "fm-all"
 SLOW_TOPIC = "fm-slow"  # one partition led by the victim, filled for the slow client to fetch
 SLOW_CLIENT_ID = "fm-slow-client"
-OWN = ("requestQueue", "local", "responseQueue")
 # Findings a remediation may act on (a broker's leadership moved), per path.
 ELIGIBLE = {"analyzer": {"slow_broker"}, "prometheus": {"LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding"}}
 # Alerts about request latency: in the soak, any of them is a false alarm.
@@ -145,9 +144,12 @@ class Scenario:
     note: str = ""
 
 
+# Every pause runs in its own process, on an absolute schedule: a thread of this busy process
+# (Spark's driver, three agents, the loads) woke late, and in run 3 the leader pause had
+# windows with no pause at all ("fault did NOT take effect").
 @contextlib.contextmanager
 def _pause(ctx: Ctx, pause_ms: int) -> Iterator[None]:
-    with faults.PauseDutyCycle(ctx.pid(VICTIM), pause_ms=pause_ms, period_ms=1000):
+    with faults.PauseDutyCycle(ctx.pid(VICTIM), pause_ms=pause_ms, period_ms=1000, own_process=True):
         yield
 
 
@@ -157,7 +159,7 @@ def _all_paused(ctx: Ctx) -> Iterator[None]:
     # together and barely see each other's pauses.
     with contextlib.ExitStack() as stack:
         for n in ctx.state.nodes:
-            stack.enter_context(faults.PauseDutyCycle(n.pid, pause_ms=400, period_ms=1000))
+            stack.enter_context(faults.PauseDutyCycle(n.pid, pause_ms=400, period_ms=1000, own_process=True))
             time.sleep(0.333)
         yield
 
@@ -207,7 +209,11 @@ def _b(subject_rule: str, stage: str | None, broker: int = VICTIM) -> Expect:
 
 
 QUEUES = "requestQueue|responseQueue"
-PAUSE_NOTE = "a stopped JVM stretches whichever stage a request is in: any stage is right"
+PAUSE_NOTE = (
+    "a stopped JVM stretches whichever stage a request is in: any stage is right. Its effect is"
+    " the leaders waiting on it as their follower (acks=all): a paused broker times a request only"
+    " from when it reads it, so its own stages barely move"
+)
 SCENARIOS = {
     s.name: s
     for s in (
@@ -216,7 +222,7 @@ SCENARIOS = {
             lambda c: _pause(c, 400),
             (_b("slow_broker", None),),
             (_b("LinkwatchSlowBroker", None), _b("LinkwatchSlowBrokerFinding", None)),
-            Effect(R.PRODUCE, (*OWN, "total")),
+            Effect(R.PRODUCE, ("remote",), "waiters"),
             PAUSE_NOTE,
         ),
         Scenario(
@@ -224,12 +230,14 @@ SCENARIOS = {
             lambda c: _pause(c, 900),
             (_b("slow_broker", None),),
             (_b("LinkwatchSlowBroker", None), _b("LinkwatchSlowBrokerFinding", None)),
-            Effect(R.PRODUCE, (*OWN, "total")),
+            Effect(R.PRODUCE, ("remote",), "waiters"),
             PAUSE_NOTE,
         ),
         Scenario(
             "stalled_follower",
-            lambda c: faults.stall_follower(c.admin, VICTIM, c.pid(VICTIM), [ACKS_ALL_TOPIC], pause_ms=400),
+            lambda c: faults.stall_follower(
+                c.admin, VICTIM, c.pid(VICTIM), [ACKS_ALL_TOPIC], pause_ms=400, own_process=True
+            ),
             (_b("slow_broker", "remote"),),
             (_b("LinkwatchSlowBroker", "remote"), _b("LinkwatchSlowBrokerFinding", "remote")),
             Effect(R.PRODUCE, ("remote",), "waiters"),

@@ -463,6 +463,7 @@ def stall_follower(
     pause_ms: int = 400,
     period_ms: int = 1000,
     timeout_s: float = 60.0,
+    own_process: bool = False,
 ) -> Iterator[dict[str, list[int]]]:
     """Stall broker ``broker_id`` (JVM ``pid``) as a **follower** of every partition of ``topics``.
 
@@ -472,7 +473,8 @@ def stall_follower(
     the leaders' Remote stage, while it leads none of them. Yields ``{topic: [leader per
     partition]}``. On exit the pause stops, the original replica orders come back and the
     preferred leaders are elected again. Keep ``pause_ms`` well under ``replica.lag.time.max.ms``
-    (30 s) or the follower leaves the ISR and nobody waits on it any more.
+    (30 s) or the follower leaves the ISR and nobody waits on it any more. ``own_process``: as
+    :class:`PauseDutyCycle`'s (pauses on time whatever the caller does).
     """
     if not topics:
         raise ValueError("stall_follower needs topics")
@@ -489,7 +491,7 @@ def stall_follower(
     moved = {
         k: [b for b in r if b != broker_id] + [broker_id] for k, r in original.items() if r[-1] != broker_id
     }
-    pause = PauseDutyCycle(pid, pause_ms=pause_ms, period_ms=period_ms)
+    pause = PauseDutyCycle(pid, pause_ms=pause_ms, period_ms=period_ms, own_process=own_process)
 
     def undo() -> None:
         pause.stop()
