@@ -318,7 +318,11 @@ def test_real_broker_logs_only_inside_the_planned_slices(
         stamps = [parser.parse(line).ts_ms for line in lines]
         assert stamps
         outside = [t for t in stamps if not any(on - 1 <= t <= off + 1 for on, off in spans)]
-        assert outside == [], (outside, spans)
+        # On failure: each stray line beside the recorded spans around it, and the last window's
+        # planned slices with its spans (a slice cut short by stop() records no span).
+        near = [(t, [sp for sp in spans if abs(sp[0] - t) < 1500]) for t in outside]
+        last = windows[-1] if windows else None
+        assert outside == [], (near, last and [(sl.on_ms, sl.off_ms) for sl in last.slices], last)
         per_window = [
             sum(1 for t in stamps for on, off in c.spans if on - 1 <= t <= off + 1) for c in planned
         ]
