@@ -1,7 +1,7 @@
 """Sampled capture (agent.capture, ``capture.policy: sampled``): the stride from the CPU budget and
 the request rate, where slices fall, counts scaled without moving quantiles, config errors that
-name the key, failed switches. (The real-broker tests of sampled capture are not in the suite:
-run on the shared session cluster they made a later disk scenario fail; see the issue note.)"""
+name the key, failed switches, and on the real cluster: lines only inside the planned slices, the
+agent's windows scaled and marked, the broker left at the idle level."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import contextlib
 import itertools
 import math
 import random
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,11 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agent.capture import CaptureScheduler, capture_stride, plan_window
+from agent.capture import BrokerLoggerSwitch, CaptureScheduler, capture_stride, plan_window
 from agent.config import AgentConfig
+from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import Drop, LineParser
 from agent.requestlog.window import ClosedWindow, WindowAggregator
 from linkwatch.sketch import LatencySketch, key_to_value
+from linkwatch.testbed.agents import config_for_node
+from linkwatch.testbed.cluster import ClusterState
+from tests.agent.traffic import create_topic, run_traffic
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kafka-request-kraft.log"
 
@@ -249,3 +255,134 @@ def test_full_capture_stride_keeps_debug_on_across_windows() -> None:
     done = sched.captured()[:-1]  # the last one was cut short by stop()
     assert len(done) >= 2
     assert [sched.factor(c.window_start_ms) for c in done] == [1] * len(done)
+
+
+# -- on the real cluster --------------------------------------------------------------------
+
+
+# The one broker these tests load and whose request logger they switch (not broker 1, the first
+# choice of most other real-cluster tests); the fixture below puts its logger back to DEBUG, which
+# the session cluster's other tests read.
+SWITCHED = 3
+
+
+@pytest.fixture
+def broker3_logger(cluster3: ClusterState, admin) -> Iterator[int]:
+    """Broker 3's ``kafka.request.logger``, put back to DEBUG (the session cluster's normal
+    state, see ``cluster3``) at teardown whatever the test left it at or raised."""
+    assert SWITCHED in {n.node_id for n in cluster3.nodes}
+    yield SWITCHED
+    BrokerLoggerSwitch(admin, [SWITCHED]).set_level("DEBUG")
+
+
+def _leader_with_traffic(admin, topic: str, leader: int) -> int:
+    create_topic(admin, topic, partitions=1, rf=3, leaders=[leader])
+    return leader
+
+
+# Switch latencies on a shared 2-core machine decide whether a window's slices landed in time.
+@pytest.mark.cluster
+@pytest.mark.timing
+def test_real_broker_logs_only_inside_the_planned_slices(
+    cluster3: ClusterState, admin, topic_name: str, broker3_logger: int
+) -> None:
+    leader = _leader_with_traffic(admin, topic_name, broker3_logger)
+    switch = BrokerLoggerSwitch(admin, [leader], idle_level="WARN")
+    switch.set_level("WARN")  # the session cluster logs at DEBUG: lines before this are not ours
+    time.sleep(0.5)
+    follower = FileFollower(cluster3.node(leader).request_log, start_at_end=True)
+    follower.read_lines()
+    sched = CaptureScheduler(
+        switch,
+        window_s=2,
+        cpu_budget_pct=25,
+        full_capture_cost_pct=100,
+        max_lines_per_s=0,
+        min_slice_s=0.2,
+        slices_per_window=2,
+    )
+    try:
+        sched.start()
+        run_traffic(cluster3.bootstrap, topic_name, seconds=12, rate=200, group=False)
+        sched.stop()
+        time.sleep(0.5)
+        lines = follower.read_lines(max_bytes=1 << 30)
+        windows = sched.captured()
+        spans = [span for c in windows for span in c.spans]
+        planned = [c for c in windows if sched.factor(c.window_start_ms) == 4]
+        assert len(planned) >= 3, windows
+        assert all(
+            len(c.spans) in (2, 3) for c in planned
+        )  # two slices of 0.24 s per 2 s window (one may wrap)
+        parser = LineParser()
+        stamps = [parser.parse(line).ts_ms for line in lines]
+        assert stamps
+        outside = [t for t in stamps if not any(on - 1 <= t <= off + 1 for on, off in spans)]
+        # On failure: each stray line beside the recorded spans around it, and the last window's
+        # planned slices with its spans (a slice cut short by stop() records no span).
+        near = [(t, [sp for sp in spans if abs(sp[0] - t) < 1500]) for t in outside]
+        last = windows[-1] if windows else None
+        assert outside == [], (near, last and [(sl.on_ms, sl.off_ms) for sl in last.slices], last)
+        per_window = [
+            sum(1 for t in stamps for on, off in c.spans if on - 1 <= t <= off + 1) for c in planned
+        ]
+        assert all(n > 0 for n in per_window), per_window
+        # stopped: the broker is left at the idle level
+        run_traffic(cluster3.bootstrap, topic_name, seconds=1.5, rate=100, consume=False)
+        time.sleep(0.5)
+        assert follower.read_lines(max_bytes=1 << 30) == []
+    finally:
+        sched.stop()
+        follower.close()
+
+
+@pytest.mark.cluster
+@pytest.mark.timing
+def test_agent_sampled_windows_are_scaled_marked_and_exported(
+    cluster3: ClusterState, admin, topic_name: str, broker3_logger: int
+) -> None:
+    from agent.runner import Agent
+
+    leader = _leader_with_traffic(admin, topic_name, broker3_logger)
+    node = cluster3.node(leader)
+    cfg = config_for_node(
+        node,
+        request_log={"window_s": 2, "grace_s": 0.5},
+        capture={
+            "policy": "sampled",
+            "bootstrap_servers": node.bootstrap,
+            "cpu_budget_pct": 25,
+            "full_capture_cost_pct": 100,
+            "min_slice_s": 0.2,
+            "slices_per_window": 2,
+        },
+        jmx={"jolokia_url": None},
+        log_dirs={"paths": []},
+    )
+    agent = Agent(cfg).start()
+    seen: list[ClosedWindow] = []
+    agent.listeners.append(seen.append)
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        run_traffic(cluster3.bootstrap, topic_name, seconds=10, rate=200, group=False)
+        time.sleep(3)
+        import urllib.request
+
+        body = (
+            urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=5)
+            .read()
+            .decode()
+        )
+    finally:
+        agent.stop()
+        thread.join(10)
+    assert len(seen) >= 3
+    for win in seen:
+        assert win.sketches
+        for s in win.sketches:
+            assert s.capture_ratio == 0.25
+            assert s.sketch["count"] % 4 == 0
+    assert agent.health.capture_ratio == 0.25
+    assert f'linkwatch_agent_capture_ratio{{broker="{leader}",cluster="local"}} 0.25' in body
+    assert agent.health.dropped.get("capture_switch_error", 0) == 0

@@ -176,45 +176,83 @@ def test_paused_findings_kept_and_never_acted_twice(cluster3: ClusterState, admi
     assert again["event"] == "refused" and "already acted on" in again["reason"]
 
 
-def _poll_reassignments(admin, topic: str, stop: threading.Event, seen: list[int], thr: list[dict]) -> None:
+def _poll_reassignments(
+    admin, topic: str, stop: threading.Event, seen: list[int], thr: list[dict], log: list | None = None
+) -> None:
     while not stop.is_set():
         moving = [tp for tp in admin.list_partition_reassignments() if tp.topic == topic]
         seen.append(len(moving))
+        if log is not None:
+            log.append((round(time.time(), 3), sorted(tp.partition for tp in moving)))
         if moving:
             thr.append(throttles(admin, topic))
         time.sleep(0.2)
 
 
+def _timeline(events: list[dict], moves: list[dict], polled: list[tuple[float, list[int]]]) -> str:
+    """The pipeline's audit and what the poller saw, in seconds from the first audit event: the
+    message of an assertion on the window (a move that ran alone shows here as a lone partition)."""
+    t0 = events[0]["ts"]
+    lines = [
+        f"moves (partition, bytes, to broker): {[(m['partition'], m['size_bytes'], m['dst'][0]) for m in moves]}"
+    ]
+    lines += [
+        f"{e['ts'] - t0:6.2f} s {e['event']} "
+        + " ".join(f"{k}={e[k]}" for k in ("size", "started", "inflight", "step") if k in e)
+        for e in events
+        if e["event"] in ("window", "move_done", "move_cancelled", "throttle_cleared", "result")
+    ]
+    lines.append(f"polled (s, partitions moving): {[(round(t - t0, 2), ps) for t, ps in polled]}")
+    return "\n".join(lines)
+
+
+# Replicas larger than one replica fetch (replica.fetch.max.bytes, 1 MiB by default), so the throttle
+# holds both moves of the first window: the leader checks its quota before a fetch, so one fetch of
+# up to 1 MiB per partition is never held back. With smaller replicas (96-416 kB at 100 kB/s) the
+# first move was done within ~0.4 s, before the poller ever saw it beside the second; two at once
+# was seen only if the second was still throttled when the refilled slot's move began, which
+# hung on the quota and the machine's timing.
+PIPELINE_SIZES = [384_000, 640_000, 896_000, 1_152_000, 1_408_000, 1_664_000]
+
+
 def test_full_log_dir_pipeline_window_and_throttles(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir
 ) -> None:
-    filled = fill_broker1_dir([96_000, 160_000, 224_000, 288_000, 352_000, 416_000])
+    filled = fill_broker1_dir(PIPELINE_SIZES)
     d1 = filled.path
     others = max(d.used_bytes for d in read_view(admin).log_dirs if d.broker != 1)
     assert others < 0.1 * filled.capacity_bytes, "the other dirs must be nearly empty for this scenario"
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        **filled.rebalance_disks(target_ratio=0.4, window=2, throttle_bytes_per_s=100_000, poll_s=0.2),
+        # 500 kB/s on broker 1's 1 MiB first fetch: the first move is held ~2 s past it, and the
+        # second (sent ~0.3 s after the first) waits in the same quota.
+        **filled.rebalance_disks(target_ratio=0.4, window=2, throttle_bytes_per_s=500_000, poll_s=0.2),
     )
     rem = Remediator(cfg, admin)
-    stop, seen, thr = threading.Event(), [], []
+    stop, seen, thr, polled = threading.Event(), [], [], []
     poller = threading.Thread(
-        target=_poll_reassignments, args=(admin, topic_name, stop, seen, thr), daemon=True
+        target=_poll_reassignments, args=(admin, topic_name, stop, seen, thr, polled), daemon=True
     )
     poller.start()
     result = rem.handle(finding("hot_disk", f"log_dir:1:{d1}"))
     stop.set()
     poller.join()
-    plan = next(e for e in read_audit(cfg.audit_path)[0] if e["event"] == "plan")["plan"]
+    events = read_audit(cfg.audit_path)[0]
+    plan = next(e for e in events if e["event"] == "plan")["plan"]
     moves = [s["params"] for s in plan["steps"]]
+    timeline = _timeline(events, moves, polled)
+    print(timeline)
     assert result["status"] == "done", result
     assert len(moves) >= 3
     assert all(m["src"] == [1, d1] and m["dst"][0] in (2, 3) for m in moves)
     # Fewest bytes: the largest replicas go first, never a small one before a larger one that fits.
     assert moves[0]["size_bytes"] == max(m["size_bytes"] for m in moves)
-    assert max(seen) <= 2, seen  # the window is never exceeded
-    assert 2 in seen, seen  # and it is used: two moves ran at once
+    assert moves[1]["size_bytes"] > 1 << 20, timeline  # both first moves outlast one fetch
+    windows = [e for e in events if e["event"] == "window"]
+    assert windows[0]["started"] == [0, 1], timeline  # the pipeline sent two at once
+    assert max(seen) <= 2, timeline  # the window is never exceeded
+    assert 2 in seen, timeline  # and it is used: two moves were in flight at once on the cluster
     assert thr and all(
         set(t.get(f"topic:{topic_name}", {}))
         == {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
@@ -224,8 +262,7 @@ def test_full_log_dir_pipeline_window_and_throttles(
     for m in moves:  # the dir may also hold an earlier test's replicas: index by topic
         assert replicas(admin, m["topic"])[m["partition"]] == m["after"]
     assert throttles(admin, topic_name) == {}  # cleared at the end
-    windows = [e for e in read_audit(cfg.audit_path)[0] if e["event"] == "window"]
-    assert len(windows) >= 2  # a slot refilled as a move completed, not one batch
+    assert len(windows) >= 2, timeline  # a slot refilled as a move completed, not one batch
 
 
 def test_pipeline_backs_off_while_latency_is_high(
