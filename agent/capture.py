@@ -410,6 +410,11 @@ class CaptureScheduler:
                     c.error = c.error or self._set("DEBUG")
                 carried_to = None
                 if not self._wait_until(sl.off_ms):
+                    # Stopped within the slice: switch back here, so that the span recorded covers
+                    # every line it let through; the window is incomplete (never scaled).
+                    self._set(self.switch.idle_level)
+                    c.spans.append((on_ms, self._now_ms()))
+                    c.error = c.error or "stopped within a slice"
                     return
                 if sl.stride == 1 and self.stride == 1 and not c.error:
                     c.spans.append((on_ms, sl.off_ms))  # stays on into the next full window

@@ -244,6 +244,25 @@ def test_dry_run_leaves_the_windows_unscaled() -> None:
     assert sched.factor(0) is None  # a window it did not plan
 
 
+def test_stopped_within_a_slice_the_span_covers_it_and_the_window_is_not_scaled() -> None:
+    switch = FakeSwitch()
+    sched = CaptureScheduler(
+        switch, window_s=1, cpu_budget_pct=50, full_capture_cost_pct=100, max_lines_per_s=0, min_slice_s=0.4
+    ).start()
+    deadline = time.monotonic() + 5
+    while switch.levels[-1:] != ["DEBUG"] and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert switch.levels[-1:] == ["DEBUG"], switch.levels  # within a slice now
+    stopped_ms = int(time.time() * 1000)
+    sched.stop()
+    last = sched.captured()[-1]
+    # The thread switched back itself, before its span ended; stop() switched again.
+    assert switch.levels[-2:] == ["WARN", "WARN"]
+    on, off = last.spans[-1]
+    assert on <= stopped_ms <= off
+    assert last.error and sched.factor(last.window_start_ms) is None
+
+
 def test_full_capture_stride_keeps_debug_on_across_windows() -> None:
     switch = FakeSwitch()
     sched = CaptureScheduler(
