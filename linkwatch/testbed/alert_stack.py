@@ -38,7 +38,7 @@ from alerts.audit import AuditLog
 from alerts.rules_check import ALERTMANAGER_EXAMPLE, rule_files
 from linkwatch.errors import ConfigError, SetupError
 
-# Fast mode: shipped window -> test window (the :5m/:2m names stay; only the ranges shrink).
+# Fast mode: shipped window -> test window (the :5m names stay; only the ranges shrink).
 # The slow-node rules' 15 s ranges are left as they are.
 FAST_WINDOWS = {"10m": "40s", "5m": "30s", "2m": "20s"}
 # How often the shipped config/prometheus.example.yml scrapes the agents and the analyzer: the
