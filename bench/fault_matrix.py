@@ -2,7 +2,8 @@
 what was expected, what each path said and when, and a verdict.
 
     python bench/fault_matrix.py [--scenarios leader_pause_400,all_paused,...] [--fault-s 60]
-                                 [--soak-s 900] [--json PATH] [--save-run RUN.json]
+                                 [--soak-s 900] [--prometheus shipped|fast] [--json PATH]
+                                 [--save-run RUN.json]
     python bench/fault_matrix.py --from-run RUN.json   # judge a saved run again, no cluster
 
 What runs for real: a 3-broker KRaft cluster (``linkwatch.testbed``); producer load (acks=1
@@ -17,8 +18,10 @@ windows) publishing to ``linkwatch.samples`` and serving /metrics; the faults of
   (``degraded_broker``) are emitted too, so they can be timed (by default they are re-checked
   later, never sent on);
 * Prometheus with the shipped rules, Alertmanager and ``linkwatch alerts serve``
-  (``AlertStack``), scraping the agents and the analyzer. **Fast mode**: the rules' ``for:`` is
-  10 s and their 5m/2m/10m ranges are 30s/20s/40s (the shipped rules say ``for: 5m``); the
+  (``AlertStack``), scraping the agents and the analyzer. ``--prometheus shipped`` (the
+  default): the shipped rules, ``for:`` and Alertmanager waits, scraped every 2 s as the shipped
+  ``config/prometheus.example.yml`` does. ``--prometheus fast``: every ``for:`` 10 s, the minute
+  ranges 30s/20s/40s, Alertmanager's waits 1-2 s, scrape and evaluation every 1 s. The
   receiver's audit log gives each notification and its time.
 
 Besides, the agents' windows are read back from the samples topic after the run and replayed
@@ -66,7 +69,7 @@ from linkwatch import records as R
 from linkwatch.aggregates import StageWindow
 from linkwatch.testbed import faults
 from linkwatch.testbed.agents import config_for_node, start_agents_in_process
-from linkwatch.testbed.alert_stack import AlertStack, ScrapeTarget, agent_targets
+from linkwatch.testbed.alert_stack import SHIPPED_SCRAPE_S, AlertStack, ScrapeTarget, agent_targets
 from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from linkwatch.testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, ensure_topic
 
@@ -430,6 +433,19 @@ def load_run(path: Path) -> Run:
     )
 
 
+PROMETHEUS_MODES = {
+    "shipped": "the shipped rules, for: and Alertmanager waits, scraped every 2 s (config/prometheus.example.yml)",
+    "fast": "FAST mode: every for: 10 s, minute ranges 30s/20s/40s, Alertmanager waits 1-2 s, scrape 1 s",
+}
+
+
+def alert_stack(workdir: Path, targets: list[ScrapeTarget], mode: str) -> AlertStack:
+    """The Prometheus path: ``shipped`` (what an operator runs) or ``fast`` (:data:`PROMETHEUS_MODES`)."""
+    if mode == "fast":
+        return AlertStack(workdir, targets, fast=True, scrape_s=1, eval_s=1, for_s=10)
+    return AlertStack(workdir, targets, scrape_s=SHIPPED_SCRAPE_S)
+
+
 def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
     from kafka import KafkaAdminClient
 
@@ -486,7 +502,7 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         targets.append(
             ScrapeTarget("linkwatch-analyzer", f"127.0.0.1:{service.metrics_port}", {"cluster": CLUSTER})
         )
-        stack = AlertStack(root / "alerts", targets, fast=True, scrape_s=1, eval_s=1, for_s=10).start()
+        stack = alert_stack(root / "alerts", targets, args.prometheus).start()
         stops.append(stack.stop)
         ticker = Ticker(service).start()
         stops.append(ticker.stop)
@@ -816,6 +832,12 @@ def main() -> None:
         default=AnalyzerConfig().evaluation,
         help="the live analyzer's evaluation (default: the service's default)",
     )
+    ap.add_argument(
+        "--prometheus",
+        choices=tuple(PROMETHEUS_MODES),
+        default="shipped",
+        help="the Prometheus path's rules and timings (default: the shipped ones)",
+    )
     ap.add_argument("--json", type=Path, help="also write the table here")
     ap.add_argument(
         "--save-run", type=Path, help="write the run (phases, findings, alerts, the agents' records) here"
@@ -832,7 +854,8 @@ def main() -> None:
     chosen = [SCENARIOS[n] for n in args.scenarios.split(",") if n]
     print(f"start: {load_line()}", flush=True)
     print(f"analyzer evaluation: {args.evaluation}", flush=True)
-    print("Prometheus path in FAST mode: rules' for: 10 s, ranges 30s/20s/40s (shipped: for: 5m)", flush=True)
+    if not args.from_run:
+        print(f"Prometheus path: {args.prometheus}: {PROMETHEUS_MODES[args.prometheus]}", flush=True)
     if args.from_run:
         result = load_run(args.from_run)
     else:

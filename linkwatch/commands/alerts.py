@@ -70,7 +70,8 @@ def stack(scrape: list[str] = ScrapeOpt, dir: Path = DirOpt, fast: bool = FastOp
 
     targets = [parse_scrape_target(s) for s in scrape]
     signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM too
-    with AlertStack(dir, targets, fast=fast, scrape_s=2 if fast else 15, eval_s=2 if fast else 15) as s:
+    timing = {"scrape_s": 2, "eval_s": 2} if fast else {}  # else the shipped ones
+    with AlertStack(dir, targets, fast=fast, **timing) as s:
         typer.echo(
             f"Prometheus {s.prometheus_url}  Alertmanager {s.alertmanager_url}  receiver {s.receiver_url}"
         )

@@ -73,3 +73,67 @@ def test_a_broken_expectation_fails(tmp_path: Path) -> None:
     result = _promtool("test", "rules", bad)
     assert result.returncode == 1
     assert "stage=" in result.stdout + result.stderr
+
+
+def _seconds(d: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", d)
+    assert m, d
+    return float(m[1]) * units[m[2]]
+
+
+def test_slow_node_alerts_fire_within_30s_on_the_shipped_configs() -> None:
+    """The budget of docs/alerts.md "How fast", from the shipped files: a fault's first window
+    closes (10 s windows: 5 s after the onset on average), the agent publishes it (grace, poll),
+    Prometheus scrapes it and evaluates the recording rules and then the alerts, `for:` holds,
+    Alertmanager's group_wait. Also what the ranges must hold: every 15 s range at least one
+    window's step (its samples span >= 12 s) and one window never held for `for:`."""
+    from agent.config import AgentConfig, RequestLogConfig
+
+    window_s = RequestLogConfig().window_s
+    grace_s = RequestLogConfig().grace_s
+    poll_s = AgentConfig.model_fields["poll_interval_s"].default
+    prom = yaml.safe_load((ROOT / "config" / "prometheus.example.yml").read_text())
+    scrape_s = _seconds(
+        next(j for j in prom["scrape_configs"] if j["job_name"] == "linkwatch-agent")["scrape_interval"]
+    )
+    groups = {g["name"]: g for f in RULES for g in yaml.safe_load(f.read_text())["groups"]}
+    rec, alerts = groups["linkwatch-recording-slow-nodes"], groups["linkwatch-slow-nodes"]
+    eval_s = max(_seconds(rec["interval"]), _seconds(alerts["interval"]))
+    ranges = {_seconds(r) for rule in rec["rules"] for r in re.findall(r"\[(\d+[smh])\]", rule["expr"])}
+    assert len(ranges) == 1
+    range_s = ranges.pop()
+    latency = {
+        "LinkwatchSlowBroker",
+        "LinkwatchSlowClient",
+        "LinkwatchDegradedBroker",
+        "LinkwatchClusterSlowdown",
+    }
+    fors = {_seconds(r["for"]) for r in alerts["rules"] if r.get("alert") in latency}
+    assert len(fors) == 1
+    for_s = fors.pop()
+    am = yaml.safe_load((ROOT / "alerts" / "alertmanager.example.yml").read_text())
+    route = next(r for r in am["route"]["routes"] if "LinkwatchSlowBroker" in r["matchers"][0])
+    assert all(name in route["matchers"][0] for name in latency)
+    group_wait_s = _seconds(route["group_wait"])
+
+    # a 15 s range always holds the newest window's step: its samples span >= window + a scrape
+    span_s = (range_s // scrape_s) * scrape_s - scrape_s
+    assert span_s >= window_s + scrape_s
+    # one window's step is in the range for range - scrape (closed range: + one evaluation at most)
+    assert for_s > range_s - scrape_s
+    average = (
+        window_s / 2 + grace_s + poll_s / 2 + scrape_s / 2 + eval_s / 2 + eval_s / 2 + for_s + group_wait_s
+    )
+    assert average <= 30, average
+    # clearing: the last slow window leaves the range, the alert resolves, the next group flush
+    clear = (
+        window_s / 2
+        + grace_s
+        + poll_s / 2
+        + scrape_s / 2
+        + range_s
+        + eval_s
+        + _seconds(route["group_interval"])
+    )
+    assert clear <= 60, clear

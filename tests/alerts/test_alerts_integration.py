@@ -17,8 +17,8 @@ committed at the start of a topic whose first records are 30 days old (their pro
 timestamps) reads far beyond any page-cache window the agents report, so the lag collector
 marks it a cold-read risk. With these, every panel has something to show.
 
-The stack runs in fast mode (rules' ``for:`` 10 s, windows 20-40 s, Alertmanager waits in
-seconds; see ``linkwatch.testbed.alert_stack``) so this takes a few minutes, not an hour. Producers use
+The stack runs in fast mode (rules' ``for:`` 10 s, the minute windows 30-40 s, Alertmanager
+waits in seconds; see ``linkwatch.testbed.alert_stack``) so this takes a few minutes, not an hour. Producers use
 acks=1 so only the paused broker's own requests are slow.
 """
 
@@ -310,7 +310,7 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
 
     stack = live.stack
     print(f"stack up {time.time() - live.started_s:.0f} s")
-    base = _wait_query(stack, 'linkwatch:broker_request_p99_seconds:2m{request="Produce"}', 3, 300)
+    base = _wait_query(stack, 'linkwatch:broker_request_p99_seconds:15s{request="Produce"}', 3, 300)
     assert len(base) == 3, f"no Produce p99 for every broker: {base}"
     victim = live.cluster.nodes[1]
     victim_id = str(victim.node_id)
@@ -469,7 +469,7 @@ def _watch_fault(stack: AlertStack, seen: int, victim: str, timeout_s: float) ->
                     out.in_prometheus.setdefault(a["labels"]["alertname"], a)
                 else:
                     out.note_other(a["labels"]["alertname"], a["labels"], a.get("annotations", {}))
-        p99 = stack.query('linkwatch:broker_request_p99_seconds:2m{request="Produce"}')
+        p99 = stack.query('linkwatch:broker_request_p99_seconds:15s{request="Produce"}')
         out.peers_p99_s = {r["metric"]["broker"]: round(float(r["value"][1]), 3) for r in p99}
         if out.complete() or time.monotonic() > deadline:
             return out
