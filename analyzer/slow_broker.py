@@ -7,6 +7,8 @@ requests in the same window). Logged, not served (``StageWindow.logged``): under
 capture the served count is an estimate several times larger, and the p99 of a few logged
 requests is their maximum. Every rule's "enough requests" is this guard.
 
+A broker whose time is a wait by design (``wait_stages``, as in Rule 3 below) is never slow.
+
 Rule 2 — a score walks the windows in time order: +1 for a slow window, −1 otherwise, kept in
 ``[0, max_score]``. A broker becomes active when the score reaches ``fire_score`` and clears
 when it falls to ``clear_score``. One noisy window never fires; a recovered broker clears
@@ -341,6 +343,10 @@ def broker_scores(
                         mine.p99_ms >= cfg.peer_ratio * peers
                         or table.cause(request, w, cfg).culprit_broker == b
                     )
+                    # A consumer's long poll (fetch.max.wait.ms in purgatory) is no slowness: the
+                    # fault matrix's bursty soak raised slow_broker on FetchConsumer (stage remote)
+                    # for the broker whose consumers happened to wait out their polls.
+                    and not _waits_by_design(table, request, w, b, mine, cfg)
                 )
                 verdicts.append(
                     WindowVerdict(w, row.count if row else 0, row.p99_ms if row else None, peers, bool(slow))

@@ -299,6 +299,21 @@ CASES = [
         {},
     ),
     (
+        # The fault matrix's soak (10 s windows): one broker's consumers waited out their polls
+        # (FetchConsumer 520 ms, the wait in remote) while the others' fetches returned data.
+        "one broker's consumers wait out their long poll, the others' get data: no finding",
+        8,
+        3,
+        {
+            b: {
+                i: {"request": "FetchConsumer", "p99": 520.0 if b == 1 else 60.0, "stage": "remote"}
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {},
+    ),
+    (
         "two leaders slow on disk, not remote: cluster-wide",
         8,
         3,
