@@ -239,8 +239,7 @@ class WindowState:
         except (TypeError, ValueError):
             self.dropped["bad_sketch"] += 1
             return False
-        low, high = R.StageSketch.RANGES["capture_ratio"]
-        if not (low < rec.capture_ratio <= high):  # records built in code skip decode's check
+        if R.out_of_range(R.StageSketch, lambda name: getattr(rec, name)):  # built in code, not decoded
             self.dropped["bad_value"] += 1
             return False
         logged = logged_requests(zero + sum(n for _, n in buckets), rec.capture_ratio)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
@@ -325,12 +326,22 @@ def from_dict(obj: dict[str, Any]) -> Record:
         if not _type_ok(value, hints[f.name]):
             raise RecordError("bad_type", f"{kind}.{f.name}={_preview(repr(value))}")
         values[f.name] = float(value) if hints[f.name] is float and isinstance(value, int) else value
+    detail = out_of_range(cls, values.get)
+    if detail is not None:
+        raise RecordError("bad_value", detail)
+    return cls(**values)
+
+
+def out_of_range(cls: type[Record], value_of: Callable[[str], Any]) -> str | None:
+    """Why a record of ``cls`` (its fields read by ``value_of``) is outside ``cls.RANGES``, or
+    None. :func:`from_dict` drops such a record as ``bad_value``; readers handed records built
+    in code (not decoded) check them with this too."""
     for name, (low, high) in cls.RANGES.items():
-        value = values.get(name)
+        value = value_of(name)
         # ``not (low < x <= high)`` also catches NaN.
         if value is not None and not (low < value <= high):
-            raise RecordError("bad_value", f"{kind}.{name}={value!r} not in ({low}, {high}]")
-    return cls(**values)
+            return f"{cls.KIND}.{name}={value!r} not in ({low}, {high}]"
+    return None
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
