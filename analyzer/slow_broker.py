@@ -111,6 +111,22 @@ the append itself. So where Rules 4 and 8 would name ``requestQueue`` while the 
 ``queue_behind_local_ms`` above it, in at least half of the windows read), they name ``local``:
 the queue is the symptom, the disk the cause. A starved CPU or too few handler threads leave
 ``local`` in line, and the stage stays ``requestQueue``.
+
+Rule 12 — the broker that serves few: a JVM paused most of the time serves a fraction of its
+requests, while its own times stay short (a request is timed from when it is read) or wait in
+``remote`` like its peers' (its own acks=all requests wait out its pauses too), so Rule 5's
+"the one broker not waiting" may be a healthy one. In a window, a broker's *throughput* is its
+logged requests of r against its own baseline (the median over the earlier windows of the
+lookback, ``attribute_lookback_windows``, at least ``stopped_baseline_windows`` of them and
+``min_requests`` at the median); it has *stopped* when that is at most ``stopped_ratio`` × the
+median of its peers' throughputs (bursts and quiet spells move every broker alike; leading fewer
+partitions sets a broker's baseline, not its throughput). With exactly one stopped broker and
+another broker waiting in ``remote`` (Rule 5's *waiting*), the stopped broker is the window's
+suspect, whatever Rule 5 said; and a peer's ``remote`` degraded below the line (Rule 8) in that
+window is the stopped broker's degraded window (stage ``remote``: the peers wait on it), not the
+peer's. A window in which it has stopped but nobody waits on it is no evidence either way: its
+scores hold (Rule 2 walks it as neither slow nor healthy). A stall longer than about half the
+lookback becomes its own baseline; Rules 5 and 8 alone judge it then.
 """
 
 from __future__ import annotations
@@ -186,7 +202,7 @@ class SlowBrokerConfig(DetectorConfig):
     client_stages: list[str] = Field(default_factory=lambda: ["send", "throttle"])  # Rule 7
     # Rule 8: stage p99 ≥ degraded_ratio × the peers' median and ≥ degraded_excess_ms above it.
     degraded_ratio: float = Field(5.0, ge=1.0)
-    degraded_excess_ms: float = Field(20.0, ge=0)
+    degraded_excess_ms: float = Field(10.0, ge=0)
     # Rule 9: an own stage's p99 at least this many ms above its peers' median (and degraded_ratio ×).
     culprit_excess_ms: float = Field(150.0, ge=0)
     culprit_stages: list[str] = Field(default_factory=lambda: ["requestQueue", "local", "responseQueue"])
@@ -203,6 +219,11 @@ class SlowBrokerConfig(DetectorConfig):
     # Rule 11: a request-queue excess is the disk's when ``local`` is itself out of line: at
     # least degraded_ratio × its peers' median and this many ms above it.
     queue_behind_local_ms: float = Field(5.0, ge=0)
+    # Rule 12: a broker's logged requests / its own baseline, at most this × its peers' median
+    # of the same ratio: it serves few (a paused JVM). Healthy brokers of the fault matrix's
+    # runs read 0.73 at the lowest (0.90 in a 15-minute bursty soak).
+    stopped_ratio: float = Field(0.65, gt=0, lt=1)
+    stopped_baseline_windows: int = Field(3, ge=1)
 
 
 @dataclass(frozen=True)
@@ -223,11 +244,13 @@ class Score:
     windows: tuple[WindowVerdict, ...]
 
 
-def walk_states(slow_flags: Iterable[bool], cfg: SlowBrokerConfig) -> list[tuple[int, bool]]:
-    """Rule 2: the saturating score and the hysteresis state after each window."""
+def walk_states(slow_flags: Iterable[bool | None], cfg: SlowBrokerConfig) -> list[tuple[int, bool]]:
+    """Rule 2: the saturating score and the hysteresis state after each window. A flag of None
+    is a window that is no evidence either way (Rule 12): the score holds."""
     score, active, states = 0, False, []
     for slow in slow_flags:
-        score = min(cfg.max_score, score + 1) if slow else max(0, score - 1)
+        if slow is not None:
+            score = min(cfg.max_score, score + 1) if slow else max(0, score - 1)
         if score >= cfg.fire_score:
             active = True
         elif score <= cfg.clear_score:
@@ -236,7 +259,7 @@ def walk_states(slow_flags: Iterable[bool], cfg: SlowBrokerConfig) -> list[tuple
     return states
 
 
-def walk_score(slow_flags: Iterable[bool], cfg: SlowBrokerConfig) -> tuple[int, bool]:
+def walk_score(slow_flags: Iterable[bool | None], cfg: SlowBrokerConfig) -> tuple[int, bool]:
     """Rule 2: the saturating score and the hysteresis state after the last window."""
     states = walk_states(slow_flags, cfg)
     return states[-1] if states else (0, False)
@@ -256,6 +279,7 @@ class WindowCause:
     suspect: int | None  # Rule 5: the stalled follower the waiting leaders point at
     culprit: tuple[int, str] | None  # Rule 9: (broker, its own stage out of line, or "")
     left_out: int | None = None  # Rule 5's shape without its replication check (Rule 10)
+    stopped: int | None = None  # Rule 12: the one broker serving few requests
 
     @property
     def culprit_broker(self) -> int | None:
@@ -296,8 +320,40 @@ class _Table:
             )
             culprit = _window_culprit(self, request, w, cfg, usable, above, set(waiting))
             left_out, suspect = _window_suspect(self, request, w, cfg, usable, list(waiting), culprit)
-            self.causes[key] = WindowCause(usable, above, waiting, suspect, culprit, left_out)
+            stopped = self.stopped(request, w, cfg)
+            # A long poll in remote (wait_stages) is no leader waiting on a follower: no request
+            # type whose remote waits by design names a stalled follower (Rules 5 and 12). The
+            # fault matrix's soak raised one on FetchConsumer: consumers waiting out their polls.
+            if "remote" in cfg.wait_stages.get(request, []):
+                suspect = None
+            # Rule 12: the broker serving few is what the waiting brokers wait on.
+            elif (
+                stopped is not None
+                and any(b != stopped for b in waiting)
+                and (culprit is None or culprit[0] == stopped)
+            ):
+                suspect = stopped
+            self.causes[key] = WindowCause(usable, above, waiting, suspect, culprit, left_out, stopped)
         return self.causes[key]
+
+    def stopped(self, request: str, w: int, cfg: SlowBrokerConfig) -> int | None:
+        """Rule 12 in window ``w``: the one broker whose throughput (logged requests against its
+        own baseline) is at most ``stopped_ratio`` × its peers' median throughput, or None."""
+        by_window = self.rows.get((request, "total"), {})
+        earlier = sorted(x for x in by_window if x < w)[-cfg.attribute_lookback_windows :]
+        throughput: dict[int, float] = {}
+        for b, row in by_window.get(w, {}).items():
+            base = [by_window[x][b].logged for x in earlier if b in by_window[x]]
+            baseline = _median(base) if len(base) >= cfg.stopped_baseline_windows else None
+            if baseline is not None and baseline >= cfg.min_requests:
+                throughput[b] = row.logged / baseline
+        low = [
+            b
+            for b, t in throughput.items()
+            if len(throughput) >= 2
+            and t <= cfg.stopped_ratio * (_median([x for p, x in throughput.items() if p != b]) or 0.0)
+        ]
+        return low[0] if len(low) == 1 else None
 
     def known(self, request: str) -> set[int]:
         """Brokers with a total row for ``request`` in any window of the table."""
@@ -641,7 +697,11 @@ def stalled_followers(
                 for w, c, x, worst_p99 in zip(windows, causes, own, worst, strict=True)
                 for row in [c.usable.get(b)]
             )
-            score, active = walk_score((v.slow for v in verdicts), cfg)
+            # Rule 12: a window in which it serves few and nobody waits on it holds its score.
+            flags = [
+                v.slow or (None if c.stopped == b else False) for v, c in zip(verdicts, causes, strict=True)
+            ]
+            score, active = walk_score(flags, cfg)
             if active:
                 leaders = {
                     x for c, o in zip(causes, own, strict=True) if c.suspect == b or o for x in c.waiting
@@ -732,6 +792,9 @@ class Degraded:
     request: str
     score: Score
     per_window: tuple[tuple[str, float, float] | None, ...]
+    # Per window: degraded as the broker its peers wait on (Rule 12), not in its own stage times:
+    # per_window then holds ("remote", the peers' median remote p99, its own remote p99).
+    waited_on: tuple[bool, ...] = ()
 
     @property
     def stage(self) -> str:
@@ -747,6 +810,24 @@ class Degraded:
         return max(excess, key=lambda s: (windows[s], excess[s]))
 
 
+def waited_on_stage(
+    table: _Table, request: str, w: int, s: int, cfg: SlowBrokerConfig
+) -> tuple[str, float, float] | None:
+    """Rule 12 with Rule 8: ``("remote", peers' median remote p99, s's own)`` when broker ``s``
+    serves few in window ``w`` and its peers wait on it, their median ``remote`` p99 at least
+    ``degraded_ratio`` × its own and ``degraded_excess_ms`` above it (and under the threshold:
+    above it, Rules 5 and 12 judge the window); else None."""
+    remote = table.usable(request, "remote", w, cfg.min_requests)
+    peers = _peer_median(remote, s)
+    mine = remote.get(s)
+    own = mine.p99_ms if mine is not None and mine.p99_ms is not None else 0.0
+    if peers is None or peers > cfg.p99_threshold_ms:
+        return None
+    if peers >= cfg.degraded_ratio * own and peers - own >= cfg.degraded_excess_ms:
+        return ("remote", peers, own)
+    return None
+
+
 def degraded_brokers(
     data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, table: _Table | None = None
 ) -> list[Degraded]:
@@ -758,16 +839,30 @@ def degraded_brokers(
         windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
         brokers = sorted({b for w in windows for b in table.rows[(request, "total")][w]})
         found = []
+        per_broker = {b: [degraded_stage(table, request, w, b, cfg) for w in windows] for b in brokers}
+        stopped = [table.cause(request, w, cfg).stopped for w in windows]
+        waited_on = {b: [False] * len(windows) for b in brokers}
+        for i, (w, s) in enumerate(zip(windows, stopped, strict=True)):
+            if s is None or s not in per_broker:
+                continue
+            # Rule 12: the peers' remote degraded waits on the stopped broker; it is its window.
+            for b in brokers:
+                if b != s and (per_broker[b][i] or ("",))[0] == "remote":
+                    per_broker[b][i] = None
+            if per_broker[s][i] is None:
+                per_broker[s][i] = waited_on_stage(table, request, w, s, cfg)
+                waited_on[s][i] = per_broker[s][i] is not None
         for b in brokers:
-            per = tuple(degraded_stage(table, request, w, b, cfg) for w in windows)
+            per = tuple(per_broker[b])
             rows = [table.rows[(request, "total")][w].get(b) for w in windows]
             verdicts = tuple(
                 WindowVerdict(w, r.count if r else 0, r.p99_ms if r else None, None, x is not None)
                 for w, r, x in zip(windows, rows, per, strict=True)
             )
-            score, active = walk_score((v.slow for v in verdicts), cfg)
+            flags = [v.slow or (None if s == b else False) for v, s in zip(verdicts, stopped, strict=True)]
+            score, active = walk_score(flags, cfg)
             if active:
-                found.append(Degraded(b, request, Score(score, active, verdicts), per))
+                found.append(Degraded(b, request, Score(score, active, verdicts), per, tuple(waited_on[b])))
         if len(brokers) >= 2 and len(found) / len(brokers) <= cfg.cluster_wide_fraction:
             out += found
     return out
@@ -959,6 +1054,9 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         meaning, action = STAGE_MEANING.get(stage, ("", "inspect broker {b}"))
         if stage == "remote":  # which follower is not known from stage timings alone
             action = "check the followers of the partitions broker {b} leads (disks, network, GC pauses)"
+        waited = [x for x, on in zip(d.per_window, d.waited_on, strict=False) if on and x is not None]
+        if stage == "remote" and 2 * len(waited) >= len(hits):  # Rule 12: its peers wait on it
+            return self._waited_on_finding(data, now_ms, cfg, d, waited)
         ratio = statistics.fmean(mine) / max(statistics.fmean(peers), 1e-9)
         return self.finding(
             data,
@@ -992,6 +1090,55 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             },
             action="early warning below the slow-broker threshold: "
             + action.format(b=d.broker, f="(unknown)"),
+        )
+
+    def _waited_on_finding(
+        self,
+        data: Aggregates,
+        now_ms: int,
+        cfg: SlowBrokerConfig,
+        d: Degraded,
+        waited: list[tuple[str, float, float]],
+    ) -> Finding:
+        """Rule 12's early warning: the broker serves few while its peers wait on it in remote."""
+        windows = d.score.windows
+        mine = [x if x and on else None for x, on in zip(d.per_window, d.waited_on, strict=False)]
+        return self.finding(
+            data,
+            now_ms,
+            rule=DEGRADED_RULE,
+            subject=f"broker:{d.broker}",
+            severity="info",
+            summary=(
+                f"broker {d.broker} serves few {d.request} requests while its peers wait on it as their "
+                f"follower: their remote p99 {max(x[1] for x in waited):.0f} ms against its own "
+                f"{statistics.median(x[2] for x in waited):.1f} ms in {len(waited)} of {len(windows)} "
+                f"windows, under {cfg.p99_threshold_ms:.0f} ms; a follower stalled part of the time "
+                "(GC, a paused JVM, a starved host)"
+            ),
+            evidence={
+                "request": d.request,
+                "stage": "remote",
+                "stage_meaning": "its peers wait for it to replicate (acks=all): it stalls",
+                "score": d.score.score,
+                "served_few": True,
+                "values": {
+                    "peers_remote_p99_ms": [x[1] if x else None for x in mine],
+                    "count": [v.count for v in windows],
+                },
+                "baseline": {
+                    "own_remote_p99_ms": [x[2] if x else None for x in mine],
+                    "stopped_ratio": cfg.stopped_ratio,
+                    "degraded_ratio": cfg.degraded_ratio,
+                    "degraded_excess_ms": cfg.degraded_excess_ms,
+                },
+                "windows": [v.window_start_ms for v in windows],
+                "slow_windows": [v.window_start_ms for v, x in zip(windows, d.per_window, strict=True) if x],
+            },
+            action=(
+                f"early warning below the slow-broker threshold: check broker {d.broker} for GC or "
+                "process pauses, CPU steal and its disks; it may leave the ISR"
+            ),
         )
 
     def _stalled_finding(

@@ -225,7 +225,7 @@ SCENARIOS = {
         Scenario(
             "leader_pause_400",
             lambda c: _pause(c, 400),
-            (_b("slow_broker", None),),
+            (_b("slow_broker", None), _b("degraded_broker", None)),
             (_b("LinkwatchSlowBroker", None), _b("LinkwatchSlowBrokerFinding", None)),
             Effect(R.PRODUCE, ("remote",), "waiters"),
             PAUSE_NOTE,
@@ -233,7 +233,7 @@ SCENARIOS = {
         Scenario(
             "leader_pause_900",
             lambda c: _pause(c, 900),
-            (_b("slow_broker", None),),
+            (_b("slow_broker", None), _b("degraded_broker", None)),
             (_b("LinkwatchSlowBroker", None), _b("LinkwatchSlowBrokerFinding", None)),
             Effect(R.PRODUCE, ("remote",), "waiters"),
             PAUSE_NOTE,
@@ -243,7 +243,8 @@ SCENARIOS = {
             lambda c: faults.stall_follower(
                 c.admin, VICTIM, c.pid(VICTIM), [ACKS_ALL_TOPIC], pause_ms=400, own_process=True
             ),
-            (_b("slow_broker", "remote"),),
+            # Below the slow line (its leaders' p99 under 300 ms) the early warning is right.
+            (_b("slow_broker", "remote"), _b("degraded_broker", "remote")),
             (_b("LinkwatchSlowBroker", "remote"), _b("LinkwatchSlowBrokerFinding", "remote")),
             Effect(R.PRODUCE, ("remote",), "waiters"),
             "broker 2 paused 400/1000 ms while it follows every fm-all partition and leads none",

@@ -132,6 +132,45 @@ def now_after(n_windows: int) -> int:
     return window(n_windows)
 
 
+# Rule 12, shaped like the fault matrix's run 4 (leader paused 900/1000 ms, 10 s windows): the
+# paused broker served 132-159 logged requests against its own ~800 before and its peers' ~900,
+# its own acks=all requests waiting out its pauses in remote (907 ms) in some windows, so Rule
+# 5's "one broker not waiting" was a healthy one. Here: 100 requests a window, 18 when paused.
+FEW = {"count": 18}
+PAUSED_WAITING = FEW | {"p99": 907.0, "stage_p99": {**BUSY_STAGES, "remote": 900.0}}
+
+
+def paused_900(b: int) -> dict[int, dict]:
+    """Windows 0-7 healthy; from 8 broker 2 paused: W02 Q Q W02 Q W0 W01 W01, where W02 has
+    brokers 0 and 2 waiting above the line (1 left out), Q nobody waiting (2 serving few), W0
+    broker 0 waiting alone and W01 brokers 0 and 1 waiting."""
+    shapes = ["W02", "Q", "Q", "W02", "Q", "W0", "W01", "W01"]
+    out: dict[int, dict] = {}
+    for k, shape in enumerate(shapes):
+        i = 8 + k
+        if b == 2:
+            out[i] = PAUSED_WAITING if shape == "W02" else FEW
+        elif b == 0 or (b == 1 and shape == "W01"):
+            out[i] = waiting(780.0) if shape != "Q" else {}
+    return out
+
+
+def stalled_below_line(b: int) -> dict[int, dict]:
+    """Windows 0-7 healthy; from 8 broker 2 stalls as a follower 400/1000 ms: it serves about half
+    its requests, its own remote 0 (it leads none of the acks=all partitions), its leaders wait
+    150-250 ms in remote, under the slow line (the fault matrix's stalled follower, run 4)."""
+    if b == 2:
+        return {
+            i: {"count": 55, "p99": 30.0, "stage_p99": {**BUSY_STAGES, "remote": 0.0}} for i in range(8, 16)
+        }
+    return {i: waiting(150.0 + 10 * ((i + b) % 10)) for i in range(8, 16)}
+
+
+def long_poll(p99: float) -> dict:
+    """A consumer fetch that waits out fetch.max.wait.ms in purgatory (remote): by design."""
+    return {"request": "FetchConsumer", "p99": p99, "stage_p99": {**BUSY_STAGES, "remote": p99 - 5}}
+
+
 CASES = [
     # (id, windows, brokers, special, expected {(rule, subject): stage or None})
     ("healthy", 8, 3, {}, {}),
@@ -429,6 +468,61 @@ CASES = [
     ),
     ("degraded: normal jitter", 8, 3, {b: {i: jitter(b, i) for i in range(8)} for b in range(3)}, {}),
     (
+        # The fault matrix's CPU starvation (run 4): 16.3 ms against 0.2 ms, under the old 20 ms floor.
+        "degraded: a starved CPU's request queue, 16 ms against 0.2 ms",
+        8,
+        3,
+        {
+            b: {
+                i: tiny(0.7)
+                | {"stage_p99": {**tiny(0.7)["stage_p99"], "requestQueue": 16.3 if b == 2 else 0.2}}
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        "Rule 12: a paused leader serves few; the broker left out is healthy",
+        16,
+        3,
+        {b: paused_900(b) for b in range(3)},
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 12: a stalled follower under the line serves few, its leaders wait on it",
+        16,
+        3,
+        {b: stalled_below_line(b) for b in range(3)},
+        {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 12: serving few with nobody waiting (leadership moved away) is nothing",
+        16,
+        3,
+        {2: {i: FEW for i in range(8, 16)}},
+        {},
+    ),
+    (
+        "Rule 12: a broker that always serves a third of its peers' is not stopped",
+        16,
+        3,
+        {
+            2: {i: {"count": 33} for i in range(16)},
+            **{b: {i: waiting(180.0) for i in range(8, 16)} for b in (0, 1)},
+        },
+        {},
+    ),
+    (
+        # The fault matrix's soak (run 4): consumers of two brokers waited out their polls, and
+        # Rule 5 named the third as their stalled follower.
+        "long polls on two brokers are no stalled follower",
+        8,
+        3,
+        {b: {i: long_poll(500.0) if b < 2 else long_poll(20.0) for i in range(8)} for b in range(3)},
+        {},
+    ),
+    (
         "degraded: 3x its peers, 2 ms against 0.7 ms",
         8,
         3,
@@ -696,6 +790,9 @@ def test_score_rises_and_falls_with_consecutive_windows() -> None:
     assert walk_score([True] * 6 + [False] * 4, cfg) == (2, True)  # hysteresis: still above clear_score
     assert walk_score([True] * 6 + [False] * 5, cfg) == (1, False)
     assert walk_score([True, False] * 6, cfg) == (0, False)
+    # Rule 12: a window that is no evidence either way (None) holds the score.
+    assert walk_score([True, None, None, True, None, True], cfg) == (3, True)
+    assert walk_score([True, True, True, None, False, None, False], cfg) == (1, False)
 
 
 def test_scores_for_every_broker() -> None:
@@ -768,6 +865,32 @@ def test_degraded_finding_carries_the_stage_figures_and_is_never_remediated() ->
     assert decide(f, asks, can_remediate=True).action is Action.NOTIFY
 
 
+def test_a_follower_its_peers_wait_on_says_so_and_is_never_remediated() -> None:
+    """Rule 12's early warning names the broker that serves few, with its peers' remote waits."""
+    [f] = SlowBrokerDetector().detect(
+        scenario(16, 3, {b: stalled_below_line(b) for b in range(3)}), now_after(16)
+    )
+    ev = f.evidence
+    assert (f.rule, f.subject, f.severity, ev["stage"], ev["served_few"]) == (
+        "degraded_broker",
+        "broker:2",
+        "info",
+        "remote",
+        True,
+    )
+    waited = [x for x in ev["values"]["peers_remote_p99_ms"] if x is not None]
+    assert waited and min(waited) >= 140.0 and ev["baseline"]["own_remote_p99_ms"][-1] == 0.0
+    assert "serves few Produce requests" in f.summary and "GC or process pauses" in f.action
+    assert decide(f, FindingPolicyConfig(), can_remediate=True).action is not Action.REMEDIATE
+    # Stopped ratio configurable: at 0.5 the broker serving 55 % of its usual is not stopped.
+    assert (
+        SlowBrokerDetector(SlowBrokerConfig(stopped_ratio=0.5)).detect(
+            scenario(16, 3, {b: stalled_below_line(b) for b in range(3)}), now_after(16)
+        )
+        == []
+    )
+
+
 def test_degraded_thresholds_are_configurable() -> None:
     special = {b: {i: tiny(6.0 if b == 2 else 0.7) for i in range(8)} for b in range(3)}
     cfg = SlowBrokerConfig(degraded_excess_ms=5.0)
@@ -780,7 +903,9 @@ def test_degraded_thresholds_are_configurable() -> None:
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     brokers=st.integers(3, 5),
-    seed_values=st.lists(st.floats(0.0, 19.9), min_size=8 * 5 * 7, max_size=8 * 5 * 7),
+    seed_values=st.lists(
+        st.floats(0.0, SlowBrokerConfig().degraded_excess_ms - 0.1), min_size=8 * 5 * 7, max_size=8 * 5 * 7
+    ),
     totals=st.lists(st.floats(5.0, 250.0), min_size=8 * 5, max_size=8 * 5),
 )
 def test_healthy_spread_under_the_excess_floor_finds_nothing(brokers, seed_values, totals) -> None:
