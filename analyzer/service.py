@@ -235,6 +235,10 @@ class AnalysisService:
         self.window_query = None
         self.window_restarts = 0  # the window stream failed and was started again
         self._stopping = threading.Event()
+        # Set when a micro-batch completes a newer window: the next evaluation runs then, not at
+        # the end of interval_s (a window's findings need not wait up to an interval more).
+        self._window_done = threading.Event()
+        self._complete_through: int | None = None
         self._window_opts: StreamOptions | None = None
         self.metrics.registry.register(WindowStateCollector(self))
         self._http: MetricsServer | None = None
@@ -354,7 +358,12 @@ class AnalysisService:
     def _on_batch(self, values: list[str]) -> None:
         # Runs in the driver for each micro-batch; an exception would stop the stream.
         try:
-            self.state.add_json(values, int(self.clock() * 1000))
+            now_ms = int(self.clock() * 1000)
+            self.state.add_json(values, now_ms)
+            done = self.state.complete_stages_through(now_ms)
+            if done is not None and (self._complete_through is None or done > self._complete_through):
+                self._complete_through = done
+                self._window_done.set()
         except Exception:
             self.state.dropped["batch_failed"] += len(values)
             log.exception(
@@ -402,7 +411,8 @@ class AnalysisService:
         return changes
 
     def run(self, stop: threading.Event, on_change: Callable[[Changes], None] | None = None) -> None:
-        """Tick every ``interval_s`` until ``stop`` is set; a failed tick is logged and retried."""
+        """Tick every ``interval_s``, and as soon as a newer window is complete, until ``stop``
+        is set; a failed tick is logged and retried."""
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -411,7 +421,19 @@ class AnalysisService:
                     on_change(changes)
             except Exception:
                 log.exception("analysis tick failed; retrying next interval")
-            stop.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - started)))
+            self.wait_next(stop, started)
+
+    def wait_next(self, stop: threading.Event, started: float, poll_s: float = 0.25) -> None:
+        """Wait until ``interval_s`` after ``started`` (``time.monotonic()``), or until a
+        micro-batch completes a newer window (``evaluation: incremental``), or ``stop``. At
+        most one extra evaluation per window: windows complete once every ``window_s``."""
+        while not stop.is_set():
+            left = self.cfg.interval_s - (time.monotonic() - started)
+            if left <= 0:
+                return
+            if self._window_done.wait(min(left, poll_s)):
+                self._window_done.clear()
+                return
 
     def stop(self) -> None:
         self._stopping.set()  # before the stop cancels a running micro-batch (window_batch_handler)

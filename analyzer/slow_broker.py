@@ -184,7 +184,7 @@ class SlowBrokerConfig(DetectorConfig):
     peer_ratio: float = Field(2.0, ge=1.0)
     min_requests: int = Field(20, ge=1)
     history_windows: int = Field(12, ge=1)
-    fire_score: int = Field(3, ge=1)
+    fire_score: int = Field(2, ge=1)
     clear_score: int = Field(1, ge=0)
     max_score: int = Field(6, ge=1)
     cluster_wide_fraction: float = Field(0.5, gt=0, le=1)

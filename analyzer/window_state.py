@@ -369,6 +369,17 @@ class WindowState:
             before = cells
         return math.inf
 
+    def complete_stages_through(self, now_ms: int) -> int | None:
+        """Start of the newest window whose stage sketches are complete and released at
+        ``now_ms`` (see the module contract), or None. The service evaluates as soon as it
+        moves on, instead of waiting out its interval."""
+        with self._lock:
+            upto = self._frontier(_CELLS["stages"], now_ms)
+            done = [
+                s for s, w in self._windows.items() if s < upto and w.stages and s + self.window_ms <= now_ms
+            ]
+            return max(done, default=None)
+
     def pending(self, now_ms: int) -> dict[str, list[int]]:
         """Window starts held back as incomplete at ``now_ms``, per kind (for tests and logs)."""
         with self._lock:

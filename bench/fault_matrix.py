@@ -355,7 +355,7 @@ class Ticker:
             newest = max((r.window_start_ms for r in rows), default=None)
             age = None if newest is None else started - (newest / 1000 + WINDOW_S)
             self.ticks.append((started, time.time() - started, age))
-            self._stop.wait(max(0.0, self.service.cfg.interval_s - (time.time() - started)))
+            self.service.wait_next(self._stop, time.monotonic() - (time.time() - started))
 
 
 ANALYZER_MODES = {
@@ -668,6 +668,16 @@ class PathResult:
     others: list[str]
 
 
+def _eligible(path: str, i: Interval) -> bool:
+    """A finding a remediation may act on. Not a leader waiting in ``remote`` on another broker it
+    names as the follower: the default policy only notifies of it (``remediation.policy``: its
+    excess is a follower's, not its own), and what it names is the follower."""
+    if i.rule not in ELIGIBLE[path]:
+        return False
+    follower = next((x.split("=", 1)[1] for x in i.detail.split() if x.startswith("follower=")), None)
+    return not (i.stages == ["remote"] and follower is not None and i.subject != f"broker:{follower}")
+
+
 def judge(
     path: str, expects: tuple[Expect, ...], intervals: list[Interval], span: dict[str, tuple[float, float]]
 ) -> PathResult:
@@ -679,7 +689,7 @@ def judge(
     good = [
         i for i in subject_ok if any(e.matches(i.rule, i.subject) and e.stage_ok(i.stages) for e in expects)
     ]
-    eligible_wrong = [i for i in mine if i.rule in ELIGIBLE[path] and i not in subject_ok]
+    eligible_wrong = [i for i in mine if _eligible(path, i) and i not in subject_ok]
     others = [i for i in mine if i not in subject_ok]
     if not expects:
         verdict = "false alarm" if latency else "right"

@@ -372,3 +372,37 @@ def test_a_failed_window_stream_is_started_again_but_not_while_stopping() -> Non
     service._stopping.set()
     service.tick(T0 + WMS)
     assert len(restarted) == 1
+
+
+def test_complete_stage_windows_wake_the_evaluation_once_per_window() -> None:
+    """A micro-batch that completes a newer window (every broker's sketches in) wakes the
+    service's wait at once; an incomplete or repeated window does not."""
+    import threading
+    import time
+
+    from analyzer.base import InMemorySink
+    from analyzer.service import AnalysisService
+
+    cfg = AnalyzerConfig(cluster=CLUSTER, window_s=WINDOW_S, interval_s=30.0)
+    service = AnalysisService(cfg, sinks=[InMemorySink()])
+    service.state = WindowState(CLUSTER, WINDOW_S, horizon_ms=10**9, settle_ms=SETTLE)
+    clock = [(T0 + 2 * WMS + 1) / 1000]
+    service.clock = lambda: clock[0]
+    sketches = [stage(b, T0 + w * WMS, [1.0]).to_json() for w in (0, 1) for b in (1, 2, 3)]
+    service._on_batch(sketches[:3] + sketches[3:5])  # window 0 complete; window 1 lacks broker 3
+    assert service.state.complete_stages_through(T0 + 2 * WMS + 1) == T0
+    stop = threading.Event()
+    started = time.monotonic()
+    service.wait_next(stop, started)  # window 0 completed: no wait
+    assert time.monotonic() - started < 1.0
+    service._on_batch(sketches[:1])  # nothing newer completed: the wait runs until stopped
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    service.wait_next(stop, started)
+    assert 0.4 < time.monotonic() - started < 5.0
+    stop.clear()
+    service._on_batch(sketches[5:])  # broker 3's window 1: window 1 complete
+    assert service.state.complete_stages_through(T0 + 2 * WMS + 1) == T0 + WMS
+    started = time.monotonic()
+    service.wait_next(stop, started)
+    assert time.monotonic() - started < 1.0
