@@ -39,14 +39,14 @@ def _data() -> Aggregates:
 def test_range_reports_first_and_last_active() -> None:
     report = evaluate_range([SlowBrokerDetector()], _data(), T0, now_after(12))
     [r] = report.findings
-    # fires at the end of the 3rd slow window (window 5), clears when the score falls to 1 (window 11)
-    assert (r.finding.subject, r.first_ms, r.last_ms) == ("broker:2", now_after(6), now_after(11))
+    # fires at the end of the 2nd slow window (window 4), clears when the score falls to 1 (window 11)
+    assert (r.finding.subject, r.first_ms, r.last_ms) == ("broker:2", now_after(5), now_after(11))
 
 
 def test_renderers() -> None:
     report = evaluate_range([SlowBrokerDetector()], _data(), T0, now_after(12))
     doc = json.loads(render_json(report))
-    assert [(f["subject"], f["first_active_ms"]) for f in doc["findings"]] == [("broker:2", now_after(6))]
+    assert [(f["subject"], f["first_active_ms"]) for f in doc["findings"]] == [("broker:2", now_after(5))]
     assert "broker:2" in render_table(report)
     page = render_html(report)
     # p99 Produce, stage bars, imbalance (FetchConsumer: no data); plotly.js draws each chart
