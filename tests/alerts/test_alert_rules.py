@@ -64,8 +64,10 @@ def test_rules_read_only_contract_metrics() -> None:
 
 
 def test_a_broken_expectation_fails(tmp_path: Path) -> None:
-    """The harness itself: a wrong expected stage must make promtool fail."""
-    src = ROOT / "alerts" / "tests" / "slow_broker_test.yml"
+    """The harness itself: a wrong expected stage must make promtool fail. A small file (about
+    1.5 s) whose expected stages are both a label (LinkwatchDegradedBroker) and an annotation
+    computed from the recording rules (LinkwatchSlowBroker's)."""
+    src = ROOT / "alerts" / "tests" / "queue_behind_disk_test.yml"
     text = src.read_text().replace("stage: local", "stage: send")
     text = text.replace("../rules/", f"{ROOT / 'alerts' / 'rules'}/")
     bad = tmp_path / "bad_test.yml"
