@@ -90,7 +90,9 @@ LATENCY_ALERTS = {
     "LinkwatchSlowBroker",
     "LinkwatchSlowBrokerFinding",
     "LinkwatchSlowClient",
+    "LinkwatchSlowClientFinding",
     "LinkwatchDegradedBroker",
+    "LinkwatchDegradedBrokerFinding",
     "LinkwatchClusterSlowdown",
     "LinkwatchFinding",
 }
@@ -253,7 +255,11 @@ SCENARIOS = {
             "slow_disk",
             lambda c: faults.slow_log_appends(c.admin, VICTIM),
             (_b("slow_broker", "local"), _b("degraded_broker", "local")),
-            (_b("LinkwatchSlowBroker", "local"), _b("LinkwatchDegradedBroker", "local")),
+            (
+                _b("LinkwatchSlowBroker", "local"),
+                _b("LinkwatchDegradedBroker", "local"),
+                _b("LinkwatchDegradedBrokerFinding", "local"),
+            ),
             Effect(R.PRODUCE, ("local",)),
         ),
         Scenario(
@@ -262,23 +268,35 @@ SCENARIOS = {
             # A starved CPU delays the request handler threads and the network threads alike:
             # either queue names it (the issue's "queue → CPU / handler threads").
             (_b("slow_broker", QUEUES), _b("degraded_broker", QUEUES)),
-            (_b("LinkwatchSlowBroker", QUEUES), _b("LinkwatchDegradedBroker", QUEUES)),
+            (
+                _b("LinkwatchSlowBroker", QUEUES),
+                _b("LinkwatchDegradedBroker", QUEUES),
+                _b("LinkwatchDegradedBrokerFinding", QUEUES),
+            ),
             Effect(R.PRODUCE, ("requestQueue", "local")),
         ),
         Scenario(
             "handlers_starved",
             lambda c: faults.starve_request_handlers(c.admin, VICTIM, 1),
             (_b("slow_broker", "requestQueue"), _b("degraded_broker", "requestQueue")),
-            (_b("LinkwatchSlowBroker", "requestQueue"), _b("LinkwatchDegradedBroker", "requestQueue")),
+            (
+                _b("LinkwatchSlowBroker", "requestQueue"),
+                _b("LinkwatchDegradedBroker", "requestQueue"),
+                _b("LinkwatchDegradedBrokerFinding", "requestQueue"),
+            ),
             Effect(R.PRODUCE, ("requestQueue",)),
         ),
         Scenario(
             "slow_client",
             _slow_client,
             (Expect("slow_client", f"client:{SLOW_CLIENT_ID}", "send"),),
-            (_b("LinkwatchSlowClient", "send"),),
+            (
+                _b("LinkwatchSlowClient", "send"),
+                Expect("LinkwatchSlowClientFinding", f"client:{SLOW_CLIENT_ID}", "send"),
+            ),
             Effect(R.FETCH_CONSUMER, ("send",)),
-            "the metrics carry no client id: the Prometheus path names the broker it reads from",
+            "the metrics carry no client id: the agents' alert names the broker it reads from, the"
+            " analyzer's finding the client",
         ),
         Scenario(
             "all_paused",
@@ -631,10 +649,13 @@ def finding_intervals(emitted: list[tuple[float, R.Finding]]) -> list[Interval]:
 
 
 def _alert_key(alertname: str, labels: dict[str, str]) -> tuple[str, str]:
-    """(rule, subject) of an alert: an analyzer finding's own for ``LinkwatchFinding``, else the
-    broker it names, else the cluster."""
+    """(rule, subject) of an alert: an analyzer finding's own for ``LinkwatchFinding``, the client
+    for a slow-client finding (``subject`` ``client:<id>``), else the broker it names, else the
+    cluster."""
     if alertname == "LinkwatchFinding":
         return f"{alertname}:{labels.get('rule', '?')}", labels.get("subject", "?")
+    if labels.get("subject", "").startswith("client:"):
+        return alertname, labels["subject"]
     if labels.get("broker"):
         return alertname, f"broker:{labels['broker']}"
     return alertname, f"cluster:{labels.get('cluster', '?')}"

@@ -67,9 +67,26 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
             am_alert("LinkwatchSlowBroker", cluster="c1", broker="1", request="Produce", severity="warning"),
             am_alert("LinkwatchSlowBroker", cluster="c2", broker="2", request="Produce", severity="warning"),
             am_alert("LinkwatchSlowBroker", cluster="c2", broker="3", request="Produce", severity="warning"),
+            # the analyzer's degraded broker is inhibited like the agents'; a slow client is not
+            # (its excess is in its own stage, which a cluster-wide slowdown does not explain)
+            am_alert(
+                "LinkwatchDegradedBrokerFinding",
+                cluster="c1",
+                broker="2",
+                rule="degraded_broker",
+                severity="info",
+            ),
+            am_alert(
+                "LinkwatchSlowClientFinding",
+                cluster="c1",
+                broker="1",
+                rule="slow_client",
+                subject="client:etl-7",
+                severity="warning",
+            ),
         ]
     )
-    got = stack.wait_received(lambda r: len(r) >= 3, timeout_s=90)
+    got = stack.wait_received(lambda r: len(r) >= 4, timeout_s=90)
     time.sleep(5)  # two more group intervals: an inhibited alert would have arrived by now
     got = stack.received()
     seen = sorted((r["alertname"], r["labels"]["cluster"], r["labels"].get("broker", "")) for r in got)
@@ -77,6 +94,7 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
         ("LinkwatchBrokerUnreachable", "c2", "2"),
         ("LinkwatchClusterSlowdown", "c1", ""),
         ("LinkwatchSlowBroker", "c2", "3"),
+        ("LinkwatchSlowClientFinding", "c1", "1"),
     ]
     slow = next(r for r in got if r["alertname"] == "LinkwatchSlowBroker")
     assert (slow["status"], slow["annotations"]["stage"], slow["receiver"]) == (
