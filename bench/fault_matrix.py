@@ -228,7 +228,11 @@ SCENARIOS = {
             "leader_pause_400",
             lambda c: _pause(c, 400),
             (_b("slow_broker", None), _b("degraded_broker", None)),
-            (_b("LinkwatchSlowBroker", None), _b("LinkwatchSlowBrokerFinding", None)),
+            (
+                _b("LinkwatchSlowBroker", None),
+                _b("LinkwatchSlowBrokerFinding", None),
+                _b("LinkwatchDegradedBrokerFinding", None),
+            ),
             Effect(R.PRODUCE, ("remote",), "waiters"),
             PAUSE_NOTE,
         ),
@@ -236,7 +240,11 @@ SCENARIOS = {
             "leader_pause_900",
             lambda c: _pause(c, 900),
             (_b("slow_broker", None), _b("degraded_broker", None)),
-            (_b("LinkwatchSlowBroker", None), _b("LinkwatchSlowBrokerFinding", None)),
+            (
+                _b("LinkwatchSlowBroker", None),
+                _b("LinkwatchSlowBrokerFinding", None),
+                _b("LinkwatchDegradedBrokerFinding", None),
+            ),
             Effect(R.PRODUCE, ("remote",), "waiters"),
             PAUSE_NOTE,
         ),
@@ -247,7 +255,11 @@ SCENARIOS = {
             ),
             # Below the slow line (its leaders' p99 under 300 ms) the early warning is right.
             (_b("slow_broker", "remote"), _b("degraded_broker", "remote")),
-            (_b("LinkwatchSlowBroker", "remote"), _b("LinkwatchSlowBrokerFinding", "remote")),
+            (
+                _b("LinkwatchSlowBroker", "remote"),
+                _b("LinkwatchSlowBrokerFinding", "remote"),
+                _b("LinkwatchDegradedBrokerFinding", "remote"),
+            ),
             Effect(R.PRODUCE, ("remote",), "waiters"),
             "broker 2 paused 400/1000 ms while it follows every fm-all partition and leads none",
         ),
