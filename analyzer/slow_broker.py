@@ -198,7 +198,7 @@ class SlowBrokerConfig(DetectorConfig):
     hold_while_cluster_wide: bool = True  # Rule 6
     # Rule 6: hold also while Rule 3's score was active in any of the last hold_windows windows
     # (counted within history_windows: a larger value acts as history_windows).
-    hold_windows: int = Field(12, ge=1)
+    hold_windows: int = Field(6, ge=1)
     client_stages: list[str] = Field(default_factory=lambda: ["send", "throttle"])  # Rule 7
     # Rule 8: stage p99 ≥ degraded_ratio × the peers' median and ≥ degraded_excess_ms above it.
     degraded_ratio: float = Field(5.0, ge=1.0)

@@ -669,13 +669,24 @@ CASES = [
     ),
     (
         # Also from that run: after the slowdown fired and faded, one leader waits on its
-        # followers alone for a few windows. Not a finding remediation may act on (Rule 6).
+        # followers alone for four windows. Not a finding remediation may act on (Rule 6).
         "cluster-wide slowdown fired, then one leader alone waits in remote: held",
-        14,
+        9,
         3,
         {b: {i: waiting(450.0) for i in range(5)} for b in range(3)}
-        | {2: {i: waiting(450.0) for i in range(14)}},
+        | {2: {i: waiting(450.0) for i in range(9)}},
         {},
+    ),
+    (
+        # The fault matrix's run 5: its warm-up read cluster-wide for two windows 90 s before a
+        # leader was paused, and the stalled follower found 20 s after the onset was held back
+        # (hold_windows was 12 windows, 120 s at 10 s windows).
+        "a cluster-wide blip 8 windows before a stalled follower does not hold it back",
+        12,
+        3,
+        {b: slow_in(range(2)) for b in range(3)}
+        | {b: slow_in(range(2)) | {10: waiting(360.0), 11: waiting(370.0)} for b in (0, 1)},
+        {("slow_broker", "broker:2"): "remote"},
     ),
     (
         "loaded machine: one window in which one broker's request queue spikes, others waiting",
