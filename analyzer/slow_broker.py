@@ -186,7 +186,7 @@ class SlowBrokerConfig(DetectorConfig):
     history_windows: int = Field(12, ge=1)
     fire_score: int = Field(2, ge=1)
     clear_score: int = Field(1, ge=0)
-    max_score: int = Field(6, ge=1)
+    max_score: int = Field(5, ge=1)
     cluster_wide_fraction: float = Field(0.5, gt=0, le=1)
     stages: list[str] = Field(
         default_factory=lambda: ["requestQueue", "local", "remote", "responseQueue", "send", "throttle"]

@@ -96,7 +96,7 @@ def test_prometheus_sink_gauges() -> None:
         "cluster": "c1",
         "rule": "slow_broker",
         "subject": "broker:2",
-        "severity": "warning",
+        "severity": "critical",  # at max_score, 800 ms: twice the threshold
         "broker": "2",
         "stage": "local",
         "follower": "",

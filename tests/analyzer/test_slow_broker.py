@@ -790,16 +790,17 @@ def test_evidence_carries_values_baseline_windows() -> None:
     assert ev["baseline"]["peers_median_p99_ms"] == [20.0] * 8
     assert ev["windows"] == [window(i) for i in range(8)]
     assert ev["slow_windows"] == [window(i) for i in range(3, 8)]
-    assert (f.severity, ev["score"]) == ("warning", 5)
+    # At max_score (5) and above twice the threshold (800 ms): critical.
+    assert (f.severity, ev["score"]) == ("critical", 5)
     assert f.to_json()  # evidence must be JSON-serialisable to travel on linkwatch.findings
 
 
 def test_score_rises_and_falls_with_consecutive_windows() -> None:
     cfg = SlowBrokerConfig()
     walked = [walk_score([True] * k, cfg) for k in range(1, 8)]
-    assert walked == [(1, False), (2, True), (3, True), (4, True), (5, True), (6, True), (6, True)]
-    assert walk_score([True] * 6 + [False] * 4, cfg) == (2, True)  # hysteresis: still above clear_score
-    assert walk_score([True] * 6 + [False] * 5, cfg) == (1, False)
+    assert walked == [(1, False), (2, True), (3, True), (4, True), (5, True), (5, True), (5, True)]
+    assert walk_score([True] * 6 + [False] * 3, cfg) == (2, True)  # hysteresis: still above clear_score
+    assert walk_score([True] * 6 + [False] * 4, cfg) == (1, False)
     assert walk_score([True, False] * 6, cfg) == (0, False)  # one noisy window at a time never fires
     # Rule 12: a window that is no evidence either way (None) holds the score.
     assert walk_score([True, None, None, True], cfg) == (2, True)
