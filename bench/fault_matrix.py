@@ -231,6 +231,7 @@ SCENARIOS = {
             (
                 _b("LinkwatchSlowBroker", None),
                 _b("LinkwatchSlowBrokerFinding", None),
+                _b("LinkwatchDegradedBroker", None),
                 _b("LinkwatchDegradedBrokerFinding", None),
             ),
             Effect(R.PRODUCE, ("remote",), "waiters"),
@@ -243,6 +244,7 @@ SCENARIOS = {
             (
                 _b("LinkwatchSlowBroker", None),
                 _b("LinkwatchSlowBrokerFinding", None),
+                _b("LinkwatchDegradedBroker", None),
                 _b("LinkwatchDegradedBrokerFinding", None),
             ),
             Effect(R.PRODUCE, ("remote",), "waiters"),
@@ -255,9 +257,12 @@ SCENARIOS = {
             ),
             # Below the slow line (its leaders' p99 under 300 ms) the early warning is right.
             (_b("slow_broker", "remote"), _b("degraded_broker", "remote")),
+            # The alert rules read the same (Rule 12: the broker that serves few is the one its
+            # peers wait on, LinkwatchDegradedBroker stage remote below the line).
             (
                 _b("LinkwatchSlowBroker", "remote"),
                 _b("LinkwatchSlowBrokerFinding", "remote"),
+                _b("LinkwatchDegradedBroker", "remote"),
                 _b("LinkwatchDegradedBrokerFinding", "remote"),
             ),
             Effect(R.PRODUCE, ("remote",), "waiters"),

@@ -7,7 +7,8 @@
   ``action``, ``outcome`` as JSON).
 * :func:`finding_from_alert` turns an alert that names a broker (label ``broker``) or a stage
   (label ``stage``) into a finding, so the receiver can send it through the same pipeline; any
-  other alert returns None and goes to the hooks as before.
+  other alert returns None and goes to the hooks as before. A slow client's alert keeps the
+  client as its subject (label ``subject``, ``client:<id>``), never its broker's.
 """
 
 from __future__ import annotations
@@ -72,18 +73,28 @@ def event_from_finding(f: Finding, outcome: dict[str, Any]) -> AlertEvent:
 
 
 def finding_from_alert(event: AlertEvent, cluster: str = "default") -> Finding | None:
-    """The finding an alert carries: ``broker`` label → subject ``broker:<id>``; ``stage`` → evidence."""
+    """The finding an alert carries: ``broker`` label → subject ``broker:<id>``; ``stage`` → evidence.
+
+    A ``subject`` label that names a client (``client:<id>``, LinkwatchSlowClientFinding's) is
+    the subject, whatever ``broker`` says: a slow client is the client's finding, as the
+    analyzer raised it, and must never reach the policy as a broker's (its ``broker`` label is
+    only the broker it was slow on)."""
     broker = event.labels.get("broker", "")
     stage = event.labels.get("stage", "")
     if not broker and not stage:
         return None
     severity = event.labels.get("severity", "warning")
+    named = event.labels.get("subject", "")
+    if named.startswith("client:"):
+        subject = named
+    else:
+        subject = f"broker:{broker}" if broker else f"alert:{event.fingerprint}"
     return Finding(
         cluster=event.labels.get("cluster", cluster),
         source="alerts-receiver",
         ts_ms=int((event.received_at or time.time()) * 1000),
         rule=event.labels.get("rule") or event.alertname or "alert",
-        subject=f"broker:{broker}" if broker else f"alert:{event.fingerprint}",
+        subject=subject,
         severity=severity if severity in SEVERITIES else "warning",
         summary=event.annotations.get("summary", event.alertname),
         evidence={"stage": stage or None, "alert": event.to_dict()},

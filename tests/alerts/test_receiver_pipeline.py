@@ -43,3 +43,41 @@ def test_without_the_section_every_alert_goes_to_the_hooks(tmp_path: Path) -> No
         assert post(r.url, message(alert(broker="2")))[0] == 200
         (event,) = memory.wait_for(1, 5.0)
     assert event.labels["alertname"] == "LinkwatchSlowBroker" and "linkwatch_action" not in event.labels
+
+
+def test_slow_client_alert_is_the_clients_finding(tmp_path: Path) -> None:
+    """LinkwatchSlowClientFinding carries the broker the client was slow on and the client as
+    ``subject``: the pipeline gets the client's finding, never a broker's. The policy here drops
+    every broker's finding; the slow client still reaches the hooks, as ``client:etl-7``."""
+    memory = MemoryNotifier({"max_events": 100})
+    policy = {"rules": [{"subject": "broker:*", "action": "ignore"}]}
+    cfg = ReceiverConfig(
+        port=0, token=TOKEN, audit_log=tmp_path / "audit.jsonl", remediation={"policy": policy}
+    )
+    client = alert(broker="1")
+    client["labels"] = {
+        "alertname": "LinkwatchSlowClientFinding",
+        "cluster": "c1",
+        "rule": "slow_client",
+        "subject": "client:etl-7",
+        "severity": "warning",
+        "source": "analyzer",
+        "broker": "1",
+        "stage": "send",
+    }
+    client["fingerprint"] = "fpc"
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        assert post(r.url, message(alert(broker="2"), client))[0] == 200
+        (event,) = memory.wait_for(1, 5.0)
+    audited = [e for e in r.audit.read() if e.get("event") == "pipeline"]
+    # an ignored finding has no outcome: the pipeline sends nothing for it
+    assert sorted((a["rule"], a["subject"], (a["outcome"] or {}).get("action")) for a in audited) == [
+        ("LinkwatchSlowBroker", "broker:2", None),
+        ("slow_client", "client:etl-7", "notify"),
+    ]
+    assert (event.labels["alertname"], event.labels["subject"], event.labels["stage"]) == (
+        "slow_client",
+        "client:etl-7",
+        "send",
+    )
+    assert "broker" not in event.labels  # nothing downstream reads it as a broker's finding

@@ -359,6 +359,9 @@ ALERT_ROWS = [
     ({"broker": "2", "stage": "local", "severity": "critical"}, "broker:2", "critical", "local", True),
     ({"broker": "1"}, "broker:1", "warning", None, True),
     ({"stage": "send", "severity": "bogus"}, "alert:fp1", "warning", "send", True),
+    # LinkwatchSlowClientFinding: the client is the subject, not the broker it was slow on
+    ({"broker": "1", "subject": "client:etl-7", "stage": "send"}, "client:etl-7", "warning", "send", True),
+    ({"broker": "2", "subject": "topic:orders"}, "broker:2", "warning", None, True),
 ]
 
 
