@@ -81,7 +81,8 @@ named exactly one broker, in at least ``attribute_min_windows`` windows: it then
 toward Rule 3's cluster-wide slowdown (nor hold findings back by Rule 6). It does not count as
 the broker's slow window either: only the windows that name it do (on a loaded machine one
 broker is now and then out of line in its own stages, and the all-waiting windows around it
-must not turn that into a finding). With no cause named, or causes naming different brokers
+must not turn that into a finding); it holds the named broker's Rule 5 score, neither up nor
+down (as a Rule 12 window does), so its finding neither fires nor clears on it. With no cause named, or causes naming different brokers
 (every broker paused in turn), it stays Rule 3's. Windows that leave the named broker out (it is
 the one broker below the threshold and not waiting while the others wait: Rule 5's shape, but
 its own ``remote`` too high for Rule 5's check, as a paused broker's own acks=all requests wait
@@ -682,6 +683,9 @@ def stalled_followers(
     for request in cfg.requests:
         windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
         causes = [table.cause(request, w, cfg) for w in windows]
+        span = max(cfg.history_windows, cfg.attribute_lookback_windows)
+        lookback = table.windows(request, "total", now_ms, data.window_s, span)
+        attributed = attributed_windows(table, request, windows, cfg, lookback) if windows else {}
         # Per window: the worst waiting leader's p99.
         worst = tuple(max((c.usable[x].p99_ms or 0.0 for x in c.waiting), default=None) for c in causes)
         for b in sorted({c.suspect for c in causes if c.suspect is not None}):
@@ -698,8 +702,13 @@ def stalled_followers(
                 for row in [c.usable.get(b)]
             )
             # Rule 12: a window in which it serves few and nobody waits on it holds its score.
+            # So does a window Rule 10 attributes to it (every broker waiting, itself too: a
+            # paused broker's own acks=all requests wait out its pauses): not a slow window of
+            # its own, but no sign of recovery either. Counted as healthy, one such window
+            # cleared the finding and the next raised it again (a demotion undone and redone).
             flags = [
-                v.slow or (None if c.stopped == b else False) for v, c in zip(verdicts, causes, strict=True)
+                v.slow or (None if c.stopped == b or attributed.get(w) == b else False)
+                for w, v, c in zip(windows, verdicts, causes, strict=True)
             ]
             score, active = walk_score(flags, cfg)
             if active:

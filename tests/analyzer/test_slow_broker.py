@@ -295,6 +295,21 @@ CASES = [
         {("slow_broker", "broker:2"): "remote"},
     ),
     (
+        # The live e2e's shape (2 s windows, leader paused 400/1000): brokers 0 and 2 wait on 1
+        # for two windows, then all three wait (1's own acks=all requests wait out its pauses).
+        # Those windows are 1's (Rule 10) and hold its score: counted healthy, one cleared the
+        # finding and the next raised it again.
+        "stalled follower named twice, then everyone waits, itself too: its finding holds",
+        10,
+        3,
+        {
+            0: {i: waiting(450.0) for i in range(6, 10)},
+            1: {i: waiting(430.0) for i in (8, 9)},
+            2: {i: waiting(420.0) for i in range(6, 10)},
+        },
+        {("slow_broker", "broker:1"): "remote"},
+    ),
+    (
         "everyone waits, the windows between name different brokers (paused in turn): cluster-wide",
         10,
         3,
