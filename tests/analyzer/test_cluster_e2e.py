@@ -174,6 +174,23 @@ class Live:
             flush=True,
         )
 
+    def causes(self, request: str = "Produce", last: int = 24) -> str:
+        """Each recent window as Rules 3, 5, 9, 10 and 12 read it (for a failure's message: the
+        rows are gone with the run)."""
+        from analyzer.slow_broker import _Table
+
+        cfg = SlowBrokerConfig(**self.service.cfg.detectors["slow_broker"])
+        table = _Table(self.service.last.broker_stages)
+        lines = []
+        for w in sorted(table.rows.get((request, "total"), {}))[-last:]:
+            c = table.cause(request, w, cfg)
+            p99 = {b: round(r.p99_ms or 0.0) for b, r in sorted(c.usable.items())}
+            lines.append(
+                f"{w}: p99 {p99} above {sorted(c.above)} waiting {list(c.waiting)} suspect {c.suspect} "
+                f"culprit {c.culprit} left_out {c.left_out} stopped {c.stopped}"
+            )
+        return "\n".join(lines)
+
     def slow_emitted(self) -> list[str]:
         return [
             f.subject for f in self.sink.emitted if f.rule in ("slow_broker", "cluster_slow") and f.active
@@ -299,7 +316,9 @@ def test_paused_broker_2_is_found_with_its_stage_then_clears(live: Live) -> None
     assert found.evidence["stage"] in ("requestQueue", "local", "remote", "responseQueue", "send")
     print(f"finding: {found.summary}")
     wide = [f.evidence for f in live.sink.emitted if f.rule == "cluster_slow"]
-    assert set(live.slow_emitted()) == {"broker:2"}, f"cluster-wide evidence: {wide}"
+    assert set(live.slow_emitted()) == {"broker:2"}, (
+        f"emitted {live.slow_emitted()}; the windows:\n{live.causes()}\ncluster-wide evidence: {wide[:1]}"
+    )
     # The quiet phase evaluated at least as many windows as the fault needed, and found nothing.
     assert quiet_windows >= fault_windows
 
