@@ -14,6 +14,7 @@ from analyzer.base import InMemorySink
 from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
 from analyzer.window_state import WindowState
 from linkwatch import records as R
+from linkwatch.aggregates import Aggregates
 from spark_metrics.aggregate import aggregate, collect
 from spark_metrics.batch import write_archive
 from tests.analyzer.window_records import (
@@ -92,18 +93,11 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("recs", SCENARIOS.values(), ids=SCENARIOS.keys())
-def test_incremental_state_equals_the_batch_transforms(spark, recs) -> None:
-    resent = [*reversed(recs), recs[0]]
-    assert_same_aggregates(incremental(resent).aggregates(), batch_path(spark, resent))
-
-
-# Each example is a Spark job, and a job's fixed cost is most of its time; so one example holds
-# SETS_PER_EXAMPLE independent record sets, each moved to its own time span and its own topics
-# (``apart``), and checks them in one job. No aggregate spans two sets: every window, partition
-# rate, log dir, exemplar group, probe and imbalance is keyed by a window, a topic or both.
-SETS_PER_EXAMPLE = 4
-SET_SPAN_MS = 100 * WMS  # far past a set's own windows (record_sets draws six)
+# A Spark job's fixed cost is most of its time; so several independent record sets are checked
+# in one job, each moved to its own time span and its own topics (``apart``). No aggregate spans
+# two sets: every window, partition rate, log dir, exemplar group, probe and imbalance is keyed
+# by a window, a topic or both.
+SET_SPAN_MS = 100 * WMS  # far past a set's own windows (record_sets draws six, SCENARIOS five)
 
 
 def apart(recs: list[R.Record], k: int) -> list[R.Record]:
@@ -117,6 +111,54 @@ def apart(recs: list[R.Record], k: int) -> list[R.Record]:
         return dataclasses.replace(r, **shift)
 
     return [move(r) for r in recs]
+
+
+SLICED = (
+    "broker_stages",
+    "cluster_stages",
+    "partitions",
+    "logdirs",
+    "imbalances",
+    "client_windows",
+    "probes",
+)
+
+
+def only_set(data: Aggregates, k: int) -> Aggregates:
+    """The rows of set ``k`` (see ``apart``): those whose window lies in its time span."""
+    lo = T0 + k * SET_SPAN_MS
+
+    def keep(rows):
+        return [r for r in rows if lo <= r.window_start_ms < lo + SET_SPAN_MS]
+
+    return dataclasses.replace(data, **{name: keep(getattr(data, name)) for name in SLICED})
+
+
+def resent(recs: list[R.Record]) -> list[R.Record]:
+    """The scenario as the stream may deliver it: out of order, its first record twice."""
+    return [*reversed(recs), recs[0]]
+
+
+@pytest.fixture(scope="module")
+def scenarios_batch(spark) -> Aggregates:
+    """The batch path over every scenario at once, scenario ``k`` as set ``k``: one Spark job
+    where a job per scenario cost 8-10 s each."""
+    data = batch_path(spark, [r for k, recs in enumerate(SCENARIOS.values()) for r in apart(resent(recs), k)])
+    # Every row belongs to one scenario's span: the slices together are the whole output.
+    sliced = [only_set(data, k) for k in range(len(SCENARIOS))]
+    for name in SLICED:
+        assert sum(len(getattr(d, name)) for d in sliced) == len(getattr(data, name)), name
+    return data
+
+
+@pytest.mark.parametrize(("k", "recs"), list(enumerate(SCENARIOS.values())), ids=list(SCENARIOS))
+def test_incremental_state_equals_the_batch_transforms(scenarios_batch: Aggregates, k: int, recs) -> None:
+    sent = apart(resent(recs), k)
+    assert_same_aggregates(incremental(sent).aggregates(), only_set(scenarios_batch, k))
+
+
+# One example holds SETS_PER_EXAMPLE record sets, checked in one job (``apart``).
+SETS_PER_EXAMPLE = 4
 
 
 @settings(max_examples=4, deadline=None, derandomize=True, database=None)
