@@ -226,19 +226,23 @@ def _member_values(data: Aggregates) -> dict[tuple[str, str, str, int, str], flo
     return out
 
 
+# The row sets of an ``Aggregates`` that the stream and the batch path both produce.
+ROW_SETS = (
+    "broker_stages",
+    "cluster_stages",
+    "partitions",
+    "logdirs",
+    "imbalances",
+    "client_windows",
+    "probes",
+)
+
+
 def assert_same_aggregates(got: Aggregates, want: Aggregates, rel: float = 1e-9) -> None:
     """Row sets equal, floats to ``rel``; where several members share the maximum, either may
     be named ``max_member`` (Spark's ``max_by`` picks any of them)."""
     values = _member_values(want)
-    for name in (
-        "broker_stages",
-        "cluster_stages",
-        "partitions",
-        "logdirs",
-        "imbalances",
-        "client_windows",
-        "probes",
-    ):
+    for name in ROW_SETS:
         g = sorted((dataclasses.astuple(r) for r in getattr(got, name)), key=repr)
         w = sorted((dataclasses.astuple(r) for r in getattr(want, name)), key=repr)
         if name == "imbalances":

@@ -19,6 +19,7 @@ from spark_metrics.aggregate import aggregate, collect
 from spark_metrics.batch import write_archive
 from tests.analyzer.window_records import (
     CLUSTER,
+    ROW_SETS,
     T0,
     WINDOW_S,
     assert_same_aggregates,
@@ -113,17 +114,6 @@ def apart(recs: list[R.Record], k: int) -> list[R.Record]:
     return [move(r) for r in recs]
 
 
-SLICED = (
-    "broker_stages",
-    "cluster_stages",
-    "partitions",
-    "logdirs",
-    "imbalances",
-    "client_windows",
-    "probes",
-)
-
-
 def only_set(data: Aggregates, k: int) -> Aggregates:
     """The rows of set ``k`` (see ``apart``): those whose window lies in its time span."""
     lo = T0 + k * SET_SPAN_MS
@@ -131,7 +121,7 @@ def only_set(data: Aggregates, k: int) -> Aggregates:
     def keep(rows):
         return [r for r in rows if lo <= r.window_start_ms < lo + SET_SPAN_MS]
 
-    return dataclasses.replace(data, **{name: keep(getattr(data, name)) for name in SLICED})
+    return dataclasses.replace(data, **{name: keep(getattr(data, name)) for name in ROW_SETS})
 
 
 def resent(recs: list[R.Record]) -> list[R.Record]:
@@ -146,7 +136,7 @@ def scenarios_batch(spark) -> Aggregates:
     data = batch_path(spark, [r for k, recs in enumerate(SCENARIOS.values()) for r in apart(resent(recs), k)])
     # Every row belongs to one scenario's span: the slices together are the whole output.
     sliced = [only_set(data, k) for k in range(len(SCENARIOS))]
-    for name in SLICED:
+    for name in ROW_SETS:
         assert sum(len(getattr(d, name)) for d in sliced) == len(getattr(data, name)), name
     return data
 
