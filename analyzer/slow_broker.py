@@ -21,12 +21,15 @@ and per-broker findings are withheld: a slow cluster is not N slow nodes.
 Rule 5 — a stalled follower (e.g. a JVM paused by GC or SIGSTOP) is invisible in its own
 request times: a request that arrives while it is stopped is timestamped only when it is
 read. It shows on the *leaders* instead: with ``acks=all`` they wait in ``remote`` for it. In
-a window where at least ``min_waiting_leaders`` brokers are above the threshold with
-``remote`` carrying at least ``remote_share`` of their p99, and exactly one reporting broker
-is not (and is itself below the threshold, or served too few requests to be judged — a
-stalled JVM serves few), that broker is the suspected stalled follower, provided its own
-replication is fine: its own ``remote`` p99 (if it reported one) is at most
-``suspect_remote_ratio`` × the waiting leaders' median ``remote`` p99. A real stalled follower leads partitions whose followers are healthy, so
+a window where at least ``min_waiting_leaders`` brokers wait on replication — above the
+threshold with ``remote`` carrying at least ``remote_share`` of their p99; when fewer than that
+do but one does, those under the threshold with such a ``remote`` of at least ``wait_floor_ms``
+count too (leaders waiting on one follower need not all cross the line: run 6 of the fault
+matrix read 280 ms beside 370 ms) — and exactly one reporting broker does not (and is itself below the threshold, or
+served too few requests to be judged — a stalled JVM serves few), that broker is the suspected
+stalled follower, provided its own replication is fine: its own ``remote`` p99 (if it reported
+one) is at most ``suspect_remote_ratio`` × the waiting leaders' median ``remote`` p99. A real
+stalled follower leads partitions whose followers are healthy, so
 its own ``remote`` stays at the normal level; when every broker is paused alike, every leader
 waits in ``remote``, the one under the threshold too, and that is Rule 3's case, not Rule 5's.
 Such windows never count toward Rule 3's cluster-wide slowdown.
@@ -194,6 +197,10 @@ class SlowBrokerConfig(DetectorConfig):
     )
     remote_share: float = Field(0.5, gt=0, le=1)  # Rule 5: remote p99 / total p99 of a waiting leader
     min_waiting_leaders: int = Field(2, ge=1)
+    # Rule 5: a leader under the slow line waits on replication too when its remote p99 is at
+    # least this (and remote_share of its total), beside one waiting above the line. The soaks of
+    # the fault matrix's runs 4-6 read 74 ms at most; a stalled follower's leaders 99-370 ms.
+    wait_floor_ms: float = Field(150.0, ge=0)
     # Rule 5: a suspect's own remote p99 / the waiting leaders' median remote p99, at most.
     suspect_remote_ratio: float = Field(0.25, gt=0, le=1)
     hold_while_cluster_wide: bool = True  # Rule 6
@@ -281,6 +288,8 @@ class WindowCause:
     culprit: tuple[int, str] | None  # Rule 9: (broker, its own stage out of line, or "")
     left_out: int | None = None  # Rule 5's shape without its replication check (Rule 10)
     stopped: int | None = None  # Rule 12: the one broker serving few requests
+    # Rule 5: under the threshold, waiting in ``remote`` at least ``wait_floor_ms``
+    waiting_below: tuple[int, ...] = ()
 
     @property
     def culprit_broker(self) -> int | None:
@@ -319,8 +328,20 @@ class _Table:
                     and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (usable[b].p99_ms or 0.0)
                 )
             )
+            below = tuple(
+                sorted(
+                    b
+                    for b in usable
+                    if b not in above
+                    and b in remote
+                    and (remote[b].p99_ms or 0.0) >= cfg.wait_floor_ms
+                    and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (usable[b].p99_ms or 0.0)
+                )
+            )
             culprit = _window_culprit(self, request, w, cfg, usable, above, set(waiting))
-            left_out, suspect = _window_suspect(self, request, w, cfg, usable, list(waiting), culprit)
+            left_out, suspect = _window_suspect(
+                self, request, w, cfg, usable, list(waiting), list(below), culprit
+            )
             stopped = self.stopped(request, w, cfg)
             # A long poll in remote (wait_stages) is no leader waiting on a follower: no request
             # type whose remote waits by design names a stalled follower (Rules 5 and 12). The
@@ -334,7 +355,9 @@ class _Table:
                 and (culprit is None or culprit[0] == stopped)
             ):
                 suspect = stopped
-            self.causes[key] = WindowCause(usable, above, waiting, suspect, culprit, left_out, stopped)
+            self.causes[key] = WindowCause(
+                usable, above, waiting, suspect, culprit, left_out, stopped, waiting_below=below
+            )
         return self.causes[key]
 
     def stopped(self, request: str, w: int, cfg: SlowBrokerConfig) -> int | None:
@@ -630,12 +653,17 @@ def _window_suspect(
     cfg: SlowBrokerConfig,
     usable: dict[int, StageWindow],
     waiting: list[int],
+    below: list[int],
     culprit: tuple[int, str] | None,
 ) -> tuple[int | None, int | None]:
     """Rule 5 in one window: ``(left out, suspect)``. *Left out*: the one reporting broker not
     waiting, below the threshold (or with too few requests to judge), while at least
-    ``min_waiting_leaders`` wait; the *suspect* is that broker when its own replication is fine
-    and no other broker is the window's culprit (Rule 9).
+    ``min_waiting_leaders`` wait above the threshold; the *suspect* is that broker when its own
+    replication is fine and no other broker is the window's culprit (Rule 9). With fewer waiting
+    above the threshold but at least one, the brokers under it waiting at least
+    ``wait_floor_ms`` in ``remote`` (``below``) count as waiting leaders too. Not when enough
+    wait above it: a broker paused in a duty cycle waits under the line itself (its own acks=all
+    requests wait out its pauses), and it is then the one left out, not a waiting leader.
 
     The suspect is the one reporting broker that is not waiting. It may have served too few
     requests to be judged itself (a stalled JVM serves few): then it is a suspect whatever its
@@ -644,14 +672,15 @@ def _window_suspect(
     # may log nothing for a window (or its agent's row arrives late), and it is then the best
     # suspect, not a reason to read the waiting leaders as a cluster-wide slowdown.
     reporting = set(table.usable(request, "total", w, 1)) | table.known(request)
-    others = [b for b in reporting if b not in waiting]
-    if len(waiting) < cfg.min_waiting_leaders or len(others) != 1:
+    leaders = waiting if len(waiting) >= cfg.min_waiting_leaders or not waiting else waiting + below
+    others = [b for b in reporting if b not in leaders]
+    if len(leaders) < cfg.min_waiting_leaders or len(others) != 1:
         return None, None
     b = others[0]
     if b in usable and (usable[b].p99_ms or 0.0) > cfg.p99_threshold_ms:
         return None, None
     remote = table.usable(request, "remote", w, 1)
-    suspect = b if _replicates_fine(remote, b, waiting, cfg) else None
+    suspect = b if _replicates_fine(remote, b, leaders, cfg) else None
     # A waiting broker far out of line in its own stages (Rule 9) is what the others wait on;
     # the one broker not waiting is then only the one it does not lead for.
     if culprit is not None and culprit[0] != suspect:
@@ -713,7 +742,10 @@ def stalled_followers(
             score, active = walk_score(flags, cfg)
             if active:
                 leaders = {
-                    x for c, o in zip(causes, own, strict=True) if c.suspect == b or o for x in c.waiting
+                    x
+                    for c, o in zip(causes, own, strict=True)
+                    if c.suspect == b or o
+                    for x in (*c.waiting, *c.waiting_below)
                 }
                 out.append(
                     StalledFollower(

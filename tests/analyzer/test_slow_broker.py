@@ -166,6 +166,35 @@ def stalled_below_line(b: int) -> dict[int, dict]:
     return {i: waiting(150.0 + 10 * ((i + b) % 10)) for i in range(8, 16)}
 
 
+# The fault matrix's run 6, Produce, 10 s windows, from the onset (broker ids 1, 3, 2 as 0, 1, 2):
+# the two leaders' total p99 in the fault windows, remote carrying nearly all of it. Only one of
+# them is above the 300 ms line in most windows; the other waits 99-347 ms.
+RUN6_STALLED = ((384, 268), (347, 99), (321, 262), (334, 176), (347, 302), (273, 347), (369, 268), (340, 334))
+RUN6_PAUSE_400 = (
+    (369, 279),
+    (334, 228),
+    (284, 302),
+    (369, 211),
+    (361, 334),
+    (347, 224),
+    (308, 268),
+    (314, 242),
+)
+
+
+# Broker 2's logged requests in those windows against its baseline, the leaders' at 0.95 of
+# theirs: Rule 12 reads it as serving few (at most 0.65 × 0.95) in one window only.
+RUN6_STALLED_COUNTS = (62, 57, 62, 65, 65, 63, 67, 65)
+
+
+def leaders_of_run6(b: int, totals: tuple[tuple[int, int], ...], follower: dict) -> dict[int, dict]:
+    """Windows 0-7 healthy, then the leaders (0, 1) wait as run 6's did and broker 2 is ``follower``
+    (its ``count`` per window from ``RUN6_STALLED_COUNTS`` when it sets none)."""
+    if b == 2:
+        return {8 + k: {"count": RUN6_STALLED_COUNTS[k]} | follower for k in range(len(totals))}
+    return {8 + k: waiting(float(pair[b])) | {"count": 95} for k, pair in enumerate(totals)}
+
+
 def long_poll(p99: float) -> dict:
     """A consumer fetch that waits out fetch.max.wait.ms in purgatory (remote): by design."""
     return {"request": "FetchConsumer", "p99": p99, "stage_p99": {**BUSY_STAGES, "remote": p99 - 5}}
@@ -510,6 +539,39 @@ CASES = [
         3,
         {b: stalled_below_line(b) for b in range(3)},
         {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "run 6's stalled follower: one leader above the line, the other waiting under it",
+        16,
+        3,
+        {
+            b: leaders_of_run6(b, RUN6_STALLED, {"p99": 47.0, "stage_p99": {**BUSY_STAGES, "remote": 0.0}})
+            for b in range(3)
+        },
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        "run 6's leader paused 400/1000 ms: its leaders wait, one of them under the line",
+        16,
+        3,
+        {
+            b: leaders_of_run6(
+                b, RUN6_PAUSE_400, {"count": 100, "p99": 37.0, "stage_p99": {**BUSY_STAGES, "remote": 10.0}}
+            )
+            for b in range(3)
+        },
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        # Its peers' median is 100 ms (the other leader's 180, broker 2's 20): it is slow by Rule 1.
+        "one leader above the line, the other's remote under the wait floor: the leader is slow itself",
+        16,
+        3,
+        {
+            0: {i: waiting(380.0) for i in range(8, 16)},
+            1: {i: waiting(180.0) | {"stage_p99": {**BUSY_STAGES, "remote": 120.0}} for i in range(8, 16)},
+        },
+        {("slow_broker", "broker:0"): "remote"},
     ),
     (
         "Rule 12: serving few with nobody waiting (leadership moved away) is nothing",
