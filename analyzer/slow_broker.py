@@ -387,6 +387,13 @@ class _Table:
         done = [w for w in self.rows[(request, stage)] if w + window_s * 1000 <= now_ms]
         return sorted(done)[-limit:]
 
+    def lookback(self, request: str, now_ms: int, window_s: int, cfg: SlowBrokerConfig) -> list[int]:
+        """The request type's finished windows Rules 6 and 10 read, the newest last: the longer
+        of the history and ``attribute_lookback_windows``; the history is its last
+        ``history_windows``."""
+        span = max(cfg.history_windows, cfg.attribute_lookback_windows)
+        return self.windows(request, "total", now_ms, window_s, span)
+
     def usable(self, request: str, stage: str, window: int, min_requests: int) -> dict[int, StageWindow]:
         by_broker = self.rows.get((request, stage), {}).get(window, {})
         # ``logged``, not ``count``: under sampled capture a count is an estimate, and a p99 is
@@ -445,8 +452,7 @@ def cluster_score(
     the window, walked from the start of the longer lookback (``attribute_lookback_windows``),
     which Rule 6 reads: a slowdown that fired stays in view after its history has scrolled on."""
     table = table if table is not None else _Table(data.broker_stages)
-    span = max(cfg.history_windows, cfg.attribute_lookback_windows)
-    lookback = table.windows(request, "total", now_ms, data.window_s, span)
+    lookback = table.lookback(request, now_ms, data.window_s, cfg)
     windows = lookback[-cfg.history_windows :]
     early = lookback[: len(lookback) - len(windows)]
     attributed = attributed_windows(table, request, windows, cfg, lookback)
@@ -710,10 +716,9 @@ def stalled_followers(
     table = table if table is not None else _Table(data.broker_stages)
     out = []
     for request in cfg.requests:
-        windows = table.windows(request, "total", now_ms, data.window_s, cfg.history_windows)
+        lookback = table.lookback(request, now_ms, data.window_s, cfg)
+        windows = lookback[-cfg.history_windows :]
         causes = [table.cause(request, w, cfg) for w in windows]
-        span = max(cfg.history_windows, cfg.attribute_lookback_windows)
-        lookback = table.windows(request, "total", now_ms, data.window_s, span)
         attributed = attributed_windows(table, request, windows, cfg, lookback) if windows else {}
         # Per window: the worst waiting leader's p99.
         worst = tuple(max((c.usable[x].p99_ms or 0.0 for x in c.waiting), default=None) for c in causes)
