@@ -644,10 +644,12 @@ class StalledFollower:
     @property
     def own_stage(self) -> str | None:
         """The own stage it was out of line in most often, when Rule 9's windows outnumber Rule
-        5's (it stalls while serving, not only as a follower); else None (stage ``remote``)."""
+        5's (it stalls while serving, not only as a follower); else None (stage ``remote``). A
+        tie is ``remote``, as on the Prometheus path, whose alert names ``remote`` while the
+        leaders wait on the broker (the demo's paused leader: one window each way when found)."""
         stages = [x for x in self.culprit_stages if x]  # "": a culprit with no stage out of line
         suspect_windows = sum(v.slow for v in self.score.windows) - len(stages)
-        if not stages or len(stages) < suspect_windows:
+        if not stages or len(stages) <= suspect_windows:
             return None
         return max(sorted(set(stages)), key=stages.count)
 

@@ -563,6 +563,15 @@ CASES = [
         {("slow_broker", "broker:2"): "remote"},
     ),
     (
+        # The demo's paused leader when first found: one window out of line in its own stage
+        # (Rule 9), one window its leaders wait on it (Rule 5). The agents' alert says remote.
+        "paused broker named once by its own stage and once by its leaders: stage remote",
+        8,
+        3,
+        {0: {i: waiting(450.0) for i in (6, 7)}, 1: {i: waiting(450.0) for i in (6, 7)}, 2: {6: paused(1)}},
+        {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
         # Its peers' median is 100 ms (the other leader's 180, broker 2's 20): it is slow by Rule 1.
         "one leader above the line, the other's remote under the wait floor: the leader is slow itself",
         16,
