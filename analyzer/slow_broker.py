@@ -25,11 +25,11 @@ a window where at least ``min_waiting_leaders`` brokers wait on replication — 
 threshold with ``remote`` carrying at least ``remote_share`` of their p99; when fewer than that
 do but one does, those under the threshold with such a ``remote`` of at least ``wait_floor_ms``
 count too (leaders waiting on one follower need not all cross the line: run 6 of the fault
-matrix read 280 ms beside 370 ms) — and exactly one reporting broker does not (and is itself below the threshold, or
-served too few requests to be judged — a stalled JVM serves few), that broker is the suspected
-stalled follower, provided its own replication is fine: its own ``remote`` p99 (if it reported
-one) is at most ``suspect_remote_ratio`` × the waiting leaders' median ``remote`` p99. A real
-stalled follower leads partitions whose followers are healthy, so
+matrix read 280 ms beside 370 ms) — and exactly one reporting broker does not (and is itself
+below the threshold, or served too few requests to be judged — a stalled JVM serves few), that
+broker is the suspected stalled follower, provided its own replication is fine: its own
+``remote`` p99 (if it reported one) is at most ``suspect_remote_ratio`` × the waiting leaders'
+median ``remote`` p99. A real stalled follower leads partitions whose followers are healthy, so
 its own ``remote`` stays at the normal level; when every broker is paused alike, every leader
 waits in ``remote``, the one under the threshold too, and that is Rule 3's case, not Rule 5's.
 Such windows never count toward Rule 3's cluster-wide slowdown.
@@ -320,23 +320,14 @@ class _Table:
             usable = self.usable(request, "total", w, cfg.min_requests)
             above = frozenset(b for b, r in usable.items() if (r.p99_ms or 0.0) > cfg.p99_threshold_ms)
             remote = self.usable(request, "remote", w, 1)
-            waiting = tuple(
-                sorted(
-                    b
-                    for b in above
-                    if b in remote
-                    and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (usable[b].p99_ms or 0.0)
-                )
-            )
+            remote_ms = {
+                b: remote[b].p99_ms or 0.0
+                for b in usable
+                if b in remote and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (usable[b].p99_ms or 0.0)
+            }  # the brokers whose p99 is mostly the wait for their followers (Rule 5's share)
+            waiting = tuple(sorted(b for b in above if b in remote_ms))
             below = tuple(
-                sorted(
-                    b
-                    for b in usable
-                    if b not in above
-                    and b in remote
-                    and (remote[b].p99_ms or 0.0) >= cfg.wait_floor_ms
-                    and (remote[b].p99_ms or 0.0) >= cfg.remote_share * (usable[b].p99_ms or 0.0)
-                )
+                sorted(b for b, ms in remote_ms.items() if b not in above and ms >= cfg.wait_floor_ms)
             )
             culprit = _window_culprit(self, request, w, cfg, usable, above, set(waiting))
             left_out, suspect = _window_suspect(

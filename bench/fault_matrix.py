@@ -74,9 +74,9 @@ from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, f
 from linkwatch.testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, ensure_topic
 
 CLUSTER = "fm"
-# The agents' and the analyzer's window; --window-s sets it (the product's default is 10 s;
-# runs 1-3 used 2 s).
-WINDOW_S = 10
+# The agents' and the analyzer's window unless --window-s sets it (the product's default;
+# runs 1-3 used 2 s). A saved run carries its own.
+DEFAULT_WINDOW_S = 10
 REPLAY_LOOKBACK_WINDOWS = 30  # more than the rules read back (attribute_lookback_windows 18)
 VICTIM = 2
 TOPICS = ("fm-uniform", "fm-zipf", "fm-all")
@@ -388,7 +388,7 @@ class Ticker:
                 print(f"analyzer tick failed: {e!r}", flush=True)
             rows = self.service.last.broker_stages if self.service.last else ()
             newest = max((r.window_start_ms for r in rows), default=None)
-            age = None if newest is None else started - (newest / 1000 + WINDOW_S)
+            age = None if newest is None else started - (newest / 1000 + self.service.cfg.window_s)
             self.ticks.append((started, time.time() - started, age))
             self.service.wait_next(self._stop, time.monotonic() - (time.time() - started))
 
@@ -400,7 +400,7 @@ ANALYZER_MODES = {
 
 
 def analyzer_config(
-    state: ClusterState, root: Path, evaluation: str, mode: str = "defaults"
+    state: ClusterState, root: Path, evaluation: str, window_s: int, mode: str = "defaults"
 ) -> AnalyzerConfig:
     info_too = {"info": Decision.ALERT, "warning": Decision.ALERT, "critical": Decision.ALERT}
     timings: dict[str, Any] = {}
@@ -411,7 +411,7 @@ def analyzer_config(
     return AnalyzerConfig(
         cluster=CLUSTER,
         bootstrap=state.bootstrap,
-        window_s=WINDOW_S,
+        window_s=window_s,
         **timings,
         evaluation=evaluation,
         state_dir=root / "analyzer",
@@ -449,12 +449,13 @@ class Run:
     alerts: list[dict[str, Any]]
     ticks: list[tuple[float, float, float | None]]
     records: list[R.Record]
+    window_s: int  # the agents' windows
 
 
 def save_run(result: Run, path: Path) -> None:
     """The run as one JSON document; records and findings in their wire form (``to_json``)."""
     doc = {
-        "window_s": WINDOW_S,
+        "window_s": result.window_s,
         "marks": result.phases.marks,
         "errors": result.phases.errors,
         "live": [(t, f.to_json().decode()) for t, f in result.live],
@@ -466,9 +467,7 @@ def save_run(result: Run, path: Path) -> None:
 
 
 def load_run(path: Path) -> Run:
-    global WINDOW_S
     doc = json.loads(path.read_text())
-    WINDOW_S = int(doc.get("window_s", 2))  # runs saved before the option had 2 s windows
     phases = Phases(errors=doc["errors"])
     for scenario, spans in doc["marks"].items():
         phases.marks[scenario] = {name: (a, b) for name, (a, b) in spans.items()}
@@ -479,6 +478,7 @@ def load_run(path: Path) -> Run:
         doc["alerts"],
         [tuple(x) for x in doc["ticks"]],
         [R.decode(raw) for raw in doc["records"]],
+        int(doc.get("window_s", 2)),  # runs saved before the option had 2 s windows
     )
 
 
@@ -520,7 +520,7 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
             config_for_node(
                 n,
                 cluster=CLUSTER,
-                request_log={"window_s": WINDOW_S, "start_at": "end"},
+                request_log={"window_s": args.window_s, "start_at": "end"},
                 kafka={
                     "enabled": True,
                     "bootstrap_servers": state.bootstrap,
@@ -540,7 +540,7 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         ]
         stops += [x.stop for x in loads]
         stops.append(ConsumerLoad(state.bootstrap, "fm-uniform", "fm-group").start().stop)
-        cfg = analyzer_config(state, root, args.evaluation, args.analyzer)
+        cfg = analyzer_config(state, root, args.evaluation, args.window_s, args.analyzer)
         t0 = time.time()
         service = AnalysisService(cfg, sinks=[sink]).start()
         stops.append(service.stop)
@@ -582,7 +582,7 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         stops = []
         alerts = stack.received_all()
         records = read_samples(state.bootstrap)
-        return Run(phases, sink.emitted, alerts, ticker.ticks, records)
+        return Run(phases, sink.emitted, alerts, ticker.ticks, records, args.window_s)
     finally:
         faults.revert_all()
         for stop in reversed(stops):
@@ -595,19 +595,19 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
 
 
 def replay(
-    records: list[R.Record], spans: list[tuple[float, float]]
+    records: list[R.Record], spans: list[tuple[float, float]], window_s: int
 ) -> tuple[list[tuple[float, R.Finding]], WindowState]:
     """The analyzer's engine over the agents' windows, at every window end within ``spans``:
     what the rules say without the pipeline's delay. Returns the emitted findings (at the
     evaluation's time) and the state (for the effect checks)."""
-    state = WindowState(CLUSTER, WINDOW_S, horizon_ms=1 << 40, max_records=1 << 30)
+    state = WindowState(CLUSTER, window_s, horizon_ms=1 << 40, max_records=1 << 30)
     state.add(records)
     sink = TimedSink()
     info_too = PolicyConfig(
         by_severity={"info": Decision.ALERT, "warning": Decision.ALERT, "critical": Decision.ALERT}
     )
     engine = Engine(load_detectors({"slow_broker": None}), sinks=[sink], policy=SeverityPolicy(info_too))
-    step = WINDOW_S * 1000
+    step = window_s * 1000
     for lo, hi in spans:
         now = int(lo * 1000) // step * step
         while now <= hi * 1000 + step:
@@ -753,7 +753,7 @@ def judge(
 
 
 def effect(
-    state: WindowState, e: Effect | None, span: dict[str, tuple[float, float]]
+    state: WindowState, e: Effect | None, span: dict[str, tuple[float, float]], window_s: int
 ) -> tuple[str, bool | None]:
     """The stage(s) the fault should move, median over the fault windows of each broker's p99."""
     if e is None:
@@ -763,7 +763,7 @@ def effect(
 
     def medians(lo: float, hi: float) -> dict[tuple[str, int], float]:
         rows: list[StageWindow] = state.aggregates(
-            int(hi * 1000), int(lo * 1000) + WINDOW_S * 1000
+            int(hi * 1000), int(lo * 1000) + window_s * 1000
         ).broker_stages
         per: dict[tuple[str, int], list[float]] = defaultdict(list)
         for r in rows:
@@ -820,7 +820,7 @@ def table(
     rows = []
     for s in chosen:
         span = result.phases.marks[s.name]
-        text, took = effect(state, s.effect, span)
+        text, took = effect(state, s.effect, span, result.window_s)
         row: dict[str, Any] = {
             "scenario": s.name,
             "note": s.note,
@@ -877,7 +877,6 @@ def print_ticks(ticks: list[tuple[float, float, float | None]]) -> None:
 
 
 def main() -> None:
-    global WINDOW_S
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated: {', '.join(SCENARIOS)}"
@@ -904,7 +903,7 @@ def main() -> None:
     ap.add_argument(
         "--window-s",
         type=int,
-        default=WINDOW_S,
+        default=DEFAULT_WINDOW_S,
         help="the agents' and the analyzer's window (default: 10, theirs)",
     )
     ap.add_argument(
@@ -923,7 +922,6 @@ def main() -> None:
         help="judge a saved run again instead of running (the replay uses the rules as they are now)",
     )
     args = ap.parse_args()
-    WINDOW_S = args.window_s
     unknown = [n for n in args.scenarios.split(",") if n and n not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
@@ -932,7 +930,7 @@ def main() -> None:
     print(f"analyzer evaluation: {args.evaluation}", flush=True)
     if not args.from_run:
         print(
-            f"windows: {WINDOW_S} s; analyzer timings: {args.analyzer}: {ANALYZER_MODES[args.analyzer]}",
+            f"windows: {args.window_s} s; analyzer timings: {args.analyzer}: {ANALYZER_MODES[args.analyzer]}",
             flush=True,
         )
     if not args.from_run:
@@ -944,7 +942,7 @@ def main() -> None:
         if args.save_run:
             save_run(result, args.save_run)
     spans = [(m["before"][0], m["after"][1]) for m in result.phases.marks.values()]
-    replayed, state = replay(result.records, spans)
+    replayed, state = replay(result.records, spans, result.window_s)
     rows = table(chosen, result, replayed, state)
     print_table(rows)
     print_ticks(result.ticks)
