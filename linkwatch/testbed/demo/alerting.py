@@ -7,11 +7,15 @@ Follows :class:`linkwatch.testbed.demo.DemoComponent` (``start(cluster)``, ``lin
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from linkwatch.testbed.alert_stack import AlertStack, ScrapeTarget, format_alert
+
+# What AlertStack and summary() write under the component's workdir.
+STACK_DIRS = ("receiver", "alertmanager", "prometheus", "dashboards")
 
 
 class AlertingDemoComponent:
@@ -38,6 +42,12 @@ class AlertingDemoComponent:
         self.stack: AlertStack | None = None
 
     def start(self, cluster: Any) -> None:
+        # A demo starts from nothing of an earlier one in the same place (the directory is kept
+        # after a run for its dashboards and logs): its receiver's audit log would show that
+        # run's alerts as this one's, and its Prometheus data hold that run's series. Only the
+        # stack's own subdirectories are removed.
+        for name in STACK_DIRS:
+            shutil.rmtree(self.workdir / name, ignore_errors=True)
         self.stack = AlertStack(
             self.workdir, self.targets(cluster), fast=self.fast, scrape_s=2, eval_s=2
         ).start()
