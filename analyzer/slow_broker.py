@@ -86,10 +86,11 @@ the broker's slow window either: only the windows that name it do (on a loaded m
 broker is now and then out of line in its own stages, and the all-waiting windows around it
 must not turn that into a finding); it holds the named broker's Rule 5 score, neither up nor
 down (as a Rule 12 window does), so its finding neither fires nor clears on it. With no cause
-named, or causes naming different brokers (every broker paused in turn), it stays Rule 3's. Windows that leave the named broker out (it is
-the one broker below the threshold and not waiting while the others wait: Rule 5's shape, but
-its own ``remote`` too high for Rule 5's check, as a paused broker's own acks=all requests wait
-out its pauses too) count toward ``attribute_min_windows`` as well (``attribute_left_out``);
+named, or causes naming different brokers (every broker paused in turn), it stays Rule 3's.
+Windows that leave the named broker out (it is the one broker below the threshold and not
+waiting while the others wait: Rule 5's shape, but its own ``remote`` too high for Rule 5's
+check, as a paused broker's own acks=all requests wait out its pauses too) count toward
+``attribute_min_windows`` as well (``attribute_left_out``);
 they never name a broker by themselves, and those leaving out another broker are not counted.
 A broker named in the history does not attribute when another was named in the windows before
 it, within ``attribute_lookback_windows``: brokers paused in turn are each named now and then.

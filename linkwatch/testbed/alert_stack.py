@@ -16,6 +16,7 @@ need any alert within seconds; the rule logic is otherwise the shipped one.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import re
 import secrets
@@ -190,8 +191,29 @@ class Process:
         self._log.close()
 
 
+def posted_alert(
+    name: str, ends_in_s: float = 3600, annotations: dict[str, str] | None = None, **labels: str
+) -> dict:
+    """An alert as Prometheus posts it to Alertmanager (API v2, :meth:`AlertStack.post_alerts`):
+    started a minute ago, ending ``ends_in_s`` from now; summary ``"<name> test"`` unless
+    ``annotations`` set one."""
+
+    def at(offset_s: float) -> str:
+        return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=offset_s)).isoformat().replace("+00:00", "Z")
+
+    return {
+        "labels": {"alertname": name, **labels},
+        "annotations": {"summary": f"{name} test", **(annotations or {})},
+        "startsAt": at(-60),
+        "endsAt": at(ends_in_s),
+    }
+
+
 class AlertStack:
-    """Receiver, Alertmanager and Prometheus, started in that order, stopped in reverse."""
+    """Receiver, Alertmanager and Prometheus, started in that order, stopped in reverse.
+    Each writes under ``workdir/<name>`` (:attr:`COMPONENTS`)."""
+
+    COMPONENTS = ("receiver", "alertmanager", "prometheus")
 
     def __init__(
         self,
@@ -207,7 +229,7 @@ class AlertStack:
         self.fast = fast
         self.scrape_s, self.eval_s, self.for_s = scrape_s, eval_s, for_s
         self.token = secrets.token_urlsafe(24)
-        self.ports = {"receiver": free_port(), "alertmanager": free_port(), "prometheus": free_port()}
+        self.ports = {name: free_port() for name in self.COMPONENTS}
         self.processes: list[Process] = []
         self.audit = AuditLog(self.workdir / "receiver" / "audit.jsonl")
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 import subprocess
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from alerts.rules_check import ALERTMANAGER_EXAMPLE
-from linkwatch.testbed.alert_stack import AlertStack
+from linkwatch.testbed.alert_stack import AlertStack, posted_alert
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus-alertmanager") is None or shutil.which("prometheus") is None,
@@ -21,18 +20,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _now(offset_s: float = 0) -> str:
-    return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=offset_s)).isoformat().replace("+00:00", "Z")
-
-
 def am_alert(name: str, ends_in_s: float = 3600, **labels: str) -> dict:
     stage = {"stage": "local"} if name == "LinkwatchSlowBroker" else {}
-    return {
-        "labels": {"alertname": name, **labels},
-        "annotations": {"summary": f"{name} test", **stage},
-        "startsAt": _now(-60),
-        "endsAt": _now(ends_in_s),
-    }
+    return posted_alert(name, ends_in_s, stage, **labels)
 
 
 @pytest.fixture(scope="module")

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from linkwatch.testbed.alert_stack import posted_alert
 from linkwatch.testbed.demo.alerting import AlertingDemoComponent
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus-alertmanager") is None or shutil.which("prometheus") is None,
     reason="Debian prometheus / prometheus-alertmanager missing",
 )
-
-
-def _now(offset_s: float = 0) -> str:
-    return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=offset_s)).isoformat().replace("+00:00", "Z")
 
 
 def test_a_demo_run_shows_none_of_an_earlier_runs_alerts(tmp_path: Path) -> None:
@@ -31,18 +27,14 @@ def test_a_demo_run_shows_none_of_an_earlier_runs_alerts(tmp_path: Path) -> None
         assert first.stack is not None
         first.stack.post_alerts(
             [
-                {
-                    "labels": {
-                        "alertname": "LinkwatchSlowBroker",
-                        "cluster": "demo",
-                        "broker": "2",
-                        "request": "Produce",
-                        "severity": "warning",
-                    },
-                    "annotations": {"summary": "earlier run", "stage": "remote"},
-                    "startsAt": _now(-60),
-                    "endsAt": _now(3600),
-                }
+                posted_alert(
+                    "LinkwatchSlowBroker",
+                    annotations={"stage": "remote"},
+                    cluster="demo",
+                    broker="2",
+                    request="Produce",
+                    severity="warning",
+                )
             ]
         )
         deadline = time.monotonic() + 60

@@ -15,7 +15,7 @@ from typing import Any
 from linkwatch.testbed.alert_stack import AlertStack, ScrapeTarget, format_alert
 
 # What AlertStack and summary() write under the component's workdir.
-STACK_DIRS = ("receiver", "alertmanager", "prometheus", "dashboards")
+STACK_DIRS = (*AlertStack.COMPONENTS, "dashboards")
 
 
 class AlertingDemoComponent:
