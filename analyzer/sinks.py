@@ -101,14 +101,29 @@ class PrometheusSink(FindingSink):
             registry=self.registry,
         )
         self.dropped = 0
+        # The label values each active finding (rule, subject) set, so a change of labels while
+        # it is active (its severity rising to critical, its stage or follower named anew) and
+        # its clearing remove the series it set, not only the clearing's own: fault-matrix run 8
+        # left a finding raised as warning and cleared after it had become critical at 1 for the
+        # rest of the run, its alert firing throughout. One entry per active finding.
+        self._series: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def emit(self, finding: Finding) -> None:
-        labels = finding_labels(finding)
+        values = tuple(finding_labels(finding).values())
+        key = (finding.rule, finding.subject)
+        before = self._series.pop(key, None)
         if finding.active:
-            self.active.labels(**labels).set(1)
+            if before is not None and before != values:
+                self._remove(before)
+            self.active.labels(*values).set(1)
+            self._series[key] = values
         else:
-            with contextlib.suppress(KeyError):
-                self.active.remove(*labels.values())
+            for old in {before, values} - {None}:
+                self._remove(old)
+
+    def _remove(self, values: tuple[str, ...]) -> None:
+        with contextlib.suppress(KeyError):  # never set, or removed already
+            self.active.remove(*values)
 
     def observe(self, data: Aggregates, measured: GaugeValues, max_hot_keys: int = 20) -> None:
         """Refresh the gauges from one evaluation: ``data`` and the detectors' gauge values."""

@@ -13,6 +13,7 @@ from analyzer.slow_broker import SlowBrokerDetector
 from linkwatch.aggregates import Aggregates, ImbalanceWindow
 from linkwatch.commands.report import parse_time
 from linkwatch.errors import ConfigError
+from linkwatch.records import Finding
 from tests.analyzer.test_slow_broker import T0, now_after, scenario, slow_in, window
 
 
@@ -115,6 +116,40 @@ def test_prometheus_sink_gauges() -> None:
     )
     sink.emit(finding.__class__(**{**finding.__dict__, "active": False}))
     assert get("linkwatch_finding_active", labels) is None
+
+
+def test_prometheus_sink_clears_the_series_a_finding_set_when_its_labels_changed() -> None:
+    """Fault-matrix run 8: a slow_broker finding raised as warning became critical (its score at
+    max_score) and cleared as warning; the critical series stayed at 1 and its alert fired for
+    the rest of the run. A finding's change of labels moves its one series; its clearing removes
+    whatever it set."""
+    [finding] = SlowBrokerDetector().detect(_data(), now_after(8))
+    sink = PrometheusSink()
+
+    def active() -> dict[tuple[str, str], float]:
+        return {
+            (s.labels["severity"], s.labels["stage"]): s.value
+            for m in sink.registry.collect()
+            if m.name == "linkwatch_finding_active"
+            for s in m.samples
+        }
+
+    def variant(**changes) -> Finding:
+        evidence = {**finding.evidence, "stage": changes.pop("stage", finding.evidence["stage"])}
+        return finding.__class__(**{**finding.__dict__, "evidence": evidence, **changes})
+
+    sink.emit(variant(severity="warning"))
+    sink.emit(variant(severity="critical"))
+    assert active() == {("critical", "local"): 1.0}
+    sink.emit(variant(severity="critical", stage="remote"))
+    assert active() == {("critical", "remote"): 1.0}
+    sink.emit(variant(severity="warning", stage="local", active=False))
+    assert active() == {}
+    # Another finding's series are not touched; an unknown clearing is harmless.
+    other = finding.__class__(**{**finding.__dict__, "subject": "broker:1"})
+    sink.emit(other)
+    sink.emit(variant(active=False))
+    assert list(active().values()) == [1.0]
 
 
 def test_terminal_sink_prints_appear_and_clear_once() -> None:
