@@ -117,9 +117,8 @@ class PrometheusSink(FindingSink):
                 self._remove(before)
             self.active.labels(*values).set(1)
             self._series[key] = values
-        else:
-            for old in {before, values} - {None}:
-                self._remove(old)
+        else:  # the series it set (its clearing's own labels if it was never seen active)
+            self._remove(before or values)
 
     def _remove(self, values: tuple[str, ...]) -> None:
         with contextlib.suppress(KeyError):  # never set, or removed already

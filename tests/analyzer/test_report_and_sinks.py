@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -136,7 +137,7 @@ def test_prometheus_sink_clears_the_series_a_finding_set_when_its_labels_changed
 
     def variant(**changes) -> Finding:
         evidence = {**finding.evidence, "stage": changes.pop("stage", finding.evidence["stage"])}
-        return finding.__class__(**{**finding.__dict__, "evidence": evidence, **changes})
+        return dataclasses.replace(finding, evidence=evidence, **changes)
 
     sink.emit(variant(severity="warning"))
     sink.emit(variant(severity="critical"))
@@ -146,7 +147,7 @@ def test_prometheus_sink_clears_the_series_a_finding_set_when_its_labels_changed
     sink.emit(variant(severity="warning", stage="local", active=False))
     assert active() == {}
     # Another finding's series are not touched; an unknown clearing is harmless.
-    other = finding.__class__(**{**finding.__dict__, "subject": "broker:1"})
+    other = dataclasses.replace(finding, subject="broker:1")
     sink.emit(other)
     sink.emit(variant(active=False))
     assert list(active().values()) == [1.0]
