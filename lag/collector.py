@@ -41,6 +41,7 @@ from typing import Any
 
 from kafka import TopicPartition
 from kafka.admin import OffsetSpec
+from kafka.errors import UnknownTopicOrPartitionError
 from pydantic import Field, field_validator
 
 from lag import rules
@@ -386,7 +387,7 @@ class LagCollector:
         for tp in tps:
             p = meta.get((tp.topic, tp.partition))
             if p is None:
-                errors[tp] = f"topic-partition {tp.topic}-{tp.partition} does not exist (topic deleted?)"
+                errors[tp] = _gone(tp)
             elif p.get("leader_id", -1) < 0:
                 errors[tp] = f"partition {tp.topic}-{tp.partition} has no leader (offline)"
             else:
@@ -405,6 +406,10 @@ class LagCollector:
                 ends.update(
                     {tp: o.offset for tp, o in self._call(self.admin.list_partition_offsets, part).items()}
                 )
+            except UnknownTopicOrPartitionError:
+                # The metadata above came from one broker; the partition leader can already know
+                # of a deletion that broker has not yet applied.
+                errors.update({tp: _gone(tp) for tp in part})
             except Exception as e:
                 errors.update({tp: f"end offset unavailable: {type(e).__name__}: {e}" for tp in part})
         return ends, errors
@@ -523,3 +528,7 @@ class LagCollector:
     @property
     def tracked_partitions(self) -> int:
         return len(self._windows)
+
+
+def _gone(tp: TopicPartition) -> str:
+    return f"topic-partition {tp.topic}-{tp.partition} does not exist (topic deleted?)"

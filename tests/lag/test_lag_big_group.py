@@ -88,3 +88,49 @@ def test_pass_over_a_group_of_1000_partitions_with_faults_mid_pass(
         assert len(res.groups[group_name].partitions) == 600
         assert res.errors == [f"group {group_name}: partition budget 600 spent"]
         assert capped.tracked_partitions == 600
+
+
+class StaleMetadata:
+    """The real admin client whose ``describe_topics`` answers with metadata read before a
+    deletion: what the collector sees when the broker it asks has not yet applied a deletion
+    that the partition leaders already know of (the race the pass above can meet)."""
+
+    def __init__(self, admin: KafkaAdminClient, topics: list[dict]) -> None:
+        self._admin, self._topics = admin, topics
+
+    def __getattr__(self, name: str):
+        return getattr(self._admin, name)
+
+    def describe_topics(self, *a, **kw) -> list[dict]:
+        return self._topics
+
+
+def test_a_topic_deleted_behind_stale_metadata_is_reported_as_deleted(
+    admin: KafkaAdminClient, topic_name: str, group_name: str
+) -> None:
+    kept, gone = (
+        make_topic(admin, topic_name, partitions=2),
+        make_topic(admin, topic_name + "-gone", partitions=3),
+    )
+    commit(admin, group_name, {TopicPartition(t, p): 0 for t, n in ((kept, 2), (gone, 3)) for p in range(n)})
+    stale = admin.describe_topics([kept, gone])
+    admin.delete_topics([gone])
+    deadline = time.monotonic() + 60
+    while {t["name"] for t in admin.describe_topics()} & {gone}:
+        assert time.monotonic() < deadline, f"{gone} still listed 60 s after its deletion"
+        time.sleep(0.2)
+    collector = LagCollector(
+        StaleMetadata(admin, stale), None, CollectorConfig(include=[f"^{group_name}$"], max_timestamp_reads=0)
+    )
+    g = collector.run_pass().groups[group_name]
+    reasons = {(p.topic, p.partition): (p.verdict.status, p.verdict.reason) for p in g.partitions}
+    assert {k: s for k, (s, _) in reasons.items()} == {
+        **{(kept, p): Status.OK for p in range(2)},
+        **{(gone, p): Status.ERR for p in range(3)},
+    }
+    assert all(
+        r == f"topic-partition {gone}-{p} does not exist (topic deleted?)"
+        for (t, p), (_, r) in reasons.items()
+        if t == gone
+    ), reasons
+    admin.delete_topics([kept])
