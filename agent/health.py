@@ -49,6 +49,11 @@ class Health:
         more = f" (+{suppressed} more since last report)" if suppressed else ""
         log.warning("dropped %s [%s]%s: %s", reason, context, more, detail[:300])
 
+    def drops(self) -> Counter[str]:
+        """A copy of the drop counts by reason (safe while other threads drop)."""
+        with self._lock:
+            return Counter(self.dropped)
+
     def set_up(self, source: str, up: bool, detail: str = "") -> None:
         was = self.source_up.get(source)
         self.source_up[source] = up

@@ -563,6 +563,7 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
                 faults.restore_preferred_leaders(admin, [*TOPICS, SLOW_TOPIC])
             except Exception as e:  # said, and the scenario runs on the leaders there are
                 print(f"preferred leaders not restored before {s.name}: {e!r}", flush=True)
+            dropped_before = [a.health.drops() for a, _ in agents]
             with phases.phase(s.name, "before"):
                 time.sleep(args.before_s)
             fault = (
@@ -577,6 +578,12 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
                 faults.revert_all()
             with phases.phase(s.name, "after"):
                 time.sleep(args.after_s)
+            # What the agents dropped (late lines among them: a window closed before they came).
+            dropped = {
+                c.broker_id: dict(a.health.drops() - was)
+                for (a, _), c, was in zip(agents, configs, dropped_before, strict=True)
+            }
+            print(f"{s.name}: agents' drops by broker: {dropped}", flush=True)
         for stop in reversed(stops):
             stop()
         stops = []

@@ -338,7 +338,7 @@ class WindowAggregator:
         broker: int,
         source: str | None = None,
         window_s: int = 10,
-        grace_s: float = 2.0,
+        grace_s: float = 1.0,
         slow_threshold_ms: float = 300.0,
         max_exemplars: int = 20,
         on_late: Callable[[ParsedRequest], None] | None = None,
