@@ -5,8 +5,9 @@ work dir (Prometheus scraping the given targets with the shipped rules; Alertman
 shipped ``alerts/alertmanager.example.yml`` pointed at the receiver), starts the three, and
 stops them (SIGTERM, then SIGKILL) — it never leaves a process behind. By default the rules,
 their ``for:`` and Alertmanager's waits are the shipped ones, scraped every
-:data:`SHIPPED_SCRAPE_S` (the shipped ``config/prometheus.example.yml`` for the agents and the
-analyzer): the slow-node alerts fire about 26 s after a fault's onset with 10 s agent windows.
+:data:`SHIPPED_SCRAPE_S` (the shipped ``config/prometheus.example.yml`` for the agents; the
+analyzer every :data:`SHIPPED_JOB_SCRAPE_S`): the slow-node alerts fire about 25 s after a
+fault's onset with 10 s agent windows.
 ``fast=True`` also sets every ``for:`` to ``for_s`` and shortens the minute ranges (the
 dashboards' 5m, the disk and balance rules) and Alertmanager's grouping waits, for tests that
 need any alert within seconds; the rule logic is otherwise the shipped one.
@@ -45,6 +46,9 @@ FAST_WINDOWS = {"10m": "40s", "5m": "30s", "2m": "20s"}
 # How often the shipped config/prometheus.example.yml scrapes the agents and the analyzer: the
 # slow-node rules' 15 s ranges need it (alerts/rules/recording.yml; a test checks the two agree).
 SHIPPED_SCRAPE_S = 2.0
+# Jobs the shipped config scrapes more often: the analyzer every 1 s, so that its findings reach
+# the *Finding alerts (group linkwatch-findings, evaluated every 1 s) within about a second.
+SHIPPED_JOB_SCRAPE_S = {"linkwatch-analyzer": 1.0}
 # The shipped global evaluation_interval (the slow-node rule groups set their own 2 s).
 SHIPPED_EVAL_S = 15.0
 
@@ -115,8 +119,14 @@ def fast_rules(dst: Path, for_s: int = 10) -> list[Path]:
 
 
 def prometheus_config(
-    targets: list[ScrapeTarget], rules: list[Path], alertmanager: str, scrape_s: float, eval_s: float
+    targets: list[ScrapeTarget],
+    rules: list[Path],
+    alertmanager: str,
+    scrape_s: float,
+    eval_s: float,
+    job_scrape_s: dict[str, float] | None = None,
 ) -> dict[str, Any]:
+    """``job_scrape_s``: jobs scraped more often than ``scrape_s`` (never less often)."""
     jobs: dict[str, list[dict[str, Any]]] = {}
     for t in targets:
         jobs.setdefault(t.job, []).append({"targets": [t.address], "labels": dict(t.labels)})
@@ -130,9 +140,22 @@ def prometheus_config(
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
         # honor_labels: the exporters' own cluster/broker labels win over the target labels.
         "scrape_configs": [
-            {"job_name": job, "honor_labels": True, "static_configs": sc} for job, sc in jobs.items()
+            {
+                "job_name": job,
+                "honor_labels": True,
+                "static_configs": sc,
+                **_every(job_scrape_s, job, scrape_s),
+            }
+            for job, sc in jobs.items()
         ],
     }
+
+
+def _every(job_scrape_s: dict[str, float] | None, job: str, scrape_s: float) -> dict[str, str]:
+    own = (job_scrape_s or {}).get(job)
+    if own is None or own >= scrape_s:
+        return {}
+    return {"scrape_interval": _ms(own), "scrape_timeout": _ms(own)}
 
 
 def _ms(seconds: float) -> str:
@@ -306,7 +329,12 @@ class AlertStack:
         d = self._dir("prometheus")
         rules = fast_rules(d / "rules", self.for_s) if self.fast else rule_files()
         cfg = prometheus_config(
-            self.targets, rules, f"127.0.0.1:{self.ports['alertmanager']}", self.scrape_s, self.eval_s
+            self.targets,
+            rules,
+            f"127.0.0.1:{self.ports['alertmanager']}",
+            self.scrape_s,
+            self.eval_s,
+            SHIPPED_JOB_SCRAPE_S,
         )
         (d / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         argv = [

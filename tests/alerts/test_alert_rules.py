@@ -124,14 +124,21 @@ def test_slow_node_alerts_fire_within_30s_on_the_shipped_configs() -> None:
     }
     assert len(fors) == 1
     for_s = fors.pop()
-    findings = {_seconds(r["for"]) for r in alerts["rules"] if r["labels"].get("source") == "analyzer"}
+    found = groups["linkwatch-findings"]
+    assert {r["labels"].get("source") for r in found["rules"]} == {"analyzer"}
+    findings = {_seconds(r["for"]) for r in found["rules"]}
     assert findings == {0.0}, findings
+    # the analyzer's findings, scraped and evaluated every second
+    analyzer_scrape_s = _seconds(
+        next(j for j in prom["scrape_configs"] if j["job_name"] == "linkwatch-analyzer")["scrape_interval"]
+    )
+    assert analyzer_scrape_s / 2 + _seconds(found["interval"]) / 2 <= 1.0
     am = yaml.safe_load((ROOT / "alerts" / "alertmanager.example.yml").read_text())
     route = next(r for r in am["route"]["routes"] if "LinkwatchSlowBroker" in r["matchers"][0])
     # every slow-node alert (the analyzer's findings too) takes this route's short waits
     routed = re.fullmatch(r'alertname=~"(.*)"', route["matchers"][0])
     assert routed
-    slow_nodes = {r["alert"] for r in alerts["rules"] if "alert" in r}
+    slow_nodes = {r["alert"] for g in (alerts, found) for r in g["rules"] if "alert" in r}
     assert {n for n in slow_nodes if not re.fullmatch(routed[1], n)} == set()
     assert latency < slow_nodes
     group_wait_s = _seconds(route["group_wait"])

@@ -11,6 +11,7 @@ import yaml
 
 from linkwatch.errors import ConfigError
 from linkwatch.testbed.alert_stack import (
+    SHIPPED_JOB_SCRAPE_S,
     SHIPPED_SCRAPE_S,
     ScrapeTarget,
     alertmanager_config,
@@ -100,4 +101,21 @@ def test_shipped_scrape_interval_is_the_example_configs() -> None:
         j["job_name"]: j.get("scrape_interval", cfg["global"]["scrape_interval"])
         for j in cfg["scrape_configs"]
     }
-    assert jobs["linkwatch-agent"] == jobs["linkwatch-analyzer"] == f"{SHIPPED_SCRAPE_S:g}s"
+    assert jobs["linkwatch-agent"] == f"{SHIPPED_SCRAPE_S:g}s"
+    assert jobs["linkwatch-analyzer"] == f"{SHIPPED_JOB_SCRAPE_S['linkwatch-analyzer']:g}s"
+
+
+def test_prometheus_config_scrapes_a_job_more_often_never_less() -> None:
+    targets = [
+        ScrapeTarget("linkwatch-agent", "127.0.0.1:9308", {"cluster": "c1", "broker": "1"}),
+        ScrapeTarget("linkwatch-analyzer", "127.0.0.1:9310", {"cluster": "c1"}),
+    ]
+    own = {"linkwatch-analyzer": 1.0, "linkwatch-agent": 5.0}
+    cfg = prometheus_config(targets, [], "127.0.0.1:9093", scrape_s=2, eval_s=2, job_scrape_s=own)
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    assert (jobs["linkwatch-analyzer"]["scrape_interval"], jobs["linkwatch-analyzer"]["scrape_timeout"]) == (
+        "1000ms",
+        "1000ms",
+    )
+    assert "scrape_interval" not in jobs["linkwatch-agent"]  # the global 2 s: never slower than asked
+    assert cfg["global"]["scrape_interval"] == "2000ms"
