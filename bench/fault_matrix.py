@@ -19,8 +19,8 @@ windows by default, ``--window-s``) publishing to ``linkwatch.samples`` and serv
   later, never sent on);
 * Prometheus with the shipped rules, Alertmanager and ``linkwatch alerts serve``
   (``AlertStack``), scraping the agents and the analyzer. ``--prometheus shipped`` (the
-  default): the shipped rules, ``for:`` and Alertmanager waits, scraped every 2 s as the shipped
-  ``config/prometheus.example.yml`` does. ``--prometheus fast``: every ``for:`` 10 s, the minute
+  default): the shipped rules, ``for:`` and Alertmanager waits, the agents scraped every 2 s and
+  the analyzer every 1 s as the shipped ``config/prometheus.example.yml`` does. ``--prometheus fast``: every ``for:`` 10 s, the minute
   ranges 30s/20s/40s, Alertmanager's waits 1-2 s, scrape and evaluation every 1 s. The
   receiver's audit log gives each notification and its time.
 
@@ -483,7 +483,7 @@ def load_run(path: Path) -> Run:
 
 
 PROMETHEUS_MODES = {
-    "shipped": "the shipped rules, for: and Alertmanager waits, scraped every 2 s (config/prometheus.example.yml)",
+    "shipped": "the shipped rules, for: and Alertmanager waits, the agents scraped every 2 s and the analyzer every 1 s (config/prometheus.example.yml)",
     "fast": "FAST mode: every for: 10 s, minute ranges 30s/20s/40s, Alertmanager waits 1-2 s, scrape 1 s",
 }
 
@@ -802,7 +802,8 @@ def effect(
             hi_, lo_ = (peer, victim) if e.mode == "waiters" else (victim, peer)
             ok = hi_ >= 2 * lo_ or hi_ >= lo_ + 2
             who = "waiting peers/victim" if e.mode == "waiters" else "victim/peers"
-            text = f"{who} {hi_:.1f}/{lo_:.1f}"
+            each = ", ".join(f"b{b} {v:.1f}" for b, v in sorted(mine.items()))
+            text = f"{who} {hi_:.1f}/{lo_:.1f} ({each})"
         took |= ok
         parts.append(f"{e.request} {stage} {text} ms")
     line = "; ".join(parts) + " (median p99)"
@@ -876,10 +877,19 @@ def print_ticks(ticks: list[tuple[float, float, float | None]]) -> None:
         return
     took = sorted(d for d, _ in timed)
     ages = sorted(a for _, a in timed)
+    # The first evaluation that holds a window: how long after its end the pipeline (grace,
+    # poll, samples topic, the window stream's micro-batch) delivered it.
+    first: dict[int, float] = {}
+    for started, _, age in ticks:
+        if age is not None:
+            first.setdefault(round(started - age), age)
+    fresh = sorted(first.values())
     print(
         f"analyzer evaluations with rows: {len(timed)} of {len(ticks)}; duration median "
         f"{statistics.median(took):.1f}s max {took[-1]:.1f}s; newest window's age at the evaluation's "
-        f"start median {statistics.median(ages):.0f}s max {ages[-1]:.0f}s"
+        f"start median {statistics.median(ages):.0f}s max {ages[-1]:.0f}s; a window's end to the first "
+        f"evaluation that holds it: median {statistics.median(fresh):.1f}s, "
+        f"p90 {fresh[int(0.9 * (len(fresh) - 1))]:.1f}s over {len(fresh)} windows"
     )
 
 
