@@ -20,9 +20,10 @@ windows by default, ``--window-s``) publishing to ``linkwatch.samples`` and serv
 * Prometheus with the shipped rules, Alertmanager and ``linkwatch alerts serve``
   (``AlertStack``), scraping the agents and the analyzer. ``--prometheus shipped`` (the
   default): the shipped rules, ``for:`` and Alertmanager waits, the agents scraped every 2 s and
-  the analyzer every 1 s as the shipped ``config/prometheus.example.yml`` does. ``--prometheus fast``: every ``for:`` 10 s, the minute
-  ranges 30s/20s/40s, Alertmanager's waits 1-2 s, scrape and evaluation every 1 s. The
-  receiver's audit log gives each notification and its time.
+  the analyzer every 1 s as the shipped ``config/prometheus.example.yml`` does.
+  ``--prometheus fast``: every ``for:`` 10 s, the minute ranges 30s/20s/40s, Alertmanager's
+  waits 1-2 s, scrape and evaluation every 1 s. The receiver's audit log gives each
+  notification and its time.
 
 Besides, the agents' windows are read back from the samples topic after the run and replayed
 through the analyzer's engine (``WindowState`` → ``SlowBrokerDetector`` → ``Engine``) window by

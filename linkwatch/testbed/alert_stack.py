@@ -43,7 +43,7 @@ from linkwatch.errors import ConfigError, SetupError
 # Fast mode: shipped window -> test window (the :5m names stay; only the ranges shrink).
 # The slow-node rules' 15 s ranges are left as they are.
 FAST_WINDOWS = {"10m": "40s", "5m": "30s", "2m": "20s"}
-# How often the shipped config/prometheus.example.yml scrapes the agents and the analyzer: the
+# How often the shipped config/prometheus.example.yml scrapes the agents: the
 # slow-node rules' 15 s ranges need it (alerts/rules/recording.yml; a test checks the two agree).
 SHIPPED_SCRAPE_S = 2.0
 # Jobs the shipped config scrapes more often: the analyzer every 1 s, so that its findings reach
@@ -144,14 +144,14 @@ def prometheus_config(
                 "job_name": job,
                 "honor_labels": True,
                 "static_configs": sc,
-                **_every(job_scrape_s, job, scrape_s),
+                **_job_scrape(job_scrape_s, job, scrape_s),
             }
             for job, sc in jobs.items()
         ],
     }
 
 
-def _every(job_scrape_s: dict[str, float] | None, job: str, scrape_s: float) -> dict[str, str]:
+def _job_scrape(job_scrape_s: dict[str, float] | None, job: str, scrape_s: float) -> dict[str, str]:
     own = (job_scrape_s or {}).get(job)
     if own is None or own >= scrape_s:
         return {}
