@@ -69,8 +69,7 @@ def _produce_lines(follower: FileFollower) -> int:
 def test_broker_logger_window_switches_capture_off_and_on(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
-    create_topic(admin, topic_name, partitions=1, rf=1)
-    leader = admin.describe_topics([topic_name])[0]["partitions"][0]["leader_id"]
+    (leader,) = create_topic(admin, topic_name, partitions=1, rf=1)
     follower = FileFollower(cluster3.node(leader).request_log)
     switch = BrokerLoggerSwitch(admin, [leader], idle_level="WARN")
     try:

@@ -11,10 +11,12 @@ from kafka.admin import NewTopic
 
 def create_topic(
     admin, topic: str, partitions: int = 3, rf: int = 3, leaders: list[int] | None = None
-) -> None:
-    """Create ``topic`` and wait for its leaders. ``leaders``: broker ids, one per partition, that
-    must lead them (replicas assigned with that broker first, preferred leaders elected if
-    leadership went elsewhere), so traffic reaches every one of those brokers."""
+) -> list[int]:
+    """Create ``topic`` and wait for its leaders; returns them, one per partition. ``leaders``:
+    broker ids, one per partition, that must lead them (replicas assigned with that broker
+    first, preferred leaders elected if leadership went elsewhere), so traffic reaches every one
+    of those brokers. Use the leaders returned: a later ``describe_topics`` may ask a broker
+    that has not seen the topic yet."""
     if leaders is None:
         admin.create_topics([NewTopic(topic, partitions, rf)])
     else:
@@ -33,7 +35,7 @@ def create_topic(
             p.get("leader_id", -1) >= 0 for p in parts
         ):
             if leaders is None or all(p["leader_id"] == leaders[p["partition_index"]] for p in parts):
-                return
+                return [p["leader_id"] for p in sorted(parts, key=lambda p: p["partition_index"])]
             if not elected:
                 admin.elect_leaders(0, {topic: list(range(len(leaders)))}, raise_errors=False)
                 elected = True

@@ -91,18 +91,33 @@ def test_pass_over_a_group_of_1000_partitions_with_faults_mid_pass(
 
 
 class StaleMetadata:
-    """The real admin client whose ``describe_topics`` answers with metadata read before a
+    """The real admin client, with ``topics`` deleted right after the committed offsets are read
+    (as :class:`DeleteMidPass` does: the coordinator drops a deleted topic's offsets, so they
+    must be in hand first) and ``describe_topics`` answering with the metadata read before the
     deletion: what the collector sees when the broker it asks has not yet applied a deletion
     that the partition leaders already know of (the race the pass above can meet)."""
 
-    def __init__(self, admin: KafkaAdminClient, topics: list[dict]) -> None:
-        self._admin, self._topics = admin, topics
+    def __init__(self, admin: KafkaAdminClient, topics: list[str]) -> None:
+        self._admin, self.topics = admin, topics
+        self._stale = admin.describe_topics()
+        self.deleted = False
 
     def __getattr__(self, name: str):
         return getattr(self._admin, name)
 
+    def list_group_offsets(self, *a, **kw):
+        out = self._admin.list_group_offsets(*a, **kw)
+        if not self.deleted:
+            self.deleted = True
+            self._admin.delete_topics(self.topics)
+            deadline = time.monotonic() + 60
+            while {t["name"] for t in self._admin.describe_topics()} & set(self.topics):
+                assert time.monotonic() < deadline, f"{self.topics} still listed 60 s after their deletion"
+                time.sleep(0.2)
+        return out
+
     def describe_topics(self, *a, **kw) -> list[dict]:
-        return self._topics
+        return self._stale
 
 
 def test_a_topic_deleted_behind_stale_metadata_is_reported_as_deleted(
@@ -113,16 +128,11 @@ def test_a_topic_deleted_behind_stale_metadata_is_reported_as_deleted(
         make_topic(admin, topic_name + "-gone", partitions=3),
     )
     commit(admin, group_name, {TopicPartition(t, p): 0 for t, n in ((kept, 2), (gone, 3)) for p in range(n)})
-    stale = admin.describe_topics([kept, gone])
-    admin.delete_topics([gone])
-    deadline = time.monotonic() + 60
-    while {t["name"] for t in admin.describe_topics()} & {gone}:
-        assert time.monotonic() < deadline, f"{gone} still listed 60 s after its deletion"
-        time.sleep(0.2)
-    collector = LagCollector(
-        StaleMetadata(admin, stale), None, CollectorConfig(include=[f"^{group_name}$"], max_timestamp_reads=0)
-    )
+    stale = StaleMetadata(admin, [gone])
+    assert gone in {t["name"] for t in stale.describe_topics()}
+    collector = LagCollector(stale, None, CollectorConfig(include=[f"^{group_name}$"], max_timestamp_reads=0))
     g = collector.run_pass().groups[group_name]
+    assert stale.deleted
     reasons = {(p.topic, p.partition): (p.verdict.status, p.verdict.reason) for p in g.partitions}
     assert {k: s for k, (s, _) in reasons.items()} == {
         **{(kept, p): Status.OK for p in range(2)},
