@@ -90,31 +90,16 @@ def test_pass_over_a_group_of_1000_partitions_with_faults_mid_pass(
         assert capped.tracked_partitions == 600
 
 
-class StaleMetadata:
-    """The real admin client, with ``topics`` deleted right after the committed offsets are read
-    (as :class:`DeleteMidPass` does: the coordinator drops a deleted topic's offsets, so they
-    must be in hand first) and ``describe_topics`` answering with the metadata read before the
-    deletion: what the collector sees when the broker it asks has not yet applied a deletion
-    that the partition leaders already know of (the race the pass above can meet)."""
+class StaleMetadata(DeleteMidPass):
+    """:class:`DeleteMidPass` deleting ``topics`` (its committed offsets are read first: the
+    coordinator drops a deleted topic's offsets), with ``describe_topics`` answering with the
+    metadata read before the deletion: what the collector sees when the broker it asks has not
+    yet applied a deletion that the partition leaders already know of (the race the pass above
+    can meet)."""
 
     def __init__(self, admin: KafkaAdminClient, topics: list[str]) -> None:
-        self._admin, self.topics = admin, topics
+        super().__init__(admin, topics, [])
         self._stale = admin.describe_topics()
-        self.deleted = False
-
-    def __getattr__(self, name: str):
-        return getattr(self._admin, name)
-
-    def list_group_offsets(self, *a, **kw):
-        out = self._admin.list_group_offsets(*a, **kw)
-        if not self.deleted:
-            self.deleted = True
-            self._admin.delete_topics(self.topics)
-            deadline = time.monotonic() + 60
-            while {t["name"] for t in self._admin.describe_topics()} & set(self.topics):
-                assert time.monotonic() < deadline, f"{self.topics} still listed 60 s after their deletion"
-                time.sleep(0.2)
-        return out
 
     def describe_topics(self, *a, **kw) -> list[dict]:
         return self._stale
@@ -132,7 +117,7 @@ def test_a_topic_deleted_behind_stale_metadata_is_reported_as_deleted(
     assert gone in {t["name"] for t in stale.describe_topics()}
     collector = LagCollector(stale, None, CollectorConfig(include=[f"^{group_name}$"], max_timestamp_reads=0))
     g = collector.run_pass().groups[group_name]
-    assert stale.deleted
+    assert stale.topics_done
     reasons = {(p.topic, p.partition): (p.verdict.status, p.verdict.reason) for p in g.partitions}
     assert {k: s for k, (s, _) in reasons.items()} == {
         **{(kept, p): Status.OK for p in range(2)},
