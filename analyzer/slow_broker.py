@@ -132,6 +132,21 @@ window is the stopped broker's degraded window (stage ``remote``: the peers wait
 peer's. A window in which it has stopped but nobody waits on it is no evidence either way: its
 scores hold (Rule 2 walks it as neither slow nor healthy). A stall longer than about half the
 lookback becomes its own baseline; Rules 5 and 8 alone judge it then.
+
+Rule 13 — the follower a degraded ``remote`` waits on: a leader's ``remote`` is its wait for its
+followers, never its own work. So in a window where one or more brokers are degraded in
+``remote`` (Rule 8) and no broker has stopped (Rule 12), the follower they wait on is named
+when exactly one other broker is told apart: (a) the one broker whose ``remote`` p99 every other
+broker's is at least ``follower_remote_ratio`` × and ``degraded_excess_ms`` above (it leads
+partitions whose followers are healthy, or none, while the others replicate to it), else (b)
+the one broker, the degraded ones left out, whose throughput (Rule 12's) is at most
+``follower_few_ratio`` × its peers' median (a follower paused part of the time serves fewer
+requests, if not few enough for Rule 12). The leaders' degraded ``remote`` is then that
+broker's degraded window, stage ``remote``, not theirs. A follower stalled 400 of every 1000 ms
+(fault-matrix run 10) left broker 1 degraded in ``remote`` while broker 3 waited a little (4-44
+ms against broker 2's 0) and broker 2 served 0.54-0.58 of its usual against its peers' 0.76-0.92:
+before this rule, broker 1 was the finding's subject. When no one broker is told apart, the
+leader keeps the window, and its finding says the follower is unknown.
 """
 
 from __future__ import annotations
@@ -233,6 +248,13 @@ class SlowBrokerConfig(DetectorConfig):
     # runs read 0.73 at the lowest (0.90 in a 15-minute bursty soak).
     stopped_ratio: float = Field(0.65, gt=0, lt=1)
     stopped_baseline_windows: int = Field(3, ge=1)
+    # Rule 13: the follower a degraded remote waits on: every other broker's remote p99 at least
+    # this × its own (and degraded_excess_ms above it), or else its throughput at most
+    # follower_few_ratio × its peers' median. Run 10's stalled follower: 4-268 ms against 0 ms,
+    # throughput 0.54-0.58 against 0.76-0.92; in no window of runs 8-10 outside a stall did
+    # a broker's degraded remote occur for either to read.
+    follower_remote_ratio: float = Field(3.0, ge=1.0)
+    follower_few_ratio: float = Field(0.85, gt=0, lt=1)
 
 
 @dataclass(frozen=True)
@@ -352,9 +374,9 @@ class _Table:
             )
         return self.causes[key]
 
-    def stopped(self, request: str, w: int, cfg: SlowBrokerConfig) -> int | None:
-        """Rule 12 in window ``w``: the one broker whose throughput (logged requests against its
-        own baseline) is at most ``stopped_ratio`` × its peers' median throughput, or None."""
+    def throughputs(self, request: str, w: int, cfg: SlowBrokerConfig) -> dict[int, float]:
+        """Rule 12's throughput in window ``w``: each broker's logged requests against its own
+        baseline (brokers without a baseline are left out)."""
         by_window = self.rows.get((request, "total"), {})
         earlier = sorted(x for x in by_window if x < w)[-cfg.attribute_lookback_windows :]
         throughput: dict[int, float] = {}
@@ -363,12 +385,12 @@ class _Table:
             baseline = _median(base) if len(base) >= cfg.stopped_baseline_windows else None
             if baseline is not None and baseline >= cfg.min_requests:
                 throughput[b] = row.logged / baseline
-        low = [
-            b
-            for b, t in throughput.items()
-            if len(throughput) >= 2
-            and t <= cfg.stopped_ratio * (_median([x for p, x in throughput.items() if p != b]) or 0.0)
-        ]
+        return throughput
+
+    def stopped(self, request: str, w: int, cfg: SlowBrokerConfig) -> int | None:
+        """Rule 12 in window ``w``: the one broker whose throughput (logged requests against its
+        own baseline) is at most ``stopped_ratio`` × its peers' median throughput, or None."""
+        low = _serving_less(self.throughputs(request, w, cfg), cfg.stopped_ratio, set())
         return low[0] if len(low) == 1 else None
 
     def known(self, request: str) -> set[int]:
@@ -391,6 +413,41 @@ class _Table:
         # ``logged``, not ``count``: under sampled capture a count is an estimate, and a p99 is
         # only as good as the logged requests it is read from.
         return {b: r for b, r in by_broker.items() if r.logged >= min_requests and r.p99_ms is not None}
+
+
+def _serving_less(throughput: dict[int, float], ratio: float, leave_out: set[int]) -> list[int]:
+    """The brokers (``leave_out`` aside) whose throughput is at most ``ratio`` × the median of
+    every other broker's (Rules 12 and 13)."""
+    return [
+        b
+        for b, t in throughput.items()
+        if b not in leave_out
+        and len(throughput) >= 2
+        and t <= ratio * (_median([x for p, x in throughput.items() if p != b]) or 0.0)
+    ]
+
+
+def followed_broker(
+    table: _Table, request: str, w: int, leaders: Sequence[int], cfg: SlowBrokerConfig
+) -> int | None:
+    """Rule 13 in window ``w``: the one follower that ``leaders`` (degraded in ``remote``) wait on,
+    or None when no one broker is told apart."""
+    remote = {b: r.p99_ms or 0.0 for b, r in table.usable(request, "remote", w, cfg.min_requests).items()}
+    lowest = [
+        s
+        for s, own in remote.items()
+        if s not in leaders
+        and len(remote) >= 2
+        and all(
+            ms >= cfg.follower_remote_ratio * own and ms - own >= cfg.degraded_excess_ms
+            for b, ms in remote.items()
+            if b != s
+        )
+    ]
+    if len(lowest) == 1:
+        return lowest[0]
+    few = _serving_less(table.throughputs(request, w, cfg), cfg.follower_few_ratio, set(leaders))
+    return few[0] if len(few) == 1 else None
 
 
 def _peer_median(usable: dict[int, StageWindow], broker: int) -> float | None:
@@ -832,9 +889,11 @@ class Degraded:
     request: str
     score: Score
     per_window: tuple[tuple[str, float, float] | None, ...]
-    # Per window: degraded as the broker its peers wait on (Rule 12), not in its own stage times:
-    # per_window then holds ("remote", the peers' median remote p99, its own remote p99).
+    # Per window: degraded as the broker its peers wait on (Rules 12 and 13), not in its own stage
+    # times: per_window then holds ("remote", the peers' remote p99, its own remote p99).
     waited_on: tuple[bool, ...] = ()
+    # Per window: the broker served few then (Rule 12), not only waited on (Rule 13).
+    served_few: tuple[bool, ...] = ()
 
     @property
     def stage(self) -> str:
@@ -882,16 +941,27 @@ def degraded_brokers(
         per_broker = {b: [degraded_stage(table, request, w, b, cfg) for w in windows] for b in brokers}
         stopped = [table.cause(request, w, cfg).stopped for w in windows]
         waited_on = {b: [False] * len(windows) for b in brokers}
+        served_few = {b: [False] * len(windows) for b in brokers}
         for i, (w, s) in enumerate(zip(windows, stopped, strict=True)):
+            leaders = [b for b in brokers if (per_broker[b][i] or ("",))[0] == "remote"]
+            stage: tuple[str, float, float] | None = None
+            if s is not None:  # Rule 12
+                stage = waited_on_stage(table, request, w, s, cfg) if s in per_broker else None
+            elif leaders and "remote" not in cfg.wait_stages.get(request, []):  # Rule 13
+                s = followed_broker(table, request, w, leaders, cfg)
+                waits = [per_broker[b][i][1] for b in leaders if b != s]  # type: ignore[index]
+                own = table.usable(request, "remote", w, cfg.min_requests).get(s) if s is not None else None
+                stage = ("remote", max(waits), (own.p99_ms or 0.0) if own else 0.0) if waits else None
             if s is None or s not in per_broker:
                 continue
-            # Rule 12: the peers' remote degraded waits on the stopped broker; it is its window.
-            for b in brokers:
-                if b != s and (per_broker[b][i] or ("",))[0] == "remote":
+            # Rules 12, 13: the peers' remote degraded waits on that broker; it is its window.
+            for b in leaders:
+                if b != s:
                     per_broker[b][i] = None
             if per_broker[s][i] is None:
-                per_broker[s][i] = waited_on_stage(table, request, w, s, cfg)
-                waited_on[s][i] = per_broker[s][i] is not None
+                per_broker[s][i] = stage
+                waited_on[s][i] = stage is not None
+                served_few[s][i] = stage is not None and stopped[i] == s
         for b in brokers:
             per = tuple(per_broker[b])
             rows = [table.rows[(request, "total")][w].get(b) for w in windows]
@@ -902,7 +972,16 @@ def degraded_brokers(
             flags = [v.slow or (None if s == b else False) for v, s in zip(verdicts, stopped, strict=True)]
             score, active = walk_score(flags, cfg)
             if active:
-                found.append(Degraded(b, request, Score(score, active, verdicts), per, tuple(waited_on[b])))
+                found.append(
+                    Degraded(
+                        b,
+                        request,
+                        Score(score, active, verdicts),
+                        per,
+                        tuple(waited_on[b]),
+                        tuple(served_few[b]),
+                    )
+                )
         if len(brokers) >= 2 and len(found) / len(brokers) <= cfg.cluster_wide_fraction:
             out += found
     return out
@@ -1140,9 +1219,15 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         d: Degraded,
         waited: list[tuple[str, float, float]],
     ) -> Finding:
-        """Rule 12's early warning: the broker serves few while its peers wait on it in remote."""
+        """Rules 12 and 13's early warning: its peers wait on it in remote (and it serves few)."""
         windows = d.score.windows
         mine = [x if x and on else None for x, on in zip(d.per_window, d.waited_on, strict=False)]
+        few = any(d.served_few)
+        how = (
+            f"serves few {d.request} requests while its peers wait on it as their follower"
+            if few
+            else f"is the follower its peers' {d.request} requests wait on (acks=all)"
+        )
         return self.finding(
             data,
             now_ms,
@@ -1150,8 +1235,8 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             subject=f"broker:{d.broker}",
             severity="info",
             summary=(
-                f"broker {d.broker} serves few {d.request} requests while its peers wait on it as their "
-                f"follower: their remote p99 {max(x[1] for x in waited):.0f} ms against its own "
+                f"broker {d.broker} {how}: "
+                f"their remote p99 {max(x[1] for x in waited):.0f} ms against its own "
                 f"{statistics.median(x[2] for x in waited):.1f} ms in {len(waited)} of {len(windows)} "
                 f"windows, under {cfg.p99_threshold_ms:.0f} ms; a follower stalled part of the time "
                 "(GC, a paused JVM, a starved host)"
@@ -1161,7 +1246,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
                 "stage": "remote",
                 "stage_meaning": "its peers wait for it to replicate (acks=all): it stalls",
                 "score": d.score.score,
-                "served_few": True,
+                "served_few": few,
                 "values": {
                     "peers_remote_p99_ms": [x[1] if x else None for x in mine],
                     "count": [v.count for v in windows],
@@ -1169,6 +1254,8 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
                 "baseline": {
                     "own_remote_p99_ms": [x[2] if x else None for x in mine],
                     "stopped_ratio": cfg.stopped_ratio,
+                    "follower_remote_ratio": cfg.follower_remote_ratio,
+                    "follower_few_ratio": cfg.follower_few_ratio,
                     "degraded_ratio": cfg.degraded_ratio,
                     "degraded_excess_ms": cfg.degraded_excess_ms,
                 },

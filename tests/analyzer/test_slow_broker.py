@@ -195,6 +195,47 @@ def leaders_of_run6(b: int, totals: tuple[tuple[int, int], ...], follower: dict)
     return {8 + k: waiting(float(pair[b])) | {"count": 95} for k, pair in enumerate(totals)}
 
 
+# The fault matrix's run 10, Produce, 10 s windows from the onset (broker ids 1, 3, 2 as 0, 1, 2):
+# per window, broker 1's and broker 3's remote p99 and the three brokers' logged requests against
+# their usual (100 here). Broker 2 is paused 400/1000 ms. Stalled follower: it leads no acks=all
+# partition (its remote 0 ms) and serves 0.54-0.59 of its usual, not few enough for Rule 12;
+# broker 1 is degraded in remote in six of the eight windows, broker 3 barely waits. Leader
+# paused: broker 2 leads too (its remote 2-5 ms) and serves about its usual; broker 1 is degraded in
+# the first two windows only (the rows judge those).
+RUN10_STALLED = (
+    (215, 44, 76, 86, 54),
+    (14, 5, 83, 89, 58),
+    (268, 18, 79, 87, 58),
+    (15, 4, 81, 90, 58),
+    (34, 27, 84, 90, 59),
+    (35, 16, 81, 92, 58),
+    (233, 14, 77, 90, 58),
+    (28, 10, 83, 92, 57),
+)
+RUN10_PAUSE_400 = (
+    (67, 21, 105, 110, 93, 5),
+    (111, 17, 99, 108, 91, 5),
+    (19, 20, 106, 106, 94, 5),
+    (24, 9, 96, 100, 97, 3),
+    (13, 30, 105, 92, 90, 3),
+    (21, 15, 94, 96, 98, 2),
+)
+
+
+def run10(b: int, frames: tuple[tuple[int, ...], ...]) -> dict[int, dict]:
+    """Windows 0-7 healthy (remote 2 ms, total 5 ms), then run 10's frames: (broker 0's remote,
+    broker 1's remote, the three brokers' counts, broker 2's remote or 0)."""
+    out: dict[int, dict] = {i: {"p99": 5.0, "stage_p99": {**BUSY_STAGES, "remote": 2.0}} for i in range(8)}
+    for k, frame in enumerate(frames):
+        remote = float(frame[b]) if b < 2 else float(frame[5] if len(frame) > 5 else 0)
+        out[8 + k] = {
+            "count": frame[2 + b],
+            "p99": remote + 8.0,
+            "stage_p99": {**BUSY_STAGES, "remote": remote},
+        }
+    return out
+
+
 def long_poll(p99: float) -> dict:
     """A consumer fetch that waits out fetch.max.wait.ms in purgatory (remote): by design."""
     return {"request": "FetchConsumer", "p99": p99, "stage_p99": {**BUSY_STAGES, "remote": p99 - 5}}
@@ -549,6 +590,27 @@ CASES = [
             for b in range(3)
         },
         {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13, run 10's stalled follower: one leader degraded in remote, the other barely waits",
+        16,
+        3,
+        {b: run10(b, RUN10_STALLED) for b in range(3)},
+        {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13, run 10's leader paused 400/1000 ms: it leads and serves as usual, one leader waits",
+        10,
+        3,
+        {b: run10(b, RUN10_PAUSE_400) for b in range(3)},
+        {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13: no follower told apart (the other two alike): the leader keeps its degraded remote",
+        10,
+        3,
+        {b: run10(b, tuple((f[0], 2, 100, 100, 100, 2) for f in RUN10_PAUSE_400)) for b in range(3)},
+        {("degraded_broker", "broker:0"): "remote"},
     ),
     (
         "run 6's leader paused 400/1000 ms: its leaders wait, one of them under the line",
@@ -1027,3 +1089,31 @@ def test_excess_in_a_client_stage_is_never_a_slow_broker(stage, broker, start) -
         assert rules == {("slow_client", stage)}
     else:
         assert rules == {("slow_broker", stage)}
+
+
+def test_the_follower_a_degraded_remote_waits_on_is_named_and_never_remediated() -> None:
+    """Rule 13's early warning names the follower, not the leader that waits on it, and says it
+    was told apart by the waits (it does not serve few); the ratios are configurable."""
+    data = scenario(16, 3, {b: run10(b, RUN10_STALLED) for b in range(3)})
+    [f] = SlowBrokerDetector().detect(data, now_after(16))
+    ev = f.evidence
+    assert (f.rule, f.subject, f.severity, ev["stage"], ev["served_few"]) == (
+        "degraded_broker",
+        "broker:2",
+        "info",
+        "remote",
+        False,
+    )
+    waited = [x for x in ev["values"]["peers_remote_p99_ms"] if x is not None]
+    assert max(waited) == 268.0 and set(ev["baseline"]["own_remote_p99_ms"]) <= {None, 0.0}
+    assert "is the follower its peers' Produce requests wait on" in f.summary
+    assert decide(f, FindingPolicyConfig(), can_remediate=True).action is not Action.REMEDIATE
+    # Neither test tells broker 2 apart at these ratios: the leader keeps its degraded remote.
+    strict = SlowBrokerConfig(follower_remote_ratio=100.0, follower_few_ratio=0.5)
+    paused_400 = scenario(10, 3, {b: run10(b, RUN10_PAUSE_400) for b in range(3)})
+    assert [f.subject for f in SlowBrokerDetector().detect(paused_400, now_after(10))] == ["broker:2"]
+    [g] = SlowBrokerDetector(strict).detect(paused_400, now_after(10))
+    assert (g.subject, g.evidence["stage"]) == (
+        "broker:0",
+        "remote",
+    ) and "followers of the partitions" in g.action
