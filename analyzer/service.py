@@ -73,7 +73,12 @@ class AnalyzerConfig(StrictModel):
     findings_topic: str = FINDINGS_TOPIC
     publish_findings: bool = True
     window_s: int = Field(10, ge=1)
-    lookback_windows: int = Field(18, ge=1)  # × window_s must exceed the pipeline latency (docs)
+    # × window_s must exceed the pipeline latency (docs). 30: the slow-broker rules judge the last
+    # history_windows (12), each against a baseline of up to attribute_lookback_windows (18)
+    # windows before it (Rule 12); with 18, the older windows judged had a shorter baseline than
+    # the replay's, and fault-matrix run 11's live analyzer let a stalled follower clear one
+    # window before the leader folded into it, which surfaced as a slow broker for 10 s.
+    lookback_windows: int = Field(30, ge=1)
     interval_s: float = Field(5.0, gt=0)
     watermark: str = "2 minutes"
     # incremental (the default): windows kept in memory, fed once per micro-batch; reread: the

@@ -949,7 +949,7 @@ def degraded_brokers(
                 stage = waited_on_stage(table, request, w, s, cfg) if s in per_broker else None
             elif leaders and "remote" not in cfg.wait_stages.get(request, []):  # Rule 13
                 s = followed_broker(table, request, w, leaders, cfg)
-                waits = [per_broker[b][i][1] for b in leaders if b != s]  # type: ignore[index]
+                waits = [x[1] for b in leaders if b != s and (x := per_broker[b][i]) is not None]
                 own = table.usable(request, "remote", w, cfg.min_requests).get(s) if s is not None else None
                 stage = ("remote", max(waits), (own.p99_ms or 0.0) if own else 0.0) if waits else None
             if s is None or s not in per_broker:
