@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, walk_score
 from linkwatch.aggregates import Aggregates, ClientWindow, StageWindow
+from linkwatch.records import Finding
 from remediation.policy import Action, FindingPolicyConfig, PolicyRule, decide
 
 WINDOW_S = 10
@@ -1026,23 +1027,29 @@ def test_degraded_finding_carries_the_stage_figures_and_is_never_remediated() ->
     assert decide(f, asks, can_remediate=True).action is Action.NOTIFY
 
 
-def test_a_follower_its_peers_wait_on_says_so_and_is_never_remediated() -> None:
-    """Rule 12's early warning names the broker that serves few, with its peers' remote waits."""
-    [f] = SlowBrokerDetector().detect(
-        scenario(16, 3, {b: stalled_below_line(b) for b in range(3)}), now_after(16)
-    )
+def waited_on_broker_2(f: Finding, served_few: bool) -> list[float]:
+    """Checks the early warning of Rules 12 and 13 on broker 2 (stage remote, info, never
+    remediated); returns the peers' remote p99 of the windows that named it."""
     ev = f.evidence
     assert (f.rule, f.subject, f.severity, ev["stage"], ev["served_few"]) == (
         "degraded_broker",
         "broker:2",
         "info",
         "remote",
-        True,
+        served_few,
     )
-    waited = [x for x in ev["values"]["peers_remote_p99_ms"] if x is not None]
-    assert waited and min(waited) >= 140.0 and ev["baseline"]["own_remote_p99_ms"][-1] == 0.0
-    assert "serves few Produce requests" in f.summary and "GC or process pauses" in f.action
     assert decide(f, FindingPolicyConfig(), can_remediate=True).action is not Action.REMEDIATE
+    return [x for x in ev["values"]["peers_remote_p99_ms"] if x is not None]
+
+
+def test_a_follower_its_peers_wait_on_says_so_and_is_never_remediated() -> None:
+    """Rule 12's early warning names the broker that serves few, with its peers' remote waits."""
+    [f] = SlowBrokerDetector().detect(
+        scenario(16, 3, {b: stalled_below_line(b) for b in range(3)}), now_after(16)
+    )
+    waited = waited_on_broker_2(f, served_few=True)
+    assert waited and min(waited) >= 140.0 and f.evidence["baseline"]["own_remote_p99_ms"][-1] == 0.0
+    assert "serves few Produce requests" in f.summary and "GC or process pauses" in f.action
     # Stopped ratio configurable: at 0.5 the broker serving 55 % of its usual is not stopped.
     assert (
         SlowBrokerDetector(SlowBrokerConfig(stopped_ratio=0.5)).detect(
@@ -1096,18 +1103,9 @@ def test_the_follower_a_degraded_remote_waits_on_is_named_and_never_remediated()
     was told apart by the waits (it does not serve few); the ratios are configurable."""
     data = scenario(16, 3, {b: run10(b, RUN10_STALLED) for b in range(3)})
     [f] = SlowBrokerDetector().detect(data, now_after(16))
-    ev = f.evidence
-    assert (f.rule, f.subject, f.severity, ev["stage"], ev["served_few"]) == (
-        "degraded_broker",
-        "broker:2",
-        "info",
-        "remote",
-        False,
-    )
-    waited = [x for x in ev["values"]["peers_remote_p99_ms"] if x is not None]
-    assert max(waited) == 268.0 and set(ev["baseline"]["own_remote_p99_ms"]) <= {None, 0.0}
+    waited = waited_on_broker_2(f, served_few=False)
+    assert max(waited) == 268.0 and set(f.evidence["baseline"]["own_remote_p99_ms"]) <= {None, 0.0}
     assert "is the follower its peers' Produce requests wait on" in f.summary
-    assert decide(f, FindingPolicyConfig(), can_remediate=True).action is not Action.REMEDIATE
     # Neither test tells broker 2 apart at these ratios: the leader keeps its degraded remote.
     strict = SlowBrokerConfig(follower_remote_ratio=100.0, follower_few_ratio=0.5)
     paused_400 = scenario(10, 3, {b: run10(b, RUN10_PAUSE_400) for b in range(3)})
