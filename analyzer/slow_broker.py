@@ -332,6 +332,7 @@ class _Table:
             lambda: defaultdict(dict)
         )
         self.causes: dict[tuple[str, int], WindowCause] = {}
+        self._throughputs: dict[tuple[str, int], dict[int, float]] = {}  # Rules 12 and 13 read them
         for r in rows:
             if r.broker is not None:
                 self.rows[(r.request, r.stage)][r.window_start_ms][r.broker] = r
@@ -377,6 +378,8 @@ class _Table:
     def throughputs(self, request: str, w: int, cfg: SlowBrokerConfig) -> dict[int, float]:
         """Rule 12's throughput in window ``w``: each broker's logged requests against its own
         baseline (brokers without a baseline are left out)."""
+        if (request, w) in self._throughputs:
+            return self._throughputs[(request, w)]
         by_window = self.rows.get((request, "total"), {})
         earlier = sorted(x for x in by_window if x < w)[-cfg.attribute_lookback_windows :]
         throughput: dict[int, float] = {}
@@ -385,6 +388,7 @@ class _Table:
             baseline = _median(base) if len(base) >= cfg.stopped_baseline_windows else None
             if baseline is not None and baseline >= cfg.min_requests:
                 throughput[b] = row.logged / baseline
+        self._throughputs[(request, w)] = throughput
         return throughput
 
     def stopped(self, request: str, w: int, cfg: SlowBrokerConfig) -> int | None:
