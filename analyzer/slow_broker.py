@@ -147,6 +147,17 @@ broker's degraded window, stage ``remote``, not theirs. A follower stalled 400 o
 ms against broker 2's 0) and broker 2 served 0.54-0.58 of its usual against its peers' 0.76-0.92:
 before this rule, broker 1 was the finding's subject. When no one broker is told apart, the
 leader keeps the window, and its finding says the follower is unknown.
+
+Rule 13 reads each broker's ``remote`` p99 of the requests that waited at all
+(:attr:`StageWindow.nonzero_p99_ms`), not the mixed p99: a Produce with acks 0 or 1 never waits
+(remote 0), one with acks=all waits for its followers, and where most requests are acks=1 the
+mixed p99 shows that wait only now and then. With it, a window with no leader degraded is judged
+too: the one broker whose waited ``remote`` p99 every other broker's is at least
+``follower_remote_ratio`` × and ``follower_waited_excess_ms`` above is the follower they wait on
+(its degraded window, stage ``remote``, as above). Fault-matrix runs 8-11, the 400/1000 leader
+pause and the stalled follower: the leaders' acks=all requests waited 376-408 ms against the
+follower's 0-60 ms in every window (311-895 ms above it), while their mixed p99 was 3-268 ms; in
+the 15-minute bursty soaks and every window outside a follower stall, the gap was at most 25 ms.
 """
 
 from __future__ import annotations
@@ -255,6 +266,11 @@ class SlowBrokerConfig(DetectorConfig):
     # a broker's degraded remote occur for either to read.
     follower_remote_ratio: float = Field(3.0, ge=1.0)
     follower_few_ratio: float = Field(0.85, gt=0, lt=1)
+    # Rule 13 with no leader degraded: the follower whose waited remote p99 (the requests that
+    # waited at all) every other broker's is at least follower_remote_ratio × and this far above.
+    # Fault-matrix runs 8-11: 311-895 ms above it in every window of the three follower stalls;
+    # at most 25 ms in the 15-minute bursty soaks and in every window outside a stall.
+    follower_waited_excess_ms: float = Field(50.0, gt=0)
 
 
 @dataclass(frozen=True)
@@ -431,23 +447,62 @@ def _serving_less(throughput: dict[int, float], ratio: float, leave_out: set[int
     ]
 
 
+def _waited_remote(
+    table: _Table, request: str, w: int, cfg: SlowBrokerConfig, mixed: bool
+) -> dict[int, float]:
+    """Each broker's ``remote`` p99 of the requests that waited at all
+    (:attr:`StageWindow.nonzero_p99_ms`). A row without it reads 0 when its p99 is 0 (nothing
+    waited); else (a row built without it) its mixed p99 if ``mixed``, or it is left out."""
+    out = {}
+    for b, r in table.usable(request, "remote", w, cfg.min_requests).items():
+        if r.nonzero_p99_ms is not None:
+            out[b] = r.nonzero_p99_ms
+        elif mixed or not r.p99_ms:
+            out[b] = r.p99_ms or 0.0
+    return out
+
+
+def _told_apart(
+    remote: dict[int, float], leave_out: Sequence[int], ratio: float, excess_ms: float
+) -> list[int]:
+    """The brokers (``leave_out`` aside) whose ``remote`` every other broker's is at least
+    ``ratio`` × and ``excess_ms`` above."""
+    return [
+        s
+        for s, own in remote.items()
+        if s not in leave_out
+        and len(remote) >= 2
+        and all(ms >= ratio * own and ms - own >= excess_ms for b, ms in remote.items() if b != s)
+    ]
+
+
+def waited_follower(
+    table: _Table, request: str, w: int, cfg: SlowBrokerConfig
+) -> tuple[int, float, float] | None:
+    """Rule 13 in a window with no leader degraded: ``(broker, the others' lowest waited remote
+    p99, its own)`` for the one broker every other broker's acks=all requests wait on, told apart
+    by ``follower_remote_ratio`` and ``follower_waited_excess_ms``; else None."""
+    remote = _waited_remote(table, request, w, cfg, mixed=False)
+    found = _told_apart(remote, (), cfg.follower_remote_ratio, cfg.follower_waited_excess_ms)
+    if len(found) != 1:
+        return None
+    s = found[0]
+    return s, min(ms for b, ms in remote.items() if b != s), remote[s]
+
+
 def followed_broker(
     table: _Table, request: str, w: int, leaders: Sequence[int], cfg: SlowBrokerConfig
 ) -> int | None:
     """Rule 13 in window ``w``: the one follower that ``leaders`` (degraded in ``remote``) wait on,
-    or None when no one broker is told apart."""
-    remote = {b: r.p99_ms or 0.0 for b, r in table.usable(request, "remote", w, cfg.min_requests).items()}
-    lowest = [
-        s
-        for s, own in remote.items()
-        if s not in leaders
-        and len(remote) >= 2
-        and all(
-            ms >= cfg.follower_remote_ratio * own and ms - own >= cfg.degraded_excess_ms
-            for b, ms in remote.items()
-            if b != s
-        )
-    ]
+    or None when no one broker is told apart.
+
+    (a) reads each broker's ``remote`` p99 of the requests that waited at all
+    (:attr:`StageWindow.nonzero_p99_ms`): acks=1 Produce never waits, and where most requests
+    are acks=1 the mixed p99 shows the acks=all wait only now and then (fault matrix run 8: the
+    leaders' 376-400 ms against the follower's 6 ms, where the mixed p99 read 7-67 ms against
+    2.5 ms) (:func:`_waited_remote`)."""
+    remote = _waited_remote(table, request, w, cfg, mixed=True)
+    lowest = _told_apart(remote, leaders, cfg.follower_remote_ratio, cfg.degraded_excess_ms)
     if len(lowest) == 1:
         return lowest[0]
     few = _serving_less(table.throughputs(request, w, cfg), cfg.follower_few_ratio, set(leaders))
@@ -953,9 +1008,14 @@ def degraded_brokers(
                 stage = waited_on_stage(table, request, w, s, cfg) if s in per_broker else None
             elif leaders and "remote" not in cfg.wait_stages.get(request, []):  # Rule 13
                 s = followed_broker(table, request, w, leaders, cfg)
-                waits = [x[1] for b in leaders if b != s and (x := per_broker[b][i]) is not None]
-                own = table.usable(request, "remote", w, cfg.min_requests).get(s) if s is not None else None
-                stage = ("remote", max(waits), (own.p99_ms or 0.0) if own else 0.0) if waits else None
+                remote = _waited_remote(table, request, w, cfg, mixed=True)
+                waits = [remote[b] for b in leaders if b != s and b in remote]
+                stage = (
+                    ("remote", max(waits), remote.get(s, 0.0) if s is not None else 0.0) if waits else None
+                )
+            elif "remote" not in cfg.wait_stages.get(request, []):  # Rule 13, no leader degraded
+                told = waited_follower(table, request, w, cfg)
+                s, stage = (told[0], ("remote", told[1], told[2])) if told else (None, None)
             if s is None or s not in per_broker:
                 continue
             # Rules 12, 13: the peers' remote degraded waits on that broker; it is its window.

@@ -72,6 +72,7 @@ from linkwatch.aggregates import (
 from linkwatch.sketch import _MAPPING
 
 QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
+NONZERO_QUANTILES = {"nonzero_p99_ms": 0.99}  # over the values above the zero bucket alone
 KINDS: tuple[str, ...] = (
     R.StageSketch.KIND,
     R.PartitionSize.KIND,
@@ -425,8 +426,29 @@ def _quantile_values(sk: _Sketch, quantiles: dict[str, float]) -> tuple[int, dic
     return count, values
 
 
+def _nonzero_quantile_values(sk: _Sketch, quantiles: dict[str, float]) -> dict[str, float | None]:
+    """The same over the bucket counts alone (``transforms._quantiles``' nonzero quantiles):
+    rank ``floor(q·(n−1))`` of the ``n`` values above the zero bucket; None when there are none."""
+    above = sum(sk.buckets.values())
+    ordered = sorted(sk.buckets.items())
+    values: dict[str, float | None] = {}
+    for name, q in quantiles.items():
+        values[name] = None
+        if above <= 0:
+            continue
+        rank = math.floor(q * (above - 1))
+        cum = 0
+        for key, n in ordered:
+            cum += n
+            if cum > rank:
+                values[name] = bucket_value(key)
+                break
+    return values
+
+
 def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: _Sketch) -> StageWindow:
     count, values = _quantile_values(sk, QUANTILES)
+    values.update(_nonzero_quantile_values(sk, NONZERO_QUANTILES))
     return StageWindow(
         broker=broker,
         request=request,

@@ -763,7 +763,11 @@ def judge(
 def effect(
     state: WindowState, e: Effect | None, span: dict[str, tuple[float, float]], window_s: int
 ) -> tuple[str, bool | None]:
-    """The stage(s) the fault should move, median over the fault windows of each broker's p99."""
+    """The stage(s) the fault should move, median over the fault windows of each broker's p99;
+    for waiters, of the requests that waited at all (``nonzero_p99_ms``, 0 when none did): most
+    of the load is acks=1, which never waits, and the acks=all requests' wait shows in a mixed
+    p99 only now and then (run 11's 400/1000 pause: 3.6 ms against 4.3 ms mixed, 384-400 ms
+    against 9-34 ms waited)."""
     if e is None:
         return "no fault", None
     onset, fault_end = span["fault"]
@@ -781,7 +785,8 @@ def effect(
                 and r.p99_ms is not None
                 and r.window_start_ms >= lo * 1000
             ):
-                per[(r.stage, r.broker)].append(r.p99_ms)
+                waited = r.nonzero_p99_ms if r.nonzero_p99_ms is not None else 0.0
+                per[(r.stage, r.broker)].append(waited if e.mode == "waiters" else r.p99_ms)
         return {k: statistics.median(v) for k, v in per.items()}
 
     during = medians(onset, fault_end)
@@ -807,7 +812,9 @@ def effect(
             text = f"{who} {hi_:.1f}/{lo_:.1f} ({each})"
         took |= ok
         parts.append(f"{e.request} {stage} {text} ms")
-    line = "; ".join(parts) + " (median p99)"
+    line = "; ".join(parts) + (
+        " (median p99 of the requests that waited)" if e.mode == "waiters" else " (median p99)"
+    )
     return (line if took else line + " -- fault did NOT take effect"), took
 
 

@@ -5,7 +5,9 @@ The arithmetic is :func:`spark_metrics.transforms._quantiles` (the reference, ke
 that compares the two): per group, sum the zero counts, the sums and the bucket counts per
 log-bucket key; ``count = zero + Σ counts``; the quantile ``q`` is ``0.0`` when its rank
 ``floor(q · (count − 1))`` falls among the zeros, else the value of the first key (ascending)
-whose cumulative count after the zeros passes the rank; ``None`` when the group saw nothing.
+whose cumulative count after the zeros passes the rank; ``None`` when the group saw nothing. The nonzero quantiles read the same over the bucket
+counts alone (rank ``floor(q · (n − 1))`` of the ``n = count − zero`` values above zero; ``None``
+when ``n`` is 0).
 Null semantics follow Spark's ``SUM``: a null bucket count adds nothing, and a group whose
 zero counts are all null has a null count and null quantiles.
 
@@ -39,6 +41,8 @@ from pyspark.sql import types as T
 from linkwatch.sketch import _MAPPING
 
 QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
+# Read over the values above the zero bucket alone (StageWindow.nonzero_p99_ms).
+NONZERO_QUANTILES: dict[str, float] = {"nonzero_p99_ms": 0.99}
 STAGE_DIMS = ["broker", "request", "stage", "window_start_ms"]
 # Input columns besides the dimensions (see merged_quantiles).
 SKETCH_COLUMNS = ["zero", "sum_ms", "keys", "counts"]
@@ -84,7 +88,8 @@ def merge_quantiles(
     group = group.astype(np.int64, copy=False)
     if n_groups == 0:
         none, no = np.zeros(0), np.zeros(0, dtype=bool)
-        return Merged(none.astype(np.int64), no, {n: (none, no) for n in QUANTILES}, none, no)
+        names = [*QUANTILES, *NONZERO_QUANTILES]
+        return Merged(none.astype(np.int64), no, {n: (none, no) for n in names}, none, no)
     row_starts = np.searchsorted(group, np.arange(n_groups), side="left")
     zero_g = np.add.reduceat(np.where(zero_valid, zero, 0).astype(np.int64), row_starts)
     zero_ok = np.add.reduceat(zero_valid.astype(np.int64), row_starts) > 0
@@ -116,6 +121,17 @@ def merge_quantiles(
         take = hit & ~in_zeros
         value[take] = key_to_value(mkeys[first[take]])
         quantiles[name] = (value, zero_ok & (count != 0) & (in_zeros | hit))
+    above = count - zero_g  # the values above the zero bucket
+    for name, q in NONZERO_QUANTILES.items():
+        rank = np.floor(q * (above - 1).astype(np.float64)).astype(np.int64)
+        if monotone:
+            first = _first_passing_sorted(prefix, before, rank, starts, ends)
+        else:
+            first = _first_passing(prefix, before, rank, starts, ends)
+        hit = (first < ends) & (above > 0)
+        value = np.zeros(n_groups, dtype=np.float64)
+        value[hit] = key_to_value(mkeys[first[hit]])
+        quantiles[name] = (value, zero_ok & hit)
     mean_valid = zero_ok & sum_ok & (count > 0)
     mean = np.divide(sum_g, count, out=np.zeros(n_groups), where=mean_valid)
     return Merged(count, zero_ok, quantiles, mean, mean_valid)
@@ -316,7 +332,7 @@ def merged_quantiles(
         [T.StructField(f.name, f.dataType, True) for f in fields]
         + [T.StructField("count", T.LongType(), True)]
         + [T.StructField(n, T.LongType(), False) for n in sums]
-        + [T.StructField(n, T.DoubleType(), True) for n in [*QUANTILES, "mean_ms"]]
+        + [T.StructField(n, T.DoubleType(), True) for n in [*QUANTILES, *NONZERO_QUANTILES, "mean_ms"]]
     )
     dims_, levels_, sums_ = list(dims), [list(lv) for lv in levels], list(sums)
     # AQE may coalesce these partitions but never splits one, so a group stays whole.

@@ -34,6 +34,8 @@ from linkwatch.sketch import _MAPPING
 from spark_metrics.schema import record_schema, required_fields
 
 QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
+# Quantiles of the values above the zero bucket alone (StageWindow.nonzero_p99_ms).
+NONZERO_QUANTILES = {"nonzero_p99_ms": 0.99}
 STAGE_DIMS = ["broker", "request", "stage", "window_start_ms"]
 
 # --- parsing and dedup ------------------------------------------------------------------------
@@ -183,6 +185,14 @@ def _quantiles(buckets: DataFrame, totals: DataFrame, dims: list[str]) -> DataFr
             .when(rank < F.col("zero"), 0.0)
             .otherwise(key_to_value(key))
         )
+        cols.append(value.cast("double").alias(name))
+    for name, q in NONZERO_QUANTILES.items():
+        # The same over the bucket counts alone: rank floor(q · (n − 1)) of the n values above zero.
+        above = F.coalesce("bucket_n", F.lit(0))
+        rank = F.floor(F.lit(q) * (above - 1))
+        hit = F.filter("cum", lambda c: c["cum"] > rank)  # noqa: B023 (used at once)
+        key = F.array_min(F.transform(hit, lambda c: c["bkey"]))
+        value = F.when((F.col("count").isNull()) | (above <= 0), F.lit(None)).otherwise(key_to_value(key))
         cols.append(value.cast("double").alias(name))
     cols.append(F.when(F.col("count") > 0, F.col("sum_ms") / F.col("count")).alias("mean_ms"))
     return out.select(*cols)

@@ -29,9 +29,11 @@ def broker_rows(
     stage: str = "local",
     request: str = "Produce",
     stage_p99: dict[str, float] | None = None,
+    waited: dict[str, float] | None = None,
 ) -> list[StageWindow]:
     """A broker's rows for one window: total p99 and stage p99s, the excess on ``stage``;
-    ``stage_p99`` sets single stages' p99 exactly (others as before); ``logged`` is ``count``
+    ``stage_p99`` sets single stages' p99 exactly (others as before); ``waited`` single stages'
+    p99 of the values above zero (``nonzero_p99_ms``, else none); ``logged`` is ``count``
     unless sampled capture logged fewer."""
     rows = []
     for s in (*STAGES, "total"):
@@ -48,6 +50,7 @@ def broker_rows(
                 p50_ms=v / 4,
                 p99_ms=v,
                 p999_ms=v * 1.2,
+                nonzero_p99_ms=(waited or {}).get(s),
                 mean_ms=v / 3,
             )
         )
@@ -233,6 +236,55 @@ def run10(b: int, frames: tuple[tuple[int, ...], ...]) -> dict[int, dict]:
             "count": frame[2 + b],
             "p99": remote + 8.0,
             "stage_p99": {**BUSY_STAGES, "remote": remote},
+        }
+    return out
+
+
+# Fault-matrix runs 9 and 11, Produce's remote per window: the mixed p99 of brokers 0, 1, 2 (most
+# requests acks=1, remote 0), then their p99 of the requests that waited (acks=all). Broker 2 is
+# paused 400/1000 ms while it leads too; nobody is degraded in the mixed p99 in most windows,
+# while every acks=all request the leaders send waits out a pause.
+RUN9_PAUSE_400 = (
+    ((28, 25, 13), (400, 392, 60)),
+    ((133, 29, 9), (400, 392, 56)),
+    ((21, 22, 5), (392, 400, 27)),
+    ((32, 12, 4), (376, 392, 19)),
+    ((268, 19, 5), (392, 392, 11)),
+    ((4, 5, 4), (392, 384, 8)),
+)
+# Run 11: broker 2 stalled while it follows every acks=all partition and leads none.
+RUN11_STALLED = (
+    ((27, 15, 0), (400, 408, 0)),
+    ((10, 12, 0), (400, 400, 0)),
+    ((7, 7, 0), (400, 400, 0)),
+    ((6, 7, 0), (400, 400, 0)),
+    ((7, 4, 0), (392, 400, 0)),
+    ((21, 22, 0), (400, 400, 0)),
+)
+# The 15-minute bursty soaks' windows nearest to telling one broker apart: (mixed, waited) as
+# above. Run 9: 5.8x but 14 ms; run 8: 24.8 and 23.8 ms against 7.8 ms.
+SOAK_WAITED = (
+    ((3, 3, 2), (17, 18, 3)),
+    ((2, 3, 4), (4, 19, 21)),
+    ((3, 4, 2), (13, 17, 3)),
+    ((4, 3, 3), (24, 8, 25)),
+    ((3, 4, 3), (33, 38, 9)),
+    ((3, 2, 3), (18, 4, 17)),
+)
+
+
+def waits(b: int, frames: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]) -> dict[int, dict]:
+    """Windows 0-7 healthy (remote 2 ms, the requests that waited 5 ms), then the frames'
+    (mixed remote p99s, waited remote p99s), broker ``b``'s of each; a waited 0 is none."""
+    out: dict[int, dict] = {
+        i: {"p99": 12.0, "stage_p99": {**BUSY_STAGES, "remote": 2.0}, "waited": {"remote": 5.0}}
+        for i in range(8)
+    }
+    for k, (mixed, waited) in enumerate(frames):
+        out[8 + k] = {
+            "p99": mixed[b] + 10.0,
+            "stage_p99": {**BUSY_STAGES, "remote": float(mixed[b])},
+            "waited": {"remote": float(waited[b])} if waited[b] else {},
         }
     return out
 
@@ -605,6 +657,28 @@ CASES = [
         3,
         {b: run10(b, RUN10_PAUSE_400) for b in range(3)},
         {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13, run 9's leader paused 400/1000 ms: no leader degraded in the mixed p99, the"
+        " leaders' acks=all requests wait 376-400 ms on it against its own 8-60 ms",
+        14,
+        3,
+        {b: waits(b, RUN9_PAUSE_400) for b in range(3)},
+        {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13, run 11's stalled follower: its leaders' acks=all requests wait 392-408 ms, it leads none",
+        14,
+        3,
+        {b: waits(b, RUN11_STALLED) for b in range(3)},
+        {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13 no false positive: the bursty soaks' windows nearest to telling one broker apart",
+        14,
+        3,
+        {b: waits(b, SOAK_WAITED) for b in range(3)},
+        {},
     ),
     (
         "Rule 13: no follower told apart (the other two alike): the leader keeps its degraded remote",
@@ -1115,3 +1189,19 @@ def test_the_follower_a_degraded_remote_waits_on_is_named_and_never_remediated()
         "broker:0",
         "remote",
     ) and "followers of the partitions" in g.action
+
+
+def test_the_follower_the_leaders_acks_all_requests_wait_on_is_named_with_their_waits() -> None:
+    """Rule 13 with no leader degraded reads the requests that waited: the finding carries the
+    leaders' lowest waited remote p99 and the follower's own; the excess floor is configurable."""
+    data = scenario(14, 3, {b: waits(b, RUN9_PAUSE_400) for b in range(3)})
+    [f] = SlowBrokerDetector().detect(data, now_after(14))
+    # The windows with a leader degraded in the mixed p99 (133, 268 ms) carry the highest leader's
+    # wait, the others the lowest of the other brokers' (as in PromQL).
+    assert waited_on_broker_2(f, served_few=False) == [392.0, 400.0, 392.0, 376.0, 392.0, 384.0]
+    own = f.evidence["baseline"]["own_remote_p99_ms"]
+    assert [x for x in own if x is not None] == [60.0, 56.0, 27.0, 19.0, 11.0, 8.0]
+    assert "is the follower its peers' Produce requests wait on" in f.summary
+    # 400 ms of excess asked: 392 - 60 is not enough in any window, and nobody is degraded.
+    strict = SlowBrokerConfig(follower_waited_excess_ms=400.0)
+    assert SlowBrokerDetector(strict).detect(data, now_after(14)) == []

@@ -53,6 +53,20 @@ def test_sketches_of_one_window_merge_and_the_cluster_row_sums_brokers() -> None
     assert cluster.mean_ms == pytest.approx((10 * 1.0 + 10 * 100.0 + 5 * 50.0) / 25)
 
 
+def test_the_nonzero_p99_reads_the_values_above_zero_alone() -> None:
+    """Produce's remote as acks=1 and acks=all requests mix it: 90 % never wait (0), the rest
+    wait on a stalled follower. The p99 of all hides them; the nonzero p99 is their wait."""
+    state = fresh()
+    waits = [2.0] * 95 + [400.0] * 5
+    state.add([stage(1, T0, [0.0] * 900 + waits), stage(2, T0, [0.0] * 10)])
+    rows = {r.broker: r for r in state.aggregates().broker_stages}
+    assert rows[1].p99_ms == pytest.approx(2.0, rel=0.01)
+    assert rows[1].nonzero_p99_ms == pytest.approx(400.0, rel=0.01)
+    assert (rows[2].p99_ms, rows[2].nonzero_p99_ms) == (0.0, None)  # nothing waited
+    [cluster] = state.aggregates().cluster_stages
+    assert cluster.nonzero_p99_ms == pytest.approx(400.0, rel=0.01)
+
+
 def test_sampled_sketches_count_the_requests_they_logged() -> None:
     """A sampled window's counts are estimates (scaled by the agent); ``logged`` is the sample
     its quantiles rest on, summed over the merged sketches and the brokers."""

@@ -32,6 +32,7 @@ from spark_metrics import sketch_merge
 from spark_metrics import transforms as tf
 from spark_metrics.aggregate import aggregate, collect
 from spark_metrics.sketch_merge import (
+    NONZERO_QUANTILES,
     QUANTILES,
     STAGE_DIMS,
     merged_quantiles,
@@ -121,7 +122,7 @@ def assert_same_rows(actual: DataFrame, expected: DataFrame, dims: list[str] = S
         g = got[key]
         assert g["count"] == w["count"], key
         assert g["logged"] == w["logged"], key
-        for name in [*QUANTILES, "mean_ms"]:
+        for name in [*QUANTILES, *NONZERO_QUANTILES, "mean_ms"]:
             assert close(g[name], w[name]), (key, name, g[name], w[name])
     return len(want)
 
@@ -188,6 +189,9 @@ def test_numpy_core_matches_the_python_reference(cells: list[tuple]) -> None:
         assert got[key]["count"] == count
         for name, q in QUANTILES.items():
             want = quantile_from_buckets(zero, pairs, q)
+            assert close(got[key][name], want), (key, name, got[key][name], want)
+        for name, q in NONZERO_QUANTILES.items():  # the values above zero alone
+            want = quantile_from_buckets(0, pairs, q)
             assert close(got[key][name], want), (key, name, got[key][name], want)
         mean = sum(m["sum_ms"] for m in members) / count if count else None
         assert close(got[key]["mean_ms"], mean), key
@@ -264,6 +268,9 @@ def test_numpy_core_follows_the_rule_for_any_counts(rows: list[tuple]) -> None:
         pairs = [p for w2, _, b in rows if w2 == w for p in b]
         for name, q in QUANTILES.items():
             assert close(got[w][name], spark_rule(zero, pairs, q)), (w, name)
+        above = sum(c for _, c in pairs)
+        for name, q in NONZERO_QUANTILES.items():
+            assert close(got[w][name], spark_rule(0, pairs, q) if above > 0 else None), (w, name)
 
 
 # --- Spark: the new path against the exploding one --------------------------------------------
@@ -385,5 +392,5 @@ def test_aggregate_collects_both_stage_levels_from_one_frame(spark: SparkSession
     for key, w in want.items():
         g = got[key]
         assert (g.count, g.logged) == (w.count, w.logged)
-        for name in [*QUANTILES, "mean_ms"]:
+        for name in [*QUANTILES, *NONZERO_QUANTILES, "mean_ms"]:
             assert close(getattr(g, name), getattr(w, name)), (key, name)

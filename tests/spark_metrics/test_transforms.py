@@ -54,6 +54,7 @@ def expected_row(broker: int | None, window: int, sketches: list[dict], stage: s
     pairs = [(int(k), c) for s in sketches for k, c in s["buckets"].items()]
     count = zero + sum(c for _, c in pairs)
     qs = {name: quantile_from_buckets(zero, pairs, q) for name, q in Q.items()}
+    qs["nonzero_p99_ms"] = quantile_from_buckets(0, pairs, 0.99)  # the values above zero alone
     mean = sum(s["sum"] for s in sketches) / count if count else None
     return Row(
         broker=broker,
@@ -97,6 +98,7 @@ def test_stage_quantiles_merge_windows_dedup_and_skew(spark) -> None:
             p50_ms=0.0,
             p99_ms=0.0,
             p999_ms=0.0,
+            nonzero_p99_ms=None,  # only zeros
             mean_ms=0.0,
         ),
         Row(
@@ -109,6 +111,7 @@ def test_stage_quantiles_merge_windows_dedup_and_skew(spark) -> None:
             p50_ms=None,
             p99_ms=None,
             p999_ms=None,
+            nonzero_p99_ms=None,
             mean_ms=None,
         ),
     ]
