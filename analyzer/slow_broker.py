@@ -1007,12 +1007,11 @@ def degraded_brokers(
             if s is not None:  # Rule 12
                 stage = waited_on_stage(table, request, w, s, cfg) if s in per_broker else None
             elif leaders and "remote" not in cfg.wait_stages.get(request, []):  # Rule 13
+                # The leaders' degraded (mixed) remote p99, as the alert rules' value.
                 s = followed_broker(table, request, w, leaders, cfg)
-                remote = _waited_remote(table, request, w, cfg, mixed=True)
-                waits = [remote[b] for b in leaders if b != s and b in remote]
-                stage = (
-                    ("remote", max(waits), remote.get(s, 0.0) if s is not None else 0.0) if waits else None
-                )
+                waits = [x[1] for b in leaders if b != s and (x := per_broker[b][i]) is not None]
+                own = table.usable(request, "remote", w, cfg.min_requests).get(s) if s is not None else None
+                stage = ("remote", max(waits), (own.p99_ms or 0.0) if own else 0.0) if waits else None
             elif "remote" not in cfg.wait_stages.get(request, []):  # Rule 13, no leader degraded
                 told = waited_follower(table, request, w, cfg)
                 s, stage = (told[0], ("remote", told[1], told[2])) if told else (None, None)
