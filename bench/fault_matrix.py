@@ -9,7 +9,9 @@ what was expected, what each path said and when, and a verdict.
 What runs for real: a 3-broker KRaft cluster (``linkwatch.testbed``); producer load (acks=1
 uniform and Zipf keys, acks=all) and a consumer; one agent per broker (in this process, 10 s
 windows by default, ``--window-s``) publishing to ``linkwatch.samples`` and serving /metrics; the faults of
-``linkwatch.testbed.faults``; and both detection paths, live during the run:
+``linkwatch.testbed.faults`` (with handlers starved, small requests aimed at the victim alone,
+:class:`AimedLoad`: one I/O thread copes with the matrix's own load); and both detection paths,
+live during the run:
 
 * the analyzer: ``AnalysisService`` (Spark local mode: Structured Streaming from the samples
   topic into its archive, the detectors on a timer, as ``tests/analyzer/test_cluster_e2e.py``
@@ -83,6 +85,7 @@ VICTIM = 2
 TOPICS = ("fm-uniform", "fm-zipf", "fm-all")
 ACKS_ALL_TOPIC = "fm-all"
 SLOW_TOPIC = "fm-slow"  # one partition led by the victim, filled for the slow client to fetch
+HOT_TOPIC = "fm-hot"  # partitions only the victim holds: the load aimed at its handler threads
 SLOW_CLIENT_ID = "fm-slow-client"
 # Findings a remediation may act on (a broker's leadership moved), per path.
 ELIGIBLE = {"analyzer": {"slow_broker"}, "prometheus": {"LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding"}}
@@ -170,6 +173,66 @@ def _all_paused(ctx: Ctx) -> Iterator[None]:
             stack.enter_context(faults.PauseDutyCycle(n.pid, pause_ms=400, period_ms=1000, own_process=True))
             time.sleep(0.333)
         yield
+
+
+class AimedLoad:
+    """Produce requests aimed at one broker: ``producers`` librdkafka producers (a connection
+    each), one small message per request (``linger.ms`` 0), to ``HOT_TOPIC``'s partitions,
+    which only the victim holds, at ``rate_per_s`` in all. Many small requests on many
+    connections keep its handler threads busy without heavy appends (local stays in line)."""
+
+    def __init__(self, bootstrap: str, rate_per_s: float, producers: int) -> None:
+        from confluent_kafka import Producer
+
+        conf = {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "batch.num.messages": 1}
+        self.producers = [Producer({**conf, "client.id": f"fm-aimed-{k}"}) for k in range(producers)]
+        self.rate_per_s = rate_per_s
+        self.sent = 0
+        self.refused = 0  # produce calls refused with a full local queue (counted, not retried)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="aimed-load", daemon=True)
+
+    def __enter__(self) -> AimedLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+        for p in self.producers:
+            p.flush(5)
+
+    def _run(self) -> None:
+        start, step = time.monotonic(), 1.0 / self.rate_per_s
+        while not self._stop.is_set():
+            for k, p in enumerate(self.producers):
+                try:
+                    p.produce(HOT_TOPIC, b"h" * 100, partition=k % HOT_PARTITIONS)
+                except BufferError:  # its queue is full: the broker is behind, as meant
+                    self.refused += 1
+                p.poll(0)
+                self.sent += 1
+            ahead = start + self.sent * step - time.monotonic()
+            if ahead > 0:
+                self._stop.wait(ahead)
+
+
+HOT_PARTITIONS = 6
+AIMED_RATE_PER_S = 4000.0
+AIMED_PRODUCERS = 12
+
+
+@contextlib.contextmanager
+def _handlers_starved(ctx: Ctx) -> Iterator[None]:
+    # One I/O thread copes with the matrix's load (~100 requests/s a broker: run 10's request
+    # queue 5.4 ms on the victim against 12.7 ms on its peers). Requests aimed at it make the
+    # one thread the bottleneck.
+    with (
+        faults.starve_request_handlers(ctx.admin, VICTIM, 1),
+        AimedLoad(ctx.state.bootstrap, AIMED_RATE_PER_S, AIMED_PRODUCERS) as load,
+    ):
+        yield
+    print(f"  aimed load: {load.sent} produce calls, {load.refused} refused (queue full)", flush=True)
 
 
 @contextlib.contextmanager
@@ -295,7 +358,7 @@ SCENARIOS = {
         ),
         Scenario(
             "handlers_starved",
-            lambda c: faults.starve_request_handlers(c.admin, VICTIM, 1),
+            _handlers_starved,
             (_b("slow_broker", "requestQueue"), _b("degraded_broker", "requestQueue")),
             (
                 _b("LinkwatchSlowBroker", "requestQueue"),
@@ -498,6 +561,7 @@ def alert_stack(workdir: Path, targets: list[ScrapeTarget], mode: str) -> AlertS
 
 def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
     from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
 
     root = Path(tempfile.mkdtemp(prefix="fault-matrix-"))
     print(f"work dir {root} (Spark's log: {root / 'spark.log'})", flush=True)
@@ -517,6 +581,9 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         for topic in TOPICS:
             ensure_topic(admin, topic, 6, 3)
         fill_slow_topic(admin, state.bootstrap)
+        admin.create_topics(
+            [NewTopic(HOT_TOPIC, replica_assignments={k: [VICTIM] for k in range(HOT_PARTITIONS)})]
+        )
         configs = [
             config_for_node(
                 n,
