@@ -5,9 +5,9 @@
 :class:`linkwatch.aggregates.Aggregates` from it:
 
 * stage sketches: per (broker, request, stage, window) the zero count, the sum and the bucket
-  counts summed per log-bucket key; p50/p99/p999 and the mean are read at evaluation with the
-  arithmetic of :func:`spark_metrics.transforms.stage_quantiles`; the cluster row sums the
-  brokers' buckets again (:func:`~spark_metrics.transforms.cluster_quantiles`);
+  counts summed per log-bucket key; p50/p99/p999, the nonzero p99 and the mean are read at
+  evaluation with the arithmetic of :func:`spark_metrics.transforms.stage_quantiles`; the
+  cluster row sums the brokers' buckets again (:func:`~spark_metrics.transforms.cluster_quantiles`);
 * partition sizes: per (topic, partition, broker, window) the last reading (size, log end
   offset); traffic is the change between consecutive windows in the evaluated range, as
   :func:`~spark_metrics.transforms.partition_windows` computes it;

@@ -5,9 +5,9 @@ The arithmetic is :func:`spark_metrics.transforms._quantiles` (the reference, ke
 that compares the two): per group, sum the zero counts, the sums and the bucket counts per
 log-bucket key; ``count = zero + Σ counts``; the quantile ``q`` is ``0.0`` when its rank
 ``floor(q · (count − 1))`` falls among the zeros, else the value of the first key (ascending)
-whose cumulative count after the zeros passes the rank; ``None`` when the group saw nothing. The nonzero quantiles read the same over the bucket
-counts alone (rank ``floor(q · (n − 1))`` of the ``n = count − zero`` values above zero; ``None``
-when ``n`` is 0).
+whose cumulative count after the zeros passes the rank; ``None`` when the group saw nothing.
+The nonzero quantiles read the same over the bucket counts alone (rank ``floor(q · (n − 1))`` of
+the ``n = count − zero`` values above zero; ``None`` when ``n`` is 0).
 Null semantics follow Spark's ``SUM``: a null bucket count adds nothing, and a group whose
 zero counts are all null has a null count and null quantiles.
 
@@ -322,7 +322,7 @@ def merged_quantiles(
 ) -> DataFrame:
     """``base``: ``dims`` columns, :data:`SKETCH_COLUMNS` (``keys`` array<int>, ``counts``
     array<long>, one element per bucket) and ``sums`` (long columns). Returns ``dims`` + count,
-    ``sums`` summed, p50/p99/p999 and mean per group of each level. ``shuffle_by`` must be a
+    ``sums`` summed, p50/p99/p999, the nonzero p99 and mean per group of each level. ``shuffle_by`` must be a
     subset of every level (so each group is whole in one partition)."""
     for level in levels:
         if not set(shuffle_by) <= set(level):

@@ -199,8 +199,9 @@ def _quantiles(buckets: DataFrame, totals: DataFrame, dims: list[str]) -> DataFr
 
 
 def stage_quantiles(sketches: DataFrame, window_s: int) -> DataFrame:
-    """StageSketch records → one row per (broker, request, stage, window) with
-    count, p50/p99/p999 and mean in ms (columns of :class:`linkwatch.aggregates.StageWindow`)."""
+    """StageSketch records → one row per (broker, request, stage, window) with count,
+    p50/p99/p999, the p99 of the values above zero and mean in ms (columns of
+    :class:`linkwatch.aggregates.StageWindow`)."""
     buckets, totals = sketch_buckets(sketches, window_s)
     return _quantiles(buckets, totals, STAGE_DIMS)
 
