@@ -85,7 +85,7 @@ VICTIM = 2
 TOPICS = ("fm-uniform", "fm-zipf", "fm-all")
 ACKS_ALL_TOPIC = "fm-all"
 SLOW_TOPIC = "fm-slow"  # one partition led by the victim, filled for the slow client to fetch
-HOT_TOPIC = "fm-hot"  # partitions only the victim holds: the load aimed at its handler threads
+HOT_TOPIC = "fm-hot"  # partitions only the victim holds: the load aimed at it (AimedLoad)
 SLOW_CLIENT_ID = "fm-slow-client"
 # Findings a remediation may act on (a broker's leadership moved), per path.
 ELIGIBLE = {"analyzer": {"slow_broker"}, "prometheus": {"LinkwatchSlowBroker", "LinkwatchSlowBrokerFinding"}}
@@ -175,11 +175,15 @@ def _all_paused(ctx: Ctx) -> Iterator[None]:
         yield
 
 
+HOT_PARTITIONS = 6
+
+
 class AimedLoad:
     """Produce requests aimed at one broker: ``producers`` librdkafka producers (a connection
     each), one small message per request (``linger.ms`` 0), to ``HOT_TOPIC``'s partitions,
-    which only the victim holds, at ``rate_per_s`` in all. Many small requests on many
-    connections keep its handler threads busy without heavy appends (local stays in line)."""
+    which only the victim holds, at ``rate_per_s`` in all: many requests and appends on it
+    alone, little work for the others. ``calls`` counts produce calls, ``refused`` those its
+    full local queue refused (not retried)."""
 
     def __init__(self, bootstrap: str, rate_per_s: float, producers: int) -> None:
         from confluent_kafka import Producer
@@ -187,8 +191,8 @@ class AimedLoad:
         conf = {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "batch.num.messages": 1}
         self.producers = [Producer({**conf, "client.id": f"fm-aimed-{k}"}) for k in range(producers)]
         self.rate_per_s = rate_per_s
-        self.sent = 0
-        self.refused = 0  # produce calls refused with a full local queue (counted, not retried)
+        self.calls = 0
+        self.refused = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="aimed-load", daemon=True)
 
@@ -211,13 +215,12 @@ class AimedLoad:
                 except BufferError:  # its queue is full: the broker is behind, as meant
                     self.refused += 1
                 p.poll(0)
-                self.sent += 1
-            ahead = start + self.sent * step - time.monotonic()
+                self.calls += 1
+            ahead = start + self.calls * step - time.monotonic()
             if ahead > 0:
                 self._stop.wait(ahead)
 
 
-HOT_PARTITIONS = 6
 AIMED_RATE_PER_S = 4000.0
 AIMED_PRODUCERS = 12
 
@@ -232,7 +235,7 @@ def _handlers_starved(ctx: Ctx) -> Iterator[None]:
         AimedLoad(ctx.state.bootstrap, AIMED_RATE_PER_S, AIMED_PRODUCERS) as load,
     ):
         yield
-    print(f"  aimed load: {load.sent} produce calls, {load.refused} refused (queue full)", flush=True)
+    print(f"  aimed load: {load.calls} produce calls, {load.refused} refused (queue full)", flush=True)
 
 
 @contextlib.contextmanager
@@ -833,8 +836,8 @@ def effect(
     """The stage(s) the fault should move, median over the fault windows of each broker's p99;
     for waiters, of the requests that waited at all (``nonzero_p99_ms``, 0 when none did): most
     of the load is acks=1, which never waits, and the acks=all requests' wait shows in a mixed
-    p99 only now and then (run 11's 400/1000 pause: 3.6 ms against 4.3 ms mixed, 384-400 ms
-    against 9-34 ms waited)."""
+    p99 only now and then (run 11's 400/1000 pause: 3.6 ms against 4.3 ms mixed, 361-400 ms
+    against 4-34 ms waited)."""
     if e is None:
         return "no fault", None
     onset, fault_end = span["fault"]

@@ -43,8 +43,8 @@ class StageWindow:
     # The p99 of the values above the zero bucket alone: for ``remote``, of the requests that
     # waited at all. A Produce with acks 0 or 1 never waits (remote 0), one with acks=all waits
     # for its followers, so this is the acks=all requests' wait, which a mixed p99 hides when
-    # most Produce requests are acks=1 (fault matrix run 8: 376-400 ms against a mixed p99 of
-    # 7-67 ms). None when no value was above zero. Defaulted so rows built by hand may omit it.
+    # most Produce requests are acks=1 (fault matrix run 8: the leaders' 361-400 ms against a
+    # mixed p99 of 4-67 ms). None when no value was above zero. Defaulted so rows built by hand may omit it.
     nonzero_p99_ms: float | None = None
     mean_ms: float | None
 

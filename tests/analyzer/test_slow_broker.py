@@ -240,10 +240,11 @@ def run10(b: int, frames: tuple[tuple[int, ...], ...]) -> dict[int, dict]:
     return out
 
 
-# Fault-matrix runs 9 and 11, Produce's remote per window: the mixed p99 of brokers 0, 1, 2 (most
-# requests acks=1, remote 0), then their p99 of the requests that waited (acks=all). Broker 2 is
-# paused 400/1000 ms while it leads too; nobody is degraded in the mixed p99 in most windows,
-# while every acks=all request the leaders send waits out a pause.
+# Fault-matrix runs 9 and 11, Produce's remote per window: the mixed p99 of the run's brokers 1
+# and 3 (0 and 1 here) and broker 2 (most requests acks=1, remote 0), then their p99 of the
+# requests that waited (acks=all), rounded. Broker 2 is paused 400/1000 ms while it leads too;
+# nobody is degraded in the mixed p99 in most windows, while the leaders' acks=all requests wait
+# out its pauses.
 RUN9_PAUSE_400 = (
     ((28, 25, 13), (400, 392, 60)),
     ((133, 29, 9), (400, 392, 56)),
@@ -261,8 +262,9 @@ RUN11_STALLED = (
     ((7, 4, 0), (392, 400, 0)),
     ((21, 22, 0), (400, 400, 0)),
 )
-# The 15-minute bursty soaks' windows nearest to telling one broker apart: (mixed, waited) as
-# above. Run 9: 5.8x but 14 ms; run 8: 24.8 and 23.8 ms against 7.8 ms.
+# The waited p99s of the 15-minute bursty soaks' windows nearest to telling one broker apart
+# (run 9: 5.8x but 14 ms; run 8: 24.8 and 23.8 ms against 7.8 ms), the lowest as broker 2; the
+# mixed p99s the soaks' usual 2-4 ms.
 SOAK_WAITED = (
     ((3, 3, 2), (17, 18, 3)),
     ((2, 3, 4), (4, 19, 21)),
