@@ -55,7 +55,7 @@ import math
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from linkwatch import records as R
 from linkwatch.aggregates import (
@@ -426,29 +426,10 @@ def _quantile_values(sk: _Sketch, quantiles: dict[str, float]) -> tuple[int, dic
     return count, values
 
 
-def _nonzero_quantile_values(sk: _Sketch, quantiles: dict[str, float]) -> dict[str, float | None]:
-    """The same over the bucket counts alone (``transforms._quantiles``' nonzero quantiles):
-    rank ``floor(q·(n−1))`` of the ``n`` values above the zero bucket; None when there are none."""
-    above = sum(sk.buckets.values())
-    ordered = sorted(sk.buckets.items())
-    values: dict[str, float | None] = {}
-    for name, q in quantiles.items():
-        values[name] = None
-        if above <= 0:
-            continue
-        rank = math.floor(q * (above - 1))
-        cum = 0
-        for key, n in ordered:
-            cum += n
-            if cum > rank:
-                values[name] = bucket_value(key)
-                break
-    return values
-
-
 def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: _Sketch) -> StageWindow:
     count, values = _quantile_values(sk, QUANTILES)
-    values.update(_nonzero_quantile_values(sk, NONZERO_QUANTILES))
+    # The nonzero quantiles: the same arithmetic on the buckets alone (no zeros).
+    values.update(_quantile_values(replace(sk, zero=0), NONZERO_QUANTILES)[1])
     return StageWindow(
         broker=broker,
         request=request,

@@ -106,16 +106,14 @@ def merge_quantiles(
     before = prefix[starts]
     count = zero_g + (prefix[ends] - before)
     monotone = not len(mcounts) or mcounts.min() >= 0
+    first_passing = _first_passing_sorted if monotone else _first_passing
     quantiles: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, q in QUANTILES.items():
         # Spark: FLOOR(q * (count - 1)) in doubles, a long; compared with zero + cum as longs.
         rank = np.floor(q * (count - 1).astype(np.float64)).astype(np.int64)
         in_zeros = rank < zero_g
         # The first merged entry (keys ascending) whose count after the zeros passes the rank.
-        if monotone:
-            first = _first_passing_sorted(prefix, before, rank - zero_g, starts, ends)
-        else:
-            first = _first_passing(prefix, before, rank - zero_g, starts, ends)
+        first = first_passing(prefix, before, rank - zero_g, starts, ends)
         hit = first < ends
         value = np.zeros(n_groups, dtype=np.float64)
         take = hit & ~in_zeros
@@ -124,10 +122,7 @@ def merge_quantiles(
     above = count - zero_g  # the values above the zero bucket
     for name, q in NONZERO_QUANTILES.items():
         rank = np.floor(q * (above - 1).astype(np.float64)).astype(np.int64)
-        if monotone:
-            first = _first_passing_sorted(prefix, before, rank, starts, ends)
-        else:
-            first = _first_passing(prefix, before, rank, starts, ends)
+        first = first_passing(prefix, before, rank, starts, ends)
         hit = (first < ends) & (above > 0)
         value = np.zeros(n_groups, dtype=np.float64)
         value[hit] = key_to_value(mkeys[first[hit]])
