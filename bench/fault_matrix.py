@@ -238,6 +238,38 @@ def _handlers_starved(ctx: Ctx) -> Iterator[None]:
     print(f"  aimed load: {load.calls} produce calls, {load.refused} refused (queue full)", flush=True)
 
 
+# Writes a second the victim's JVM may make to the disk (its fsyncs): the brokers share one disk
+# here, so a flush per append alone slowed all three (run 14) or was weak (run 13: 5.6 ms
+# median). Capped for the victim only, its appends wait and its peers' do not: at 1,200/s (the
+# victim then wrote 1,188/s) its Produce local p99 was 100 ms against 1 ms (run 16); at 400/s,
+# 290 ms, and it served a tenth of its requests (run 15).
+SLOW_DISK_WRITE_IOPS = 1200
+
+
+def _io_writes(group: str) -> int:
+    with open(f"{group}/blkio.throttle.io_serviced") as f:
+        return sum(int(w[2]) for w in (line.split() for line in f) if len(w) == 3 and w[1] == "Write")
+
+
+@contextlib.contextmanager
+def _slow_disk(ctx: Ctx) -> Iterator[None]:
+    node = ctx.state.node(VICTIM)
+    with (
+        faults.slow_log_appends(ctx.admin, VICTIM),
+        faults.throttle_disk_writes(node.pid, node.log_dirs[0], SLOW_DISK_WRITE_IOPS) as group,
+    ):
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            writes, took_s = _io_writes(group), time.monotonic() - t0
+            print(
+                f"  slow disk: {writes} writes in {took_s:.0f} s ({writes / took_s:.0f}/s, cap "
+                f"{SLOW_DISK_WRITE_IOPS}/s)",
+                flush=True,
+            )
+
+
 @contextlib.contextmanager
 def _slow_client(ctx: Ctx) -> Iterator[None]:
     node = ctx.state.node(VICTIM)
@@ -337,7 +369,7 @@ SCENARIOS = {
         ),
         Scenario(
             "slow_disk",
-            lambda c: faults.slow_log_appends(c.admin, VICTIM),
+            _slow_disk,
             (_b("slow_broker", "local"), _b("degraded_broker", "local")),
             (
                 _b("LinkwatchSlowBroker", "local"),
@@ -972,6 +1004,7 @@ def print_ticks(ticks: list[tuple[float, float, float | None]]) -> None:
 
 
 def main() -> None:
+    global SLOW_DISK_WRITE_IOPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated: {', '.join(SCENARIOS)}"
@@ -1007,6 +1040,12 @@ def main() -> None:
         default="defaults",
         help="the live analyzer's timings (default: the service's own)",
     )
+    ap.add_argument(
+        "--slow-disk-iops",
+        type=int,
+        default=SLOW_DISK_WRITE_IOPS,
+        help=f"slow_disk: the victim's disk writes a second (default: {SLOW_DISK_WRITE_IOPS})",
+    )
     ap.add_argument("--json", type=Path, help="also write the table here")
     ap.add_argument(
         "--save-run", type=Path, help="write the run (phases, findings, alerts, the agents' records) here"
@@ -1021,6 +1060,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
     chosen = [SCENARIOS[n] for n in args.scenarios.split(",") if n]
+    SLOW_DISK_WRITE_IOPS = args.slow_disk_iops
     print(f"start: {load_line()}", flush=True)
     print(f"analyzer evaluation: {args.evaluation}", flush=True)
     if not args.from_run:
