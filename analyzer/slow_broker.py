@@ -1129,7 +1129,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             ev and (ev[-1]["cluster_wide"] or any(e["cluster_active"] for e in ev[-cfg.hold_windows :]))
             for _, _, ev in cluster
         )
-        actable = [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
+        actable = [self._stalled_finding(data, now_ms, cfg, sf, table) for _, sf in sorted(stalled.items())]
         actable += [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
         if hold:
             why = "the latest window reads cluster-wide (Rule 6): not raised new until it does not"
@@ -1333,7 +1333,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         )
 
     def _stalled_finding(
-        self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, sf: StalledFollower
+        self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, sf: StalledFollower, table: _Table
     ) -> Finding:
         windows = sf.score.windows
         slow = [v for v in windows if v.slow]
@@ -1360,6 +1360,22 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
                 f"is far above its peers' while brokers {leaders} wait on it in remote (their p99 up to "
                 f"{worst:.0f} ms > {cfg.p99_threshold_ms:.0f} ms); slow in {len(slow)} of {len(windows)} windows"
             )
+        elif slow and queue_behind_local(
+            table, sf.broker, sf.request, [v.window_start_ms for v in slow], cfg
+        ):
+            # Rule 11's test on the follower they wait on: its own appends are out of line. A broker
+            # slow at its disk appends slowly as a follower too, and its busy handler threads serve
+            # its followers' fetches late: the wait is its disk's (the alert rules name local too).
+            stage = "local"
+            meaning = (
+                f"broker {sf.broker} is slow at its disk: its own log appends (local) are out of line "
+                "with its peers', and its peers wait on it in replication (remote) as their follower"
+            )
+            summary = (
+                f"broker {sf.broker} is slow at its disk: its {sf.request} local p99 is out of line with its "
+                f"peers' while brokers {leaders} wait on it as follower (their p99 up to {worst:.0f} ms > "
+                f"{cfg.p99_threshold_ms:.0f} ms) in {len(slow)} of {len(windows)} windows"
+            )
         return self.finding(
             data,
             now_ms,
@@ -1385,7 +1401,10 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
                 "probe": probe_evidence(data, sf.broker, [v.window_start_ms for v in windows]),
             },
             action=(
-                f"check broker {sf.broker} for JVM pauses (GC log, safepoints), its replica fetcher "
+                STAGE_MEANING["local"][1].format(b=sf.broker)
+                + f"; leaders {leaders} recover when it keeps up"
+                if stage == "local"
+                else f"check broker {sf.broker} for JVM pauses (GC log, safepoints), its replica fetcher "
                 f"threads and its network; leaders {leaders} recover when it keeps up"
             ),
         )

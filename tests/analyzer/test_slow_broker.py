@@ -296,6 +296,14 @@ def long_poll(p99: float) -> dict:
     return {"request": "FetchConsumer", "p99": p99, "stage_p99": {**BUSY_STAGES, "remote": p99 - 5}}
 
 
+def slow_disk(b: int, victim: int, fault: dict) -> dict[int, dict]:
+    """Run 15's shape: 6 healthy windows (1,500 requests, local 0.8 ms), then 8 with ``fault`` on
+    the victim and its peers waiting ~700 ms on it in remote, serving about half as many."""
+    healthy = {"count": 1500, "p99": 15.0, "stage_p99": {"requestQueue": 5.0, "local": 0.8, "remote": 4.0}}
+    waiting = {"count": 800, "p99": 700.0, "stage_p99": {"requestQueue": 3.0, "local": 0.9, "remote": 699.0}}
+    return {i: healthy if i < 6 else fault if b == victim else waiting for i in range(14)}
+
+
 CASES = [
     # (id, windows, brokers, special, expected {(rule, subject): stage or None})
     ("healthy", 8, 3, {}, {}),
@@ -674,6 +682,62 @@ CASES = [
         3,
         {b: waits(b, RUN11_STALLED) for b in range(3)},
         {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "run 15's slow disk of its own (writes capped at 400/s, a flush per append): broker 2 serves"
+        " a tenth of its requests, local 290 ms; its peers wait ~700 ms on it as their follower",
+        14,
+        3,
+        {
+            b: slow_disk(
+                b,
+                2,
+                {
+                    "count": 160,
+                    "p99": 450.0,
+                    "stage_p99": {"requestQueue": 102.0, "local": 290.0, "remote": 300.0},
+                },
+            )
+            for b in range(3)
+        },
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    (
+        "a milder slow disk of its own: broker 2 under the line (local 120 ms), its peers above it"
+        " waiting on it as their follower (Rule 5's suspect): its disk, local",
+        14,
+        3,
+        {
+            b: slow_disk(
+                b,
+                2,
+                {
+                    "count": 900,
+                    "p99": 150.0,
+                    "stage_p99": {"requestQueue": 20.0, "local": 120.0, "remote": 30.0},
+                },
+            )
+            for b in range(3)
+        },
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    (
+        "the same follower paused instead, its own local unmoved: the stalled follower, remote",
+        14,
+        3,
+        {
+            b: slow_disk(
+                b,
+                2,
+                {
+                    "count": 900,
+                    "p99": 150.0,
+                    "stage_p99": {"requestQueue": 5.0, "local": 0.8, "remote": 30.0},
+                },
+            )
+            for b in range(3)
+        },
+        {("slow_broker", "broker:2"): "remote"},
     ),
     (
         "Rule 13 no false positive: the bursty soaks' windows nearest to telling one broker apart",
