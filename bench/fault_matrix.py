@@ -181,8 +181,8 @@ HOT_PARTITIONS = 6
 class AimedLoad:
     """Produce requests aimed at one broker: ``producers`` librdkafka producers (a connection
     each), one small message per request (``linger.ms`` 0), to ``HOT_TOPIC``'s partitions,
-    which only the victim holds, at ``rate_per_s`` in all: many requests and appends on it
-    alone, little work for the others. ``calls`` counts produce calls, ``refused`` those its
+    which only the victim holds, at ``rate_per_s`` in all: requests and appends on it alone,
+    no work for the others. ``calls`` counts produce calls, ``refused`` those its
     full local queue refused (not retried)."""
 
     def __init__(self, bootstrap: str, rate_per_s: float, producers: int) -> None:
@@ -221,21 +221,43 @@ class AimedLoad:
                 self._stop.wait(ahead)
 
 
-AIMED_RATE_PER_S = 4000.0
-AIMED_PRODUCERS = 12
+# Handlers starved: one I/O thread, held now and then by a request slow to handle. One thread
+# alone copes with the matrix's load (~150 requests/s, a fraction of a millisecond each): in
+# run 13, 4,000 small requests/s aimed at the victim left its request queue p99 at 1.7-3.3 ms
+# while the load's CPU raised its peers' to 3.5-19 ms. So the one thread is held instead: an
+# append to HOT_TOPIC (RF 1 on the victim, flushed on every message) waits for the victim's
+# capped disk, while every request behind it waits in the request queue. Half a request a
+# second, about 5 of a window's ~900 Produce requests, too few to move its local p99 (Rule 11
+# would name the disk then). The cap is close to what the victim writes anyway (its checkpoints
+# and metadata log: 16.5 writes/s in run 19), and the effect turns on it:
+# * 25 writes/s (run 17): request queue p99 73 ms against 6 ms, but in one window only 4.4x its
+#   peers', whose queues rose to 16-18 ms: Rule 8's two windows came late (+38 s, +42 s);
+# * 20 writes/s (run 19): 296-699 ms against 2-19 ms, local 1.8-4.3 ms against 1.1-2.3 ms;
+# * 15 writes/s (run 18): its other flushes fell behind, request queue 1-2 s and local up to
+#   1.4 s, the disk's signature (named local).
+HELD_RATE_PER_S = 0.5
+HELD_WRITE_IOPS = 20
 
 
 @contextlib.contextmanager
 def _handlers_starved(ctx: Ctx) -> Iterator[None]:
-    # One I/O thread copes with the matrix's load (~100 requests/s a broker: run 10's request
-    # queue 5.4 ms on the victim against 12.7 ms on its peers). Requests aimed at it make the
-    # one thread the bottleneck.
+    node = ctx.state.node(VICTIM)
     with (
         faults.starve_request_handlers(ctx.admin, VICTIM, 1),
-        AimedLoad(ctx.state.bootstrap, AIMED_RATE_PER_S, AIMED_PRODUCERS) as load,
+        faults.topic_configs(ctx.admin, [HOT_TOPIC], {"flush.messages": "1"}),
+        faults.throttle_disk_writes(node.pid, node.log_dirs[0], HELD_WRITE_IOPS) as group,
+        AimedLoad(ctx.state.bootstrap, HELD_RATE_PER_S, 1) as load,
     ):
-        yield
-    print(f"  aimed load: {load.calls} produce calls, {load.refused} refused (queue full)", flush=True)
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            writes, took_s = _io_writes(group), time.monotonic() - t0
+    print(
+        f"  held: {load.calls} produce calls to {HOT_TOPIC}, {load.refused} refused (queue full);"
+        f" the victim's disk writes {writes / took_s:.1f}/s (cap {HELD_WRITE_IOPS}/s)",
+        flush=True,
+    )
 
 
 # Writes a second the victim's JVM may make to the disk (its fsyncs): the brokers share one disk
@@ -373,6 +395,7 @@ SCENARIOS = {
             (_b("slow_broker", "local"), _b("degraded_broker", "local")),
             (
                 _b("LinkwatchSlowBroker", "local"),
+                _b("LinkwatchSlowBrokerFinding", "local"),
                 _b("LinkwatchDegradedBroker", "local"),
                 _b("LinkwatchDegradedBrokerFinding", "local"),
             ),
@@ -397,6 +420,7 @@ SCENARIOS = {
             (_b("slow_broker", "requestQueue"), _b("degraded_broker", "requestQueue")),
             (
                 _b("LinkwatchSlowBroker", "requestQueue"),
+                _b("LinkwatchSlowBrokerFinding", "requestQueue"),
                 _b("LinkwatchDegradedBroker", "requestQueue"),
                 _b("LinkwatchDegradedBrokerFinding", "requestQueue"),
             ),
