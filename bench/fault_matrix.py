@@ -228,12 +228,12 @@ class AimedLoad:
 # append to HOT_TOPIC (RF 1 on the victim, flushed on every message) waits for the victim's
 # capped disk, while every request behind it waits in the request queue. Half a request a
 # second, about 5 of a window's ~900 Produce requests, too few to move its local p99 (Rule 11
-# would name the disk then). The cap is close to what the victim writes anyway (its checkpoints
-# and metadata log: 16.5 writes/s in run 19), and the effect turns on it:
+# would name the disk then). The cap is close to what the victim then writes in all (16.5
+# writes/s in run 19, the held appends' flushes among them), and the effect turns on it:
 # * 25 writes/s (run 17): request queue p99 73 ms against 6 ms, but in one window only 4.4x its
 #   peers', whose queues rose to 16-18 ms: Rule 8's two windows came late (+38 s, +42 s);
 # * 20 writes/s (run 19): 296-699 ms against 2-19 ms, local 1.8-4.3 ms against 1.1-2.3 ms;
-# * 15 writes/s (run 18): its other flushes fell behind, request queue 1-2 s and local up to
+# * 15 writes/s (run 18): its writes fell behind the cap, request queue 1-2 s and local up to
 #   1.4 s, the disk's signature (named local).
 HELD_RATE_PER_S = 0.5
 HELD_WRITE_IOPS = 20
