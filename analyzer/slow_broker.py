@@ -724,9 +724,14 @@ def queue_behind_local(
 def attribute_stage(
     table: _Table, broker: int, request: str, windows: Sequence[int], cfg: SlowBrokerConfig
 ) -> dict[str, float]:
-    """Rule 4: stage → mean excess of the broker's stage p99 over its peers' median, in ms."""
+    """Rule 4: stage → mean excess of the broker's stage p99 over its peers' median, in ms. A
+    stage that waits by design for ``request`` (``wait_stages``: a consumer fetch's long poll) is
+    never the stage at fault: with its handler threads held, broker 2's consumer fetches waited
+    longer in purgatory too (the data they wait for came late), and fault-matrix run 20 named
+    that wait (``remote``, with a "slow follower") on a broker whose request queue was at fault."""
     excess: dict[str, float] = {}
-    for stage in cfg.stages:
+    waits = set(cfg.wait_stages.get(request, ()))
+    for stage in (s for s in cfg.stages if s not in waits):
         diffs = []
         for w in windows:
             usable = table.usable(request, stage, w, 1)

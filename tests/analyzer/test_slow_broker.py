@@ -812,6 +812,34 @@ CASES = [
         {},
     ),
     (
+        # Run 20's handlers starved: consumer fetches on the held broker wait in its request queue
+        # and longer in purgatory too (the data they wait for comes late); the long poll, a wait
+        # by design, is never the stage at fault, however large its excess.
+        "consumer fetches above the line, the long poll's excess largest: the request queue",
+        8,
+        3,
+        {
+            b: {
+                i: (
+                    {
+                        "request": "FetchConsumer",
+                        "p99": 500.0,
+                        "stage_p99": {**BUSY_STAGES, "requestQueue": 150.0, "remote": 240.0},
+                    }
+                    if b == 2 and i >= 3
+                    else {
+                        "request": "FetchConsumer",
+                        "p99": 60.0,
+                        "stage_p99": {**BUSY_STAGES, "remote": 50.0},
+                    }
+                )
+                for i in range(8)
+            }
+            for b in range(3)
+        },
+        {("slow_broker", "broker:2"): "requestQueue"},
+    ),
+    (
         "degraded: 3x its peers, 2 ms against 0.7 ms",
         8,
         3,
