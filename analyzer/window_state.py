@@ -59,6 +59,8 @@ from dataclasses import dataclass, field, replace
 
 from linkwatch import records as R
 from linkwatch.aggregates import (
+    NONZERO_QUANTILES,
+    QUANTILES,
     Aggregates,
     ClientWindow,
     HotKey,
@@ -71,8 +73,6 @@ from linkwatch.aggregates import (
 )
 from linkwatch.sketch import _MAPPING
 
-QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
-NONZERO_QUANTILES = {"nonzero_p99_ms": 0.99}  # over the values above the zero bucket alone
 KINDS: tuple[str, ...] = (
     R.StageSketch.KIND,
     R.PartitionSize.KIND,

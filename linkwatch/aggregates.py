@@ -18,6 +18,14 @@ def logged_requests(count: int, capture_ratio: float) -> int:
     return math.floor(count * capture_ratio + 0.5)
 
 
+# The quantiles a StageWindow carries, by field: one table for the three paths that compute
+# them from sketches (spark_metrics.transforms, the reference; spark_metrics.sketch_merge; the
+# analyzer's streaming analyzer.window_state), so that they cannot drift apart.
+QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
+# Read over the values above the sketch's zero bucket alone (StageWindow.nonzero_p99_ms).
+NONZERO_QUANTILES: dict[str, float] = {"nonzero_p99_ms": 0.99}
+
+
 @dataclass(frozen=True, kw_only=True)
 class StageWindow:
     """Merged latency quantiles of one stage of one request type in one window.

@@ -38,11 +38,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from linkwatch.aggregates import NONZERO_QUANTILES, QUANTILES
 from linkwatch.sketch import _MAPPING
 
-QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
-# Read over the values above the zero bucket alone (StageWindow.nonzero_p99_ms).
-NONZERO_QUANTILES: dict[str, float] = {"nonzero_p99_ms": 0.99}
 STAGE_DIMS = ["broker", "request", "stage", "window_start_ms"]
 # Input columns besides the dimensions (see merged_quantiles).
 SKETCH_COLUMNS = ["zero", "sum_ms", "keys", "counts"]

@@ -30,12 +30,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from linkwatch import records as R
+from linkwatch.aggregates import NONZERO_QUANTILES, QUANTILES
 from linkwatch.sketch import _MAPPING
 from spark_metrics.schema import record_schema, required_fields
 
-QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
-# Quantiles of the values above the zero bucket alone (StageWindow.nonzero_p99_ms).
-NONZERO_QUANTILES = {"nonzero_p99_ms": 0.99}
 STAGE_DIMS = ["broker", "request", "stage", "window_start_ms"]
 
 # --- parsing and dedup ------------------------------------------------------------------------

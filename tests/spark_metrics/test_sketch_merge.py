@@ -26,14 +26,12 @@ from agent.requestlog.parse import LineParser
 from agent.requestlog.source import ingest_lines
 from agent.requestlog.window import WindowAggregator
 from linkwatch import records as R
-from linkwatch.aggregates import StageWindow
+from linkwatch.aggregates import NONZERO_QUANTILES, QUANTILES, StageWindow
 from linkwatch.sketch import LatencySketch, quantile_from_buckets
 from spark_metrics import sketch_merge
 from spark_metrics import transforms as tf
 from spark_metrics.aggregate import aggregate, collect
 from spark_metrics.sketch_merge import (
-    NONZERO_QUANTILES,
-    QUANTILES,
     STAGE_DIMS,
     merged_quantiles,
     quantile_table,
