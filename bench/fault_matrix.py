@@ -1096,6 +1096,8 @@ def main() -> None:
         print(f"Prometheus path: {args.prometheus}: {PROMETHEUS_MODES[args.prometheus]}", flush=True)
     if args.from_run:
         result = load_run(args.from_run)
+        # A saved run holds the scenarios it ran: judge those (of the ones asked for).
+        chosen = [s for s in chosen if s.name in result.phases.marks]
     else:
         result = run(chosen, args)
         if args.save_run:
