@@ -189,7 +189,11 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                         p50_samples[phase].setdefault(b, []).append(v)
                 # Everything starts at once (brokers, clients, Spark's JVM) on a small machine: the
                 # first seconds can be slow on every broker, and a cluster-wide finding then is true.
-                shown = "warm-up (everything starting)" if elapsed <= warmup_s else phase
+                shown = (
+                    "warm-up (everything starting: a cluster-wide slowdown alert now is true)"
+                    if elapsed <= warmup_s
+                    else phase
+                )
                 status = Text(
                     f"t={elapsed:5.1f}s/{opts.duration_s:.0f}s  phase: {shown}  "
                     + (
