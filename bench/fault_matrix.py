@@ -276,10 +276,7 @@ def _io_writes(group: str) -> int:
 @contextlib.contextmanager
 def _slow_disk(ctx: Ctx) -> Iterator[None]:
     node = ctx.state.node(VICTIM)
-    with (
-        faults.slow_log_appends(ctx.admin, VICTIM),
-        faults.throttle_disk_writes(node.pid, node.log_dirs[0], SLOW_DISK_WRITE_IOPS) as group,
-    ):
+    with faults.slow_disk(ctx.admin, VICTIM, node.pid, node.log_dirs[0], SLOW_DISK_WRITE_IOPS) as group:
         t0 = time.monotonic()
         try:
             yield

@@ -12,8 +12,8 @@
   in a duty cycle: acks=all produce waits on it in the leaders' Remote stage.
 * :func:`slow_log_appends` — per-broker ``log.flush.interval.messages=1``: every append on that
   broker only is flushed, like a slow disk (its Local stage grows).
-* :func:`throttle_disk_writes` — the broker JVM's writes to its disk capped (cgroup v1 blkio):
-  with :func:`slow_log_appends`, a slow disk of its own on a machine where the brokers share one.
+* :func:`throttle_disk_writes` — the broker JVM's writes to its disk capped (cgroup v1 blkio);
+  :func:`slow_disk`: both, a slow disk of its own on a machine where the brokers share one.
 * :func:`starve_cpu` — the broker JVM pinned to one CPU that spinning processes share: its
   RequestQueue and Local stages grow.
 * :class:`SlowClient` — a consumer that stalls before reading each fetch response: the broker's
@@ -618,6 +618,19 @@ def throttle_disk_writes(
     finally:
         _unregister(token)
         undo()
+
+
+@contextlib.contextmanager
+def slow_disk(
+    admin: Any, broker_id: int, pid: int, path: os.PathLike[str] | str, write_iops: int
+) -> Iterator[str]:
+    """A slow disk of broker ``broker_id``'s own: every append on it flushed
+    (:func:`slow_log_appends`) and its JVM ``pid``'s writes to the disk that holds ``path`` (a
+    log dir) capped at ``write_iops`` a second (:func:`throttle_disk_writes`), so its Produce
+    Local stage grows and its peers' do not, though the brokers share one disk. Yields the
+    cap's cgroup folder. Both are undone on exit."""
+    with slow_log_appends(admin, broker_id), throttle_disk_writes(pid, path, write_iops) as group:
+        yield group
 
 
 def _thread_ids(pid: int) -> list[int]:

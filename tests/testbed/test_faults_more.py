@@ -186,6 +186,41 @@ def test_slow_log_appends_slow_local_on_that_broker_only_and_are_undone(
 
 # Real brokers under an injected fault on a shared machine: timing-sensitive (one rerun).
 @pytest.mark.timing
+def test_a_slow_disk_of_its_own_slows_local_on_that_broker_only_and_is_undone(
+    cluster3: ClusterState, admin, topic_name: str
+) -> None:
+    node = cluster3.node(2)
+    try:
+        faults.block_device(node.log_dirs[0])
+        home = faults._blkio_cgroup(node.pid)
+    except SetupError as e:
+        pytest.skip(f"no cgroup v1 blkio throttle here: {e}")
+    create_topic(admin, topic_name, leaders=[1, 2, 3])
+    key = "log.flush.interval.messages"
+    default = faults.broker_config(admin, 2, key)
+    load = ProducerLoad(cluster3.bootstrap, topic_name, rate_per_s=300, acks=1, linger_ms=0).start()
+    try:
+        time.sleep(5)  # connections, metadata and the JIT warm (peers are noisy at first)
+        with faults.slow_disk(admin, 2, node.pid, node.log_dirs[0], 300) as group:
+            assert faults.broker_config(admin, 2, key) == "1"
+            assert faults._blkio_cgroup(node.pid).endswith(os.path.basename(group))
+            during = _produce_local_p99(_phase(cluster3, 10), topic_name)
+        time.sleep(2)  # what queued up during the fault drains
+        after = _produce_local_p99(_phase(cluster3, 8), topic_name)
+    finally:
+        load.stop()
+    msg = f"Produce local p99 by broker: during {during}, after {after}"
+    print(msg)
+    assert faults.broker_config(admin, 2, key) == default
+    assert faults._blkio_cgroup(node.pid) == home
+    assert not os.path.exists(group)
+    # The cap makes it stand out well above the plain flush per append (run 13: 5.6 ms).
+    assert stands_out(during, floor_ms=10.0), msg
+    assert after[2] <= 3 * max(after[1], after[3], 2.0), msg  # no longer stands out
+
+
+# Real brokers under an injected fault on a shared machine: timing-sensitive (one rerun).
+@pytest.mark.timing
 def test_starved_cpu_slows_that_broker_and_its_affinity_comes_back(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
