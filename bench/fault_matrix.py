@@ -247,15 +247,12 @@ def _handlers_starved(ctx: Ctx) -> Iterator[None]:
         faults.topic_configs(ctx.admin, [HOT_TOPIC], {"flush.messages": "1"}),
         faults.throttle_disk_writes(node.pid, node.log_dirs[0], HELD_WRITE_IOPS) as group,
         AimedLoad(ctx.state.bootstrap, HELD_RATE_PER_S, 1) as load,
+        _writes_per_s(group) as writes,
     ):
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            writes, took_s = _io_writes(group), time.monotonic() - t0
+        yield
     print(
         f"  held: {load.calls} produce calls to {HOT_TOPIC}, {load.refused} refused (queue full);"
-        f" the victim's disk writes {writes / took_s:.1f}/s (cap {HELD_WRITE_IOPS}/s)",
+        f" the victim's disk writes {writes[0]:.1f}/s (cap {HELD_WRITE_IOPS}/s)",
         flush=True,
     )
 
@@ -274,19 +271,27 @@ def _io_writes(group: str) -> int:
 
 
 @contextlib.contextmanager
+def _writes_per_s(group: str) -> Iterator[list[float]]:
+    """The cap's cgroup's disk writes a second over the block, appended to the list it yields."""
+    out: list[float] = []
+    t0 = time.monotonic()
+    try:
+        yield out
+    finally:
+        out.append(_io_writes(group) / max(time.monotonic() - t0, 1e-9))
+
+
+@contextlib.contextmanager
 def _slow_disk(ctx: Ctx) -> Iterator[None]:
     node = ctx.state.node(VICTIM)
-    with faults.slow_disk(ctx.admin, VICTIM, node.pid, node.log_dirs[0], SLOW_DISK_WRITE_IOPS) as group:
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            writes, took_s = _io_writes(group), time.monotonic() - t0
-            print(
-                f"  slow disk: {writes} writes in {took_s:.0f} s ({writes / took_s:.0f}/s, cap "
-                f"{SLOW_DISK_WRITE_IOPS}/s)",
-                flush=True,
-            )
+    with (
+        faults.slow_disk(ctx.admin, VICTIM, node.pid, node.log_dirs[0], SLOW_DISK_WRITE_IOPS) as group,
+        _writes_per_s(group) as writes,
+    ):
+        yield
+    print(
+        f"  slow disk: the victim's disk writes {writes[0]:.0f}/s (cap {SLOW_DISK_WRITE_IOPS}/s)", flush=True
+    )
 
 
 @contextlib.contextmanager
