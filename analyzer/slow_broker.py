@@ -754,6 +754,9 @@ class StalledFollower:
     leader_p99_ms: tuple[float | None, ...]  # per window: the worst waiting leader's p99
     # Per window: the own stage that made it the window's culprit (Rule 9), or None.
     culprit_stages: tuple[str | None, ...] = ()
+    # Its own local p99 out of line in at least half of its slow windows (Rule 11's test): slow
+    # at its disk, it appends slowly as a follower too and serves its followers' fetches late.
+    disk_bound: bool = False
 
     @property
     def own_stage(self) -> str | None:
@@ -868,9 +871,16 @@ def stalled_followers(
                     if c.suspect == b or o
                     for x in (*c.waiting, *c.waiting_below)
                 }
+                slow = [v.window_start_ms for v in verdicts if v.slow]
                 out.append(
                     StalledFollower(
-                        b, request, Score(score, active, verdicts), tuple(sorted(leaders - {b})), worst, own
+                        b,
+                        request,
+                        Score(score, active, verdicts),
+                        tuple(sorted(leaders - {b})),
+                        worst,
+                        own,
+                        disk_bound=bool(slow) and queue_behind_local(table, b, request, slow, cfg),
                     )
                 )
     return out
@@ -1134,7 +1144,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             ev and (ev[-1]["cluster_wide"] or any(e["cluster_active"] for e in ev[-cfg.hold_windows :]))
             for _, _, ev in cluster
         )
-        actable = [self._stalled_finding(data, now_ms, cfg, sf, table) for _, sf in sorted(stalled.items())]
+        actable = [self._stalled_finding(data, now_ms, cfg, sf) for _, sf in sorted(stalled.items())]
         actable += [self._broker_finding(data, now_ms, cfg, b, ev) for b, ev in sorted(per_broker.items())]
         if hold:
             why = "the latest window reads cluster-wide (Rule 6): not raised new until it does not"
@@ -1338,7 +1348,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         )
 
     def _stalled_finding(
-        self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, sf: StalledFollower, table: _Table
+        self, data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, sf: StalledFollower
     ) -> Finding:
         windows = sf.score.windows
         slow = [v for v in windows if v.slow]
@@ -1365,12 +1375,9 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
                 f"is far above its peers' while brokers {leaders} wait on it in remote (their p99 up to "
                 f"{worst:.0f} ms > {cfg.p99_threshold_ms:.0f} ms); slow in {len(slow)} of {len(windows)} windows"
             )
-        elif slow and queue_behind_local(
-            table, sf.broker, sf.request, [v.window_start_ms for v in slow], cfg
-        ):
-            # Rule 11's test on the follower they wait on: its own appends are out of line. A broker
-            # slow at its disk appends slowly as a follower too, and its busy handler threads serve
-            # its followers' fetches late: the wait is its disk's (the alert rules name local too).
+        elif sf.disk_bound:
+            # The follower they wait on is slow at its disk: the wait is its disk's (the alert
+            # rules name local too).
             stage = "local"
             meaning = (
                 f"broker {sf.broker} is slow at its disk: its own log appends (local) are out of line "

@@ -555,7 +555,7 @@ def block_device(path: os.PathLike[str] | str) -> str:
     return f"{os.major(dev)}:{os.minor(dev)}"
 
 
-def _blkio_cgroup(pid: int) -> str:
+def blkio_cgroup(pid: int) -> str:
     """The blkio cgroup ``pid`` is in (``/`` for the root), from ``/proc/PID/cgroup``."""
     try:
         with open(f"/proc/{pid}/cgroup") as f:
@@ -591,7 +591,7 @@ def throttle_disk_writes(
     if not 1 <= write_iops <= 1_000_000:
         raise ValueError(f"write_iops={write_iops} must be between 1 and 1000000")
     device = block_device(path)
-    parent = f"{blkio_root.rstrip('/')}{_blkio_cgroup(pid)}".rstrip("/")
+    parent = f"{blkio_root.rstrip('/')}{blkio_cgroup(pid)}".rstrip("/")
     if not os.access(f"{parent}/cgroup.procs", os.W_OK):
         raise SetupError(f"cannot write {parent}/cgroup.procs: root and cgroup v1 blkio are needed")
     group = f"{parent}/linkwatch-slow-disk-{pid}"

@@ -33,7 +33,7 @@ for _ in sys.stdin:
 def _usable(path: Path) -> str | None:
     """Why this machine cannot cap writes to ``path``'s disk (None when it can)."""
     try:
-        faults._blkio_cgroup(os.getpid())
+        faults.blkio_cgroup(os.getpid())
         faults.block_device(path)
     except SetupError as e:
         return str(e)
@@ -58,7 +58,7 @@ class Writer:
         return float(self.proc.stdout.readline())
 
     def cgroup(self) -> str:
-        return faults._blkio_cgroup(self.proc.pid)
+        return faults.blkio_cgroup(self.proc.pid)
 
 
 @pytest.fixture

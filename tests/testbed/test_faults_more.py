@@ -171,7 +171,7 @@ def test_slow_log_appends_slow_local_on_that_broker_only_and_are_undone(
     if cap is not None:
         try:
             faults.block_device(node.log_dirs[0])
-            home = faults._blkio_cgroup(node.pid)
+            home = faults.blkio_cgroup(node.pid)
         except SetupError as e:
             pytest.skip(f"no cgroup v1 blkio throttle here: {e}")
     create_topic(admin, topic_name, leaders=[1, 2, 3])
@@ -189,7 +189,7 @@ def test_slow_log_appends_slow_local_on_that_broker_only_and_are_undone(
             assert faults.broker_config(admin, 2, key) == "1"
             assert faults.broker_config(admin, 1, key) == default
             if group is not None:
-                assert faults._blkio_cgroup(node.pid).endswith(os.path.basename(group))
+                assert faults.blkio_cgroup(node.pid).endswith(os.path.basename(group))
             during = _produce_local_p99(_phase(cluster3, 10), topic_name)
         time.sleep(2)  # what queued up during the fault drains
         after = _produce_local_p99(_phase(cluster3, 8), topic_name)
@@ -199,7 +199,7 @@ def test_slow_log_appends_slow_local_on_that_broker_only_and_are_undone(
     print(msg)
     assert faults.broker_config(admin, 2, key) == default
     if group is not None:
-        assert faults._blkio_cgroup(node.pid) == home
+        assert faults.blkio_cgroup(node.pid) == home
         assert not os.path.exists(group)
     assert stands_out(during, floor_ms=0.5 if cap is None else 10.0), msg
     assert after[2] <= 3 * max(after[1], after[3], 2.0), msg  # no longer stands out
