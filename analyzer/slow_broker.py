@@ -100,14 +100,18 @@ Also for Rule 3: a broker whose time for a request type is spent in a stage that
 are not a cluster-wide slowdown.
 
 Rule 8 — a degraded broker below the absolute threshold: a window is *degraded* for broker b and
-request r when b served at least ``min_requests`` of r, its ``total`` p99 is at most
-``p99_threshold_ms``, and in one of its own stages (``stages`` minus ``client_stages`` and the
-waits by design of ``wait_stages``) its p99 is at least ``degraded_ratio`` × the peers' median
-p99 of that stage **and** at least ``degraded_excess_ms`` above it (both: a ratio alone fires on
-2 ms against 0.7 ms). Scored like Rule 2; an active broker with no other finding gets a
-``degraded_broker`` finding of severity ``info`` (an early warning, never remediated by the
-default policy). When more than ``cluster_wide_fraction`` of the brokers are degraded at once,
-none is reported.
+request r when b served at least ``min_requests`` of r and in one of its own stages (``stages``
+minus ``client_stages`` and the waits by design of ``wait_stages``; with its ``total`` p99 above
+``p99_threshold_ms``, only ``culprit_stages``, its own work) its p99 is at least
+``degraded_ratio`` × the peers' median p99 of that stage **and** at least ``degraded_excess_ms``
+above it (both: a ratio alone fires on 2 ms against 0.7 ms). Scored like Rule 2; an active
+broker with no other finding gets a ``degraded_broker`` finding of severity ``info`` (an early
+warning, never remediated by the default policy): a broker hovering at the line (fault-matrix
+run 22's handlers held: Produce 478, 296, 340 ms) is warned of after two windows, before Rule
+1's two slow windows in a row. None for a broker whose slow-broker finding (Rules 1, 5) was
+active within the last ``hold_windows`` windows: its degraded score outlasts that finding and
+would only follow it after the fault. When more than ``cluster_wide_fraction`` of the brokers
+are degraded at once, none is reported.
 
 Rule 11 — the request queue backs up behind the disk: I/O handler threads blocked in a slow log
 append (``local``) leave the requests behind them waiting in ``requestQueue``, often longer than
@@ -158,6 +162,9 @@ too: the one broker whose waited ``remote`` p99 every other broker's is at least
 pause and the stalled follower: the leaders' acks=all requests waited 361-416 ms against the
 follower's 0-81 ms in every window (311-399 ms above it), while their mixed p99 was 2-308 ms; in
 the 15-minute bursty soaks and every window outside a follower stall, the gap was at most 25 ms.
+A window that tells no one apart right after one that named a follower holds its score for that
+window when the others still wait (:func:`still_waiting`): a paused leader's own acks=all
+requests wait out its pauses too, now and then as long as its peers'.
 """
 
 from __future__ import annotations
@@ -510,6 +517,21 @@ def followed_broker(
     return few[0] if len(few) == 1 else None
 
 
+def still_waiting(
+    table: _Table, request: str, w: int, follower: int, lowest_ms: float, cfg: SlowBrokerConfig
+) -> bool:
+    """Rule 13's hold, in a window that tells no follower apart right after one that named
+    ``follower`` (the others' lowest waited ``remote`` p99 then ``lowest_ms``): every other
+    broker's acks=all requests still wait at least half as long. A broker paused in a duty cycle
+    makes its own acks=all requests wait out its pauses too, so now and then its waited p99 is
+    as high as its peers' (fault-matrix run 22's 400/1000 pause: 399, 408 and 399 ms, between
+    windows of 384 and 327 ms against its 24 ms): no sign of recovery, and its score holds,
+    neither up nor down, for that one window (no hold follows a hold)."""
+    remote = _waited_remote(table, request, w, cfg, mixed=False)
+    others = [ms for b, ms in remote.items() if b != follower]
+    return bool(others) and min(others) >= lowest_ms / 2
+
+
 def _peer_median(usable: dict[int, StageWindow], broker: int) -> float | None:
     return _median([r.p99_ms for b, r in usable.items() if b != broker and r.p99_ms is not None])
 
@@ -828,10 +850,12 @@ def _replicates_fine(
 def stalled_followers(
     data: Aggregates, now_ms: int, cfg: SlowBrokerConfig, table: _Table | None = None
 ) -> list[StalledFollower]:
-    """Rule 5 for every request type: suspects whose score is active. A window in which a
-    suspect is instead the culprit (Rule 9: stalled while serving, so waiting in ``remote``
-    too) is one of its windows as well: a broker paused most of the time shows one shape or
-    the other from window to window, and is one cause throughout."""
+    """Rule 5 for every request type: suspects whose score is active now or was in one of the
+    last ``hold_windows`` windows (``score.active`` tells which; the latter only withhold Rule 8's
+    early warning, see :func:`recently_active`). A window in which a suspect is instead the
+    culprit (Rule 9: stalled while serving, so waiting in ``remote`` too) is one of its windows
+    as well: a broker paused most of the time shows one shape or the other from window to window,
+    and is one cause throughout."""
     table = table if table is not None else _Table(data.broker_stages)
     out = []
     for request in cfg.requests:
@@ -863,8 +887,9 @@ def stalled_followers(
                 v.slow or (None if c.stopped == b or attributed.get(w) == b else False)
                 for w, v, c in zip(windows, verdicts, causes, strict=True)
             ]
-            score, active = walk_score(flags, cfg)
-            if active:
+            states = walk_states(flags, cfg)
+            score, active = states[-1] if states else (0, False)
+            if any(a for _, a in states[-cfg.hold_windows :]):
                 leaders = {
                     x
                     for c, o in zip(causes, own, strict=True)
@@ -884,6 +909,11 @@ def stalled_followers(
                     )
                 )
     return out
+
+
+def recently_active(score: Score, cfg: SlowBrokerConfig) -> bool:
+    """Rule 1's walk (Rule 2) was active in one of the last ``hold_windows`` windows."""
+    return any(a for _, a in walk_states((v.slow for v in score.windows), cfg)[-cfg.hold_windows :])
 
 
 def slowest_peer(scores: dict[tuple[int, str], Score], broker: int) -> int | None:
@@ -936,12 +966,17 @@ def degraded_stage(
     table: _Table, request: str, w: int, b: int, cfg: SlowBrokerConfig
 ) -> tuple[str, float, float] | None:
     """Rule 8 in one window: ``(stage, b's p99, peers' median p99)`` of the degraded stage with the
-    largest excess, or None (too few requests, total above the threshold, nothing degraded)."""
+    largest excess, or None (too few requests, nothing degraded). Above the threshold only the
+    broker's own work counts (``culprit_stages``): a leader's ``remote`` above it is Rules 5, 12
+    and 13's to judge."""
     total = table.usable(request, "total", w, cfg.min_requests).get(b)
-    if total is None or (total.p99_ms or 0.0) > cfg.p99_threshold_ms:
+    if total is None:
         return None
+    above = (total.p99_ms or 0.0) > cfg.p99_threshold_ms
     best: tuple[str, float, float] | None = None
     for stage in own_stages(cfg, request):
+        if above and stage not in cfg.culprit_stages:
+            continue
         usable = table.usable(request, stage, w, cfg.min_requests)
         mine, peers = usable.get(b), _peer_median(usable, b)
         if mine is None or mine.p99_ms is None or peers is None:
@@ -1017,7 +1052,10 @@ def degraded_brokers(
         stopped = [table.cause(request, w, cfg).stopped for w in windows]
         waited_on = {b: [False] * len(windows) for b in brokers}
         served_few = {b: [False] * len(windows) for b in brokers}
+        held: list[int | None] = [None] * len(windows)  # Rule 13's hold: that broker's score holds
+        named: tuple[int, float] | None = None  # told apart in the window before (follower, lowest)
         for i, (w, s) in enumerate(zip(windows, stopped, strict=True)):
+            before, named = named, None
             leaders = [b for b in brokers if (per_broker[b][i] or ("",))[0] == "remote"]
             stage: tuple[str, float, float] | None = None
             if s is not None:  # Rule 12
@@ -1031,6 +1069,10 @@ def degraded_brokers(
             elif "remote" not in cfg.wait_stages.get(request, []):  # Rule 13, no leader degraded
                 told = waited_follower(table, request, w, cfg)
                 s, stage = (told[0], ("remote", told[1], told[2])) if told else (None, None)
+                if told:
+                    named = (told[0], told[1])
+                elif before is not None and still_waiting(table, request, w, *before, cfg):
+                    held[i] = before[0]
             if s is None or s not in per_broker:
                 continue
             # Rules 12, 13: the peers' remote degraded waits on that broker; it is its window.
@@ -1048,7 +1090,10 @@ def degraded_brokers(
                 WindowVerdict(w, r.count if r else 0, r.p99_ms if r else None, None, x is not None)
                 for w, r, x in zip(windows, rows, per, strict=True)
             )
-            flags = [v.slow or (None if s == b else False) for v, s in zip(verdicts, stopped, strict=True)]
+            flags = [
+                v.slow or (None if b in (s, h) else False)
+                for v, s, h in zip(verdicts, stopped, held, strict=True)
+            ]
             score, active = walk_score(flags, cfg)
             if active:
                 found.append(
@@ -1119,9 +1164,16 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         table = _Table(data.broker_stages)  # one index and one Rule 5 pass for every rule
         scores = broker_scores(data, now_ms, cfg, table)
         stalled: dict[int, StalledFollower] = {}
-        for sf in stalled_followers(data, now_ms, cfg, table):
+        followers = stalled_followers(data, now_ms, cfg, table)
+        for sf in (sf for sf in followers if sf.score.active):
             if sf.broker not in stalled or sf.score.score > stalled[sf.broker].score.score:
                 stalled[sf.broker] = sf
+        # Rule 8's early warning is withheld from a broker found slow within the last
+        # hold_windows windows: its score, raised by the same windows, outlasts the slow finding
+        # by a window or two and would only follow it as a lesser finding after the fault.
+        recent = {sf.broker for sf in followers} | {
+            b for (b, _), s in scores.items() if recently_active(s, cfg)
+        }
         explained = {b for sf in stalled.values() for b in sf.leaders_waiting} | set(stalled)
         if stalled:  # Rule 5 explains the leaders' slowness: report the follower, not them.
             scores = {key: s for key, s in scores.items() if key[0] not in explained}
@@ -1152,7 +1204,7 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         found = actable + [
             self._client_finding(data, now_ms, cfg, b, r, info) for (b, r), info in sorted(clients.items())
         ]
-        taken = explained | set(per_broker) | {b for b, _ in clients} | flagged
+        taken = explained | set(per_broker) | {b for b, _ in clients} | flagged | recent
         degraded = [d for d in degraded_brokers(data, now_ms, cfg, table) if d.broker not in taken]
         return found + [self._degraded_finding(data, now_ms, cfg, d) for d in _one_per_broker(degraded)]
 

@@ -262,6 +262,38 @@ RUN11_STALLED = (
     ((7, 4, 0), (392, 400, 0)),
     ((21, 22, 0), (400, 400, 0)),
 )
+# Run 22: broker 2 paused 400/1000 ms while it leads. Its peers' acks=all requests wait on it
+# (first frame), then in one window its own waited as long (its pauses), then they wait on it again.
+RUN22_PAUSE_400 = (
+    ((13, 17, 9), (384, 327, 24)),
+    ((28, 47, 13), (399, 399, 408)),
+    ((8, 56, 9), (392, 392, 17)),
+)
+# The same, with the peers' waits back to normal in the window between (no sign of the fault).
+RUN22_PAUSE_400_GAP = (RUN22_PAUSE_400[0], ((28, 30, 13), (30, 35, 28)), RUN22_PAUSE_400[2])
+# Two all-waiting windows in a row: the hold is for one window only.
+RUN22_PAUSE_400_TWICE = (*RUN22_PAUSE_400[:2], RUN22_PAUSE_400[1], RUN22_PAUSE_400[2])
+
+
+def run22_handlers(b: int) -> dict[int, dict]:
+    """Run 22's handlers starved (one I/O thread held by flushed appends on a capped disk),
+    Produce, brokers 1, 3, 2 of the run as 0, 1, 2: four healthy windows, then broker 2's
+    request queue out of line in two, its total above the line (478 ms) in the first and just
+    under it (296 ms) in the second. (count, total, requestQueue, local, remote, responseQueue)."""
+    frames = (
+        ((1041, 30, 13, 3, 9, 4), (800, 12, 5, 2, 10, 2), (891, 32, 8, 2, 11, 7)),
+        ((912, 22, 6, 2, 7, 3), (683, 24, 10, 4, 10, 3), (819, 25, 14, 3, 12, 4)),
+        ((909, 29, 9, 2, 10, 4), (714, 31, 24, 3, 15, 3), (675, 478, 237, 5, 21, 5)),
+        ((837, 19, 8, 2, 6, 4), (695, 33, 12, 2, 11, 5), (636, 296, 279, 3, 9, 4)),
+    )
+    out = {}
+    for i, f in enumerate((frames[0], frames[1], *frames)):
+        n, total, rq, local, remote, rsq = f[b]
+        stages = {"requestQueue": rq, "local": local, "remote": remote, "responseQueue": rsq}
+        out[i] = {"count": n, "p99": float(total), "stage_p99": {**BUSY_STAGES, **stages}}
+    return out
+
+
 # The waited p99s of the 15-minute bursty soaks' windows nearest to telling one broker apart
 # (run 9: 5.8x but 14 ms; run 8: 24.8 and 23.8 ms against 7.8 ms), the lowest as broker 2; the
 # mixed p99s the soaks' usual 2-4 ms.
@@ -738,6 +770,43 @@ CASES = [
             for b in range(3)
         },
         {("slow_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13, run 22's leader paused 400/1000 ms: told apart, then one window where its own"
+        " acks=all requests waited as long as its peers' (399, 399, 408 ms), then told apart again",
+        11,
+        3,
+        {b: waits(b, RUN22_PAUSE_400) for b in range(3)},
+        {("degraded_broker", "broker:2"): "remote"},
+    ),
+    (
+        "Rule 13 no false positive: told apart twice, the peers' waits back to normal between",
+        11,
+        3,
+        {b: waits(b, RUN22_PAUSE_400_GAP) for b in range(3)},
+        {},
+    ),
+    (
+        "Rule 13 no false positive: told apart twice, two all-waiting windows between (one held)",
+        12,
+        3,
+        {b: waits(b, RUN22_PAUSE_400_TWICE) for b in range(3)},
+        {},
+    ),
+    (
+        "run 22's handlers starved: request queue out of line, the total above the line then just"
+        " under it: the early warning after two windows, requestQueue",
+        6,
+        3,
+        {b: run22_handlers(b) for b in range(3)},
+        {("degraded_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        "above the line one window, its request queue in line the next: nothing",
+        6,
+        3,
+        {b: run22_handlers(b) | ({5: run22_handlers(b)[1]} if b == 2 else {}) for b in range(3)},
+        {},
     ),
     (
         "Rule 13 no false positive: the bursty soaks' windows nearest to telling one broker apart",
@@ -1225,6 +1294,38 @@ def test_a_follower_its_peers_wait_on_says_so_and_is_never_remediated() -> None:
         )
         == []
     )
+
+
+def test_no_early_warning_follows_a_cleared_slow_finding() -> None:
+    """Broker 2 slow on Produce (its request queue, above the line) in windows 2-5, and its consumer
+    fetches' request queue out of line in windows 0-7 (their total is the long poll, above the
+    line by design). The fetches' degraded score outlasts the Produce finding; within
+    hold_windows of it, it is no new finding (run 22's handlers starved, replayed: a
+    degraded_broker 38 s after the fault, once its slow_broker had cleared)."""
+    produce = scenario(10, 3, {2: slow_in(range(2, 6), stage="requestQueue")})
+    polls = {
+        b: {
+            i: long_poll(498.0) | {"stage_p99": {**BUSY_STAGES, "remote": 490.0, "requestQueue": 5.0}}
+            for i in range(10)
+        }
+        for b in range(3)
+    }
+    for i in range(8):
+        polls[2][i]["stage_p99"] = {**BUSY_STAGES, "remote": 490.0, "requestQueue": 300.0}
+    fetches = scenario(10, 3, polls)
+    data = Aggregates(
+        cluster="c1", window_s=WINDOW_S, broker_stages=produce.broker_stages + fetches.broker_stages
+    )
+    during = SlowBrokerDetector().detect(data, now_after(6))
+    assert [(f.rule, f.subject, f.evidence["stage"]) for f in during] == [
+        ("slow_broker", "broker:2", "requestQueue")
+    ]
+    assert SlowBrokerDetector().detect(data, now_after(10)) == []
+    # The fetches alone (no slow finding before): the early warning, in their request queue.
+    alone = SlowBrokerDetector().detect(fetches, now_after(10))
+    assert [(f.rule, f.subject, f.evidence["stage"]) for f in alone] == [
+        ("degraded_broker", "broker:2", "requestQueue")
+    ]
 
 
 def test_degraded_thresholds_are_configurable() -> None:
