@@ -41,8 +41,11 @@ Contract:
   window spread over the samples topic's partitions), and a newest window read half-filled
   names the wrong hot partition or the wrong slow broker. Per kind, a window is complete when
   it holds every cell that the nearest earlier window holding that kind held — stage
-  sketches: every broker; partition sizes: every (topic, partition, broker) replica; log dirs:
-  every (broker, log dir) — or when it ended ``settle_ms`` or more before ``now_ms``. Windows
+  sketches: every broker, and of each broker every sketch its agent said it sent for the window
+  (``StageSketch.window_sketches``; one agent's sketches of a window spread over the samples
+  topic's partitions, and a partition led by a paused broker takes them late); partition
+  sizes: every (topic, partition, broker) replica; log dirs: every (broker, log dir) — or when
+  it ended ``settle_ms`` or more before ``now_ms``. Windows
   are released in order: from the oldest incomplete window on, that kind's rows wait.
   Exemplars and probe samples are evidence read for windows the rules already judged, and
   are not held.
@@ -141,6 +144,13 @@ class _Window:
     logdirs: dict[tuple[int, str], tuple[int, int, int, float | None]] = field(default_factory=dict)
     clients: dict[tuple[int, str, str], _Clients] = field(default_factory=dict)
     probes: dict[int, _Probe] = field(default_factory=dict)
+    # broker -> the stage sketches its agent sent for this window (StageSketch.window_sketches)
+    announced: dict[int, int] = field(default_factory=dict)
+
+    def stages_short(self) -> bool:
+        """A broker's agent announced more stage sketches for this window than are here yet."""
+        have = Counter(broker for broker, _request, _stage in self.stages)
+        return any(have[b] < n for b, n in self.announced.items())
 
 
 class WindowState:
@@ -246,6 +256,8 @@ class WindowState:
         logged = logged_requests(zero + sum(n for _, n in buckets), rec.capture_ratio)
         cell = win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketch())
         cell.merge(zero, sum_ms, buckets, logged)
+        if rec.window_sketches:
+            win.announced[rec.broker] = max(win.announced.get(rec.broker, 0), rec.window_sketches)
         return True
 
     def _merge_exemplar(self, win: _Window, rec: R.SlowRequest) -> bool:
@@ -335,7 +347,7 @@ class WindowState:
             lo = -math.inf if since_ms is None else since_ms
             hi = math.inf if now_ms is None else now_ms
             picked = sorted((s, w) for s, w in self._windows.items() if s + self.window_ms > lo and s < hi)
-            upto = {kind: self._frontier(cells, now_ms) for kind, cells in _CELLS.items()}
+            upto = {kind: self._frontier(kind, now_ms) for kind in _CELLS}
             stages = _stage_rows([(s, w) for s, w in picked if s < upto["stages"]])
             partitions = _partition_rows([(s, w) for s, w in picked if s < upto["partitions"]])
             logdirs = _logdir_rows([(s, w) for s, w in picked if s < upto["logdirs"]])
@@ -354,18 +366,19 @@ class WindowState:
             probes=probes,
         )
 
-    def _frontier(self, cells_of: Callable[[_Window], set], now_ms: int | None) -> float:
+    def _frontier(self, kind: str, now_ms: int | None) -> float:
         """Start of the oldest window whose cells of one kind are not complete yet (see the
         module contract); every window before it is released. No ``now_ms``: all are."""
         if now_ms is None:
             return math.inf
         before: set = set()
         for start in sorted(self._windows):
-            cells = cells_of(self._windows[start])
+            win = self._windows[start]
+            cells = _CELLS[kind](win)
             if not cells:
                 continue  # nothing of this kind in it (yet): nothing to hold
             settled = start + self.window_ms + self.settle_ms <= now_ms
-            if not settled and not before <= cells:
+            if not settled and (not before <= cells or (kind == "stages" and win.stages_short())):
                 return start
             before = cells
         return math.inf
@@ -375,7 +388,7 @@ class WindowState:
         ``now_ms`` (see the module contract), or None. The service evaluates as soon as it
         moves on, instead of waiting out its interval."""
         with self._lock:
-            upto = self._frontier(_CELLS["stages"], now_ms)
+            upto = self._frontier("stages", now_ms)
             done = [
                 s for s, w in self._windows.items() if s < upto and w.stages and s + self.window_ms <= now_ms
             ]
@@ -384,7 +397,7 @@ class WindowState:
     def pending(self, now_ms: int) -> dict[str, list[int]]:
         """Window starts held back as incomplete at ``now_ms``, per kind (for tests and logs)."""
         with self._lock:
-            upto = {kind: self._frontier(cells, now_ms) for kind, cells in _CELLS.items()}
+            upto = {kind: self._frontier(kind, now_ms) for kind in _CELLS}
             return {
                 kind: sorted(s for s, w in self._windows.items() if s >= upto[kind] and _CELLS[kind](w))
                 for kind in _CELLS

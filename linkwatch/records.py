@@ -15,7 +15,7 @@ Every record is a JSON object with an envelope and a body::
   reader would misread (a field removed, retyped or given a new meaning), since a bump makes
   older readers drop every record of the new version as ``future_version``. Kinds added so far
   at ``v`` 1: ``probe`` (:class:`ProbeSample`); optional fields added at ``v`` 1:
-  ``ProbeSample.commit_*``, ``StageSketch.capture_ratio``.
+  ``ProbeSample.commit_*``, ``StageSketch.capture_ratio``, ``StageSketch.window_sketches``.
 * ``key`` identifies the fact, not the delivery: the same window from the same broker always has
   the same key, so a consumer (the Spark job) drops duplicates from re-sends and restarts.
 * :func:`decode` raises :class:`RecordError` with a short ``reason`` (for a
@@ -91,7 +91,13 @@ class StageSketch(Record):
     # capture; 1/k under sampled capture, where the sketch's counts are already multiplied by k
     # (estimates; quantiles are those of the logged requests). See agent.capture.
     capture_ratio: float = 1.0
-    RANGES: ClassVar[dict[str, tuple[float, float]]] = {"capture_ratio": (0.0, 1.0)}
+    # How many stage sketches its agent sent for this broker and window (optional, added at v 1;
+    # 0: not said). The analyzer evaluates a window once every one of them is there.
+    window_sketches: int = 0
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = {
+        "capture_ratio": (0.0, 1.0),
+        "window_sketches": (-1, 1_000_000),
+    }
 
     def dedup_key(self) -> str:
         return f"{self.cluster}/{self.broker}/{self.request}/{self.stage}/{self.ts_ms}"

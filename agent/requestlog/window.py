@@ -473,6 +473,7 @@ class WindowAggregator:
         self._closed_before = max(self._closed_before, start + self.window_ms)
         ts_ms = start
         sketches, hists, values = [], {}, {}
+        announced = len(win.requests) * len(STAGES)  # every sketch of the window says how many
         for request, racc in sorted(win.requests.items()):
             racc.fold()
             for stage, acc in zip(STAGES, racc.stages, strict=True):
@@ -487,6 +488,7 @@ class WindowAggregator:
                         stage=stage,
                         window_s=self.window_ms // 1000,
                         sketch=sketch,
+                        window_sketches=announced,
                     )
                 )
                 hists[(request, stage)] = (acc.hist, acc.sum)

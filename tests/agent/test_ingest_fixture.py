@@ -150,6 +150,8 @@ def test_window_sketches_are_exact_ddsketch_buckets_and_histograms(lines: list[b
             compared += 1
     assert not values  # every (window, type, stage) of the lines came out
     assert compared >= 2 * 3 * len(STAGES)
+    # Every sketch says how many its window has, so the analyzer knows when all have arrived.
+    assert all(s.window_sketches == len(w.sketches) for w in closed for s in w.sketches)
 
 
 def bucket_counts(vs: list[float]) -> list[int]:

@@ -185,6 +185,7 @@ def _released(recs: list[R.Record], now: int) -> dict[str, list[int]]:
     }
 
 
+SK3 = ("requestQueue", "remote", "total")  # a window's three sketches per broker
 # (records, evaluation time as window offset + ms) -> windows released per kind
 COMPLETENESS = {
     "every replica reported: the newest window is evaluated at once": (
@@ -227,6 +228,44 @@ COMPLETENESS = {
         [stage(b, T0, [1.0], request="FetchConsumer") for b in (1, 2)]
         + [stage(b, T0 + WMS, [1.0], stage="local") for b in (1, 2)],
         2 * WMS + 1,
+        {"stages": [0, 1]},
+    ),
+    # Run 22's paused brokers: a window's sketches spread over the samples topic's partitions,
+    # those led by a paused broker late; the first evaluation that held the window read it
+    # half-filled and found nothing, the next one (5 s later) found the slow broker.
+    "stage sketches: a broker's agent sent 3, 2 are here: held": (
+        [
+            stage(b, T0 + w * WMS, [1.0], stage=s, window_sketches=3)
+            for w in (0, 1)
+            for b in (1, 2)
+            for s in SK3
+        ]
+        + [
+            stage(b, T0 + 2 * WMS, [1.0], stage=s, window_sketches=3)
+            for b in (1, 2)
+            for s in SK3[: 3 - b // 2]
+        ],
+        3 * WMS + 1,
+        {"stages": [0, 1]},
+    ),
+    "stage sketches: every one its agent sent is here: evaluated at once": (
+        [
+            stage(b, T0 + w * WMS, [1.0], stage=s, window_sketches=3)
+            for w in (0, 1, 2)
+            for b in (1, 2)
+            for s in SK3
+        ],
+        3 * WMS + 1,
+        {"stages": [0, 1, 2]},
+    ),
+    "stage sketches: short of its count, evaluated once it ended settle_ms ago": (
+        [
+            stage(b, T0 + w * WMS, [1.0], stage=s, window_sketches=3)
+            for w in (0, 1)
+            for b in (1, 2)
+            for s in SK3[:2]
+        ],
+        2 * WMS + SETTLE,
         {"stages": [0, 1]},
     ),
     "log dirs: one of a broker's two dirs missing": (

@@ -32,9 +32,11 @@ def stage(
     request: str = "Produce",
     stage: str = "total",
     capture_ratio: float = 1.0,
+    window_sketches: int = 0,
 ):
     """A broker's stage sketch; ``capture_ratio`` < 1 marks it sampled (as the agent's scaled
-    windows: ``values`` are then the scaled requests, not only the logged ones)."""
+    windows: ``values`` are then the scaled requests, not only the logged ones);
+    ``window_sketches``: how many its agent said it sent for the window (0: not said)."""
     return R.StageSketch(
         cluster=CLUSTER,
         source=f"broker-{broker}",
@@ -45,6 +47,7 @@ def stage(
         window_s=WINDOW_S,
         sketch=sketch_of(values),
         capture_ratio=capture_ratio,
+        window_sketches=window_sketches,
     )
 
 
