@@ -489,6 +489,9 @@ class Ticker:
 
     service: AnalysisService
     ticks: list[tuple[float, float, float | None]] = field(default_factory=list)  # start, s, age s
+    # Per evaluation with rows: the newest window's start (ms) and its stage rows then: a window
+    # read with fewer rows than a later evaluation read of it was evaluated half-filled.
+    newest_rows: list[tuple[int, int]] = field(default_factory=list)
     errors: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -515,6 +518,8 @@ class Ticker:
             newest = max((r.window_start_ms for r in rows), default=None)
             age = None if newest is None else started - (newest / 1000 + self.service.cfg.window_s)
             self.ticks.append((started, time.time() - started, age))
+            if newest is not None:
+                self.newest_rows.append((newest, sum(1 for r in rows if r.window_start_ms == newest)))
             self.service.wait_next(self._stop, time.monotonic() - (time.time() - started))
 
 
@@ -575,6 +580,7 @@ class Run:
     ticks: list[tuple[float, float, float | None]]
     records: list[R.Record]
     window_s: int  # the agents' windows
+    newest_rows: list[tuple[int, int]] = field(default_factory=list)  # Ticker.newest_rows
 
 
 def save_run(result: Run, path: Path) -> None:
@@ -586,6 +592,7 @@ def save_run(result: Run, path: Path) -> None:
         "live": [(t, f.to_json().decode()) for t, f in result.live],
         "alerts": result.alerts,
         "ticks": result.ticks,
+        "newest_rows": result.newest_rows,
         "records": [r.to_json().decode() for r in result.records],
     }
     path.write_text(json.dumps(doc))
@@ -604,6 +611,7 @@ def load_run(path: Path) -> Run:
         [tuple(x) for x in doc["ticks"]],
         [R.decode(raw) for raw in doc["records"]],
         int(doc.get("window_s", 2)),  # runs saved before the option had 2 s windows
+        [tuple(x) for x in doc.get("newest_rows", [])],  # runs saved before run 24 have none
     )
 
 
@@ -718,7 +726,7 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         stops = []
         alerts = stack.received_all()
         records = read_samples(state.bootstrap)
-        return Run(phases, sink.emitted, alerts, ticker.ticks, records, args.window_s)
+        return Run(phases, sink.emitted, alerts, ticker.ticks, records, args.window_s, ticker.newest_rows)
     finally:
         faults.revert_all()
         for stop in reversed(stops):
@@ -1004,6 +1012,23 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 print(f"{'':46s} others: {p['others']}")
 
 
+def print_half_filled(newest_rows: list[tuple[int, int]]) -> None:
+    """How often the live analyzer's first evaluation of a window read it with fewer stage rows
+    than a later evaluation of the same window (a window evaluated before all had arrived)."""
+    first: dict[int, int] = {}
+    most: dict[int, int] = {}
+    for start, n in newest_rows:
+        first.setdefault(start, n)
+        most[start] = max(most.get(start, 0), n)
+    if not first:
+        return
+    short = sorted(start for start, n in first.items() if n < most[start])
+    print(
+        f"windows first evaluated half-filled (fewer stage rows than a later evaluation read): "
+        f"{len(short)} of {len(first)}"
+    )
+
+
 def print_ticks(ticks: list[tuple[float, float, float | None]]) -> None:
     """The live analyzer's evaluations that had rows (before the archive holds any, a tick
     takes milliseconds and says nothing about the pipeline's speed)."""
@@ -1109,6 +1134,7 @@ def main() -> None:
     rows = table(chosen, result, replayed, state)
     print_table(rows)
     print_ticks(result.ticks)
+    print_half_filled(result.newest_rows)
     print(f"end: {load_line()}")
     if args.json:
         args.json.write_text(
