@@ -378,7 +378,7 @@ class WindowState:
             if not cells:
                 continue  # nothing of this kind in it (yet): nothing to hold
             settled = start + self.window_ms + self.settle_ms <= now_ms
-            if not settled and (not before <= cells or (kind == "stages" and win.stages_short())):
+            if not settled and (not before <= cells or _SHORT[kind](win)):
                 return start
             before = cells
         return math.inf
@@ -409,6 +409,12 @@ _CELLS: dict[str, Callable[[_Window], set]] = {
     "stages": lambda w: {broker for broker, _request, _stage in w.stages},
     "partitions": lambda w: set(w.partitions),
     "logdirs": lambda w: set(w.logdirs),
+}
+# And what a window says it still lacks, per kind, whatever the windows before it held.
+_SHORT: dict[str, Callable[[_Window], bool]] = {
+    "stages": _Window.stages_short,
+    "partitions": lambda _w: False,
+    "logdirs": lambda _w: False,
 }
 
 
