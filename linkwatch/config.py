@@ -13,7 +13,9 @@ default). Any input gets an answer in bounded time and memory: see :data:`MAX_FI
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -25,6 +27,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Sec
 from linkwatch.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 # Bounds on what a config document may be, so any file gives an answer in bounded time and
 # memory: its size, its nesting, and the number of values after YAML aliases are expanded
@@ -32,6 +35,7 @@ M = TypeVar("M", bound=BaseModel)
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_VALUES = 100_000
+_SUBKEY = re.compile(r"^[a-z_][a-z0-9_]*: ")  # a section check's message about one of its keys
 MAX_SHOWN = 80  # characters of an offending value quoted in an error message
 
 
@@ -65,6 +69,10 @@ def _dir(v: Path) -> Path:
     try:
         if v.exists() and not v.is_dir():
             raise ValueError("exists and is not a directory")
+        # It can be created only under a directory: the nearest existing ancestor must be one.
+        above = next((p for p in v.absolute().parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise ValueError(f"cannot be created: {str(above)[:MAX_SHOWN]} is not a directory")
     except OSError as e:
         raise ValueError(f"cannot be checked ({e.strerror})") from None
     return v
@@ -102,6 +110,72 @@ class _BoundedLoader(yaml.SafeLoader):
             )
 
 
+def rename_keys(data: Any, renames: dict[str, str], section: str = "") -> Any:
+    """Move deprecated keys to their new place, for a ``model_validator(mode="before")``.
+
+    ``renames`` maps an old dotted key to its new one (``"bootstrap_servers"`` →
+    ``"kafka.bootstrap_servers"``), relative to the section validated; ``section`` prefixes both
+    in messages. Each old key found logs one warning line. Old and new both set is a ValueError
+    naming both. Anything but a mapping is returned as given (the validator then rejects it).
+    """
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for old, new in renames.items():
+        found, value = _pop_dotted(data, old.split("."))
+        if not found:
+            continue
+        where = f"{section}." if section else ""
+        if _has_dotted(data, new.split(".")):
+            raise ValueError(
+                f"{where}{old} is the deprecated spelling of {where}{new}: set only {where}{new}"
+            )
+        _set_dotted(data, new.split("."), value)
+        log.warning(
+            "config: %s%s is deprecated, use %s%s (the old spelling goes in a later release)",
+            where,
+            old,
+            where,
+            new,
+        )
+    return data
+
+
+def _pop_dotted(data: dict[str, Any], path: list[str]) -> tuple[bool, Any]:
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            return False, None
+        node[part] = child = dict(child)  # never change the caller's mapping
+        node = child
+    if path[-1] not in node:
+        return False, None
+    return True, node.pop(path[-1])
+
+
+def _has_dotted(data: dict[str, Any], path: list[str]) -> bool:
+    node: Any = data
+    for part in path:
+        if isinstance(node, BaseModel):
+            node = node.model_dump(exclude_unset=True)
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _set_dotted(data: dict[str, Any], path: list[str], value: Any) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if isinstance(child, BaseModel):
+            child = child.model_dump(exclude_unset=True)
+        node[part] = child = dict(child) if isinstance(child, dict) else {}
+        node = child
+    node[path[-1]] = value
+
+
 def load_config(path: Path | str | None, model: type[M], env_prefix: str = "LINKWATCH_") -> M:
     source = str(path)[:200] if path else "<defaults>"
     data: dict[str, Any] = {}
@@ -117,7 +191,7 @@ def load_config(path: Path | str | None, model: type[M], env_prefix: str = "LINK
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(source, [_describe(err, model) for err in e.errors()[:20]]) from None
+        raise ConfigError(source, [describe(err, model) for err in e.errors()[:20]]) from None
     except RecursionError:
         raise ConfigError(source, ["nested too deeply"]) from None
 
@@ -221,12 +295,17 @@ def _shown(text: str, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def _describe(err: Any, model: type[BaseModel] | None = None) -> str:
+def describe(err: Any, model: type[BaseModel] | None = None) -> str:
+    """One pydantic error as ``key=value: why`` (``key: unknown key``, ``key: required``)."""
     key = ".".join(str(p) for p in err["loc"]) or "<top>"
     if err["type"] == "extra_forbidden":
         return f"{key}: unknown key"
     if err["type"] == "missing":
         return f"{key}: required"
+    if err["type"] == "value_error" and isinstance(err.get("input"), dict | list):
+        # A section's own check: its message names keys inside the section ("sub_key: why").
+        parts = str(err["msg"]).removeprefix("Value error, ").split("; ")
+        return "; ".join(f"{key}.{p}" if _SUBKEY.match(p) else f"{key}: {p}" for p in parts)
     secret = model is not None and SecretStr in _members(_annotation(model, err["loc"]))
     shown = "<hidden>" if secret else _short_repr(err.get("input"))
     return f"{key}={shown}: {err['msg']}"

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field
 
 from linkwatch.config import StrictModel
+from linkwatch.errors import ListenError
 
 #: A TCP port to listen on; 0 lets the system pick a free one (read it back from the server).
 Port = Annotated[int, Field(ge=0, le=65535)]
@@ -55,7 +56,10 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> MetricsServer:
-        self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as e:
+            raise ListenError("/metrics", self.host, self.port, e) from None
         self.server_port = int(self._server.server_address[1])
         return self
 

@@ -15,7 +15,8 @@ Every record is a JSON object with an envelope and a body::
   reader would misread (a field removed, retyped or given a new meaning), since a bump makes
   older readers drop every record of the new version as ``future_version``. Kinds added so far
   at ``v`` 1: ``probe`` (:class:`ProbeSample`); optional fields added at ``v`` 1:
-  ``ProbeSample.commit_*``, ``StageSketch.capture_ratio``, ``StageSketch.window_sketches``.
+  ``ProbeSample.commit_*``, ``StageSketch.capture_ratio``, ``StageSketch.window_sketches``,
+  ``StageSketch.capture_exact``.
 * ``key`` identifies the fact, not the delivery: the same window from the same broker always has
   the same key, so a consumer (the Spark job) drops duplicates from re-sends and restarts.
 * :func:`decode` raises :class:`RecordError` with a short ``reason`` (for a
@@ -27,6 +28,7 @@ Every record is a JSON object with an envelope and a body::
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +39,18 @@ import orjson
 SCHEMA_VERSION = 1
 SAMPLES_TOPIC = "linkwatch.samples"
 FINDINGS_TOPIC = "linkwatch.findings"
+#: linkwatch's own topics and consumer groups, one pattern for every component that lists them:
+#: ``linkwatch.…`` (samples, findings, the probe's topic and its commit groups, lease topics) and
+#: ``linkwatch-…`` (lease groups, client ids). They are excluded by default wherever groups or
+#: topics are judged, so linkwatch never reports on (or acts on) itself.
+OWN_NAMES = r"^linkwatch[.-]"
+_OWN = re.compile(OWN_NAMES)
+
+
+def is_own(name: str) -> bool:
+    """Whether a topic or group name is one of linkwatch's own (:data:`OWN_NAMES`)."""
+    return _OWN.search(name) is not None
+
 
 # Request types the stage model knows; Fetch is split into consumer and follower fetches.
 PRODUCE = "Produce"
@@ -94,6 +108,10 @@ class StageSketch(Record):
     # How many stage sketches its agent sent for this broker and window (optional, added at v 1;
     # 0: not said). The analyzer evaluates a window once every one of them is there.
     window_sketches: int = 0
+    # False (optional, added at v 1) when sampled capture's slice did not happen as planned (the
+    # logger switch through the broker's own admin API failed or was late: a stalled broker): the
+    # quantiles are still its logged requests', the counts the planned stride's estimate.
+    capture_exact: bool = True
     RANGES: ClassVar[dict[str, tuple[float, float]]] = {
         "capture_ratio": (0.0, 1.0),
         "window_sketches": (-1, 1_000_000),

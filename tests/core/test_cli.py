@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from linkwatch.cli import main
+from cli.main import main
 
 USAGE_ERRORS = [
     # (argv, text the error output must contain)
@@ -44,7 +44,7 @@ def test_a_config_error_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Ca
 
 def test_the_installed_command_exits_2_without_a_traceback() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "linkwatch.cli", "alerts", "serve", "--port", "abc"],
+        [sys.executable, "-m", "cli.main", "alerts", "serve", "--port", "abc"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from linkwatch.config import load_config
-from linkwatch.errors import ConfigError
+from linkwatch.errors import ConfigError, ListenError
 from linkwatch.metrics_server import MetricsServer, MetricsServerConfig, Port, serve_metrics
 
 
@@ -49,8 +49,11 @@ def test_a_taken_port_is_an_error_not_a_silent_run() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        with pytest.raises(OSError):
-            serve_metrics(MetricsServerConfig(port=taken.getsockname()[1]), _registry())
+        port = taken.getsockname()[1]
+        with pytest.raises(
+            ListenError, match=f"cannot listen on 127.0.0.1:{port}: the address is already in use"
+        ):
+            serve_metrics(MetricsServerConfig(port=port), _registry())
 
 
 def test_other_servers_start_the_same_way() -> None:

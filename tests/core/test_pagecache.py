@@ -11,8 +11,8 @@ from kafka import KafkaProducer
 
 from linkwatch.pagecache import PAGE, check_cold_read, log_ranges, residency
 from linkwatch.segments import partition_dir
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.faults import evict_page_cache
+from testbed.cluster import ClusterState
+from testbed.faults import evict_page_cache
 from tests.core.test_segments import many_segment_topic
 
 

@@ -18,7 +18,7 @@ from linkwatch.segments import (
     partition_dir,
     segment_base_offsets,
 )
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 
 FIND_CASES = [
     ([0], 0, 0),

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from linkwatch.sketch import LatencySketch, exact_quantile, key_to_value, quantile_from_buckets
+from linkwatch.sketch import LatencySketch, exact_quantile, key_to_value
+from tests.aggregation.reference import quantile_from_buckets
 
 QS = (0.5, 0.9, 0.99, 0.999)
 
