@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
+from alerts.hooks.base import NOTIFIERS_GROUP
+from findings.pipeline import PipelineConfig
+from linkwatch import plugins
 from linkwatch.config import FileLocation, StrictModel
 from linkwatch.errors import ConfigError
-from remediation.pipeline import PipelineConfig
 
 ENV_PREFIX = "LINKWATCH_ALERTS_"
 
@@ -21,6 +23,12 @@ ENV_PREFIX = "LINKWATCH_ALERTS_"
 class HookConfig(StrictModel):
     type: str = Field(min_length=1, description="entry-point name in linkwatch.notifiers")
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_options(self) -> HookConfig:
+        # The hook's own Options model, at load: a typo fails `--check`, not the first alert.
+        plugins.validate_options(NOTIFIERS_GROUP, self.type, self.options, "hooks")
+        return self
 
 
 class ReceiverConfig(StrictModel):

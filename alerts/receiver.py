@@ -43,6 +43,7 @@ from alerts.hooks import Hook, HookResult, load_hook
 from alerts.hooks.base import AlertEvent
 from alerts.hooks.findings import HookNotifier, finding_from_alert
 from alerts.payload import PayloadError, parse_message
+from linkwatch.errors import ListenError
 from linkwatch.records import Finding
 
 log = logging.getLogger("linkwatch.alerts")
@@ -80,7 +81,7 @@ class AlertReceiver:
         self._threads: list[threading.Thread] = []
         self.pipeline = None
         if config.remediation is not None:
-            from remediation.pipeline import build_pipeline
+            from findings.pipeline import build_pipeline
 
             self.pipeline = build_pipeline(config.remediation, [HookNotifier(h) for h in self.hooks])
 
@@ -95,6 +96,9 @@ class AlertReceiver:
         loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(self._listen())
+        except OSError as e:
+            loop.close()
+            raise ListenError("the alerts receiver", self.config.host, self.config.port, e) from None
         except BaseException:
             loop.close()
             raise

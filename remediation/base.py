@@ -9,14 +9,24 @@ A :class:`Remediation` turns one finding into changes to the cluster, in four se
   "nothing to do" and is a valid answer (a balanced cluster, a broker that leads nothing).
   It may raise :class:`PlanError` when the finding cannot be acted on (wrong subject); any
   other exception is a bug: the remediator logs it, audits it and goes on with other findings.
+* :meth:`Remediation.check_evidence` — pure: is the finding's evidence what :meth:`plan` reads?
+  Called at the boundary (:mod:`remediation.intake`) for the remediation the finding's rule maps
+  to; a message refuses the finding (dropped as ``bad_evidence``), so ``plan`` never sees it.
 * :meth:`Remediation.execute` — apply **one** step and return without waiting for the cluster
   to converge. Called only when config says ``execute: true``, only while this process holds
   the lease, and only after the step was written to the persisted state (so a SIGKILL right
-  after is recovered). It may raise: the step is then audited as failed, the rest of the plan
-  is not run, and :meth:`undo` of the steps already applied is attempted.
+  after is recovered). Change the cluster only through ``ctx.admin``: every change it makes is
+  fenced (:mod:`remediation.fencing`; a stale lease holder's call raises
+  :class:`~remediation.state.Fenced`, which must not be caught). It may raise: the step is then
+  audited as failed, the rest of the plan is not run, :meth:`undo` of the steps already applied
+  (``sent`` or ``done``) is run, and what the action held (a demotion's cap, its throttles) is
+  freed.
 * :meth:`Remediation.verify` — has the step taken effect in this fresh view? Pure, like plan.
   The remediator polls it until true or the step's deadline; a step past its deadline is
-  handed to :meth:`abandon` (e.g. cancel a reassignment, KIP-455).
+  handed to :meth:`abandon` (e.g. cancel a reassignment, KIP-455). While waiting, call
+  ``ctx.checkpoint()`` between polls: it raises when the action hurts the cluster's health
+  signals (:class:`~remediation.impact.ImpactBreach`) or an operator cancelled it
+  (:class:`Interrupted`); let both propagate. :meth:`execute_plan` and :meth:`await_step` do.
 * :meth:`Remediation.undo` — a plan that puts back what the action's steps changed, built from
   the action's persisted record (not from memory), so it also works after a restart.
 * :meth:`Remediation.revert_due` — whether one of its finished actions should now be undone by
@@ -42,6 +52,7 @@ from typing import Any, ClassVar
 
 from linkwatch.config import StrictModel
 from linkwatch.records import Finding
+from remediation.failpoints import failpoint
 from remediation.view import ClusterView
 
 REMEDIATION_GROUP = "linkwatch.remediations"
@@ -51,6 +62,10 @@ log = logging.getLogger(__name__)
 
 class PlanError(ValueError):
     """The finding cannot be acted on by this remediation (the message says why)."""
+
+
+class Interrupted(Exception):
+    """An operator cancelled the running action (``linkwatch remediate cancel``)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +131,9 @@ class Context:
       (checked before every step); ``step_status(i, status, **extra)`` persists a step's status;
     * ``record(resource, originals)`` persists throttles this action now owns, ``owned()``
       returns them (so undo/recover restore exactly those);
-    * ``latency_ms()`` reads the brokers' Produce p99 (None when unknown); ``audit`` writes events.
+    * ``latency_ms()`` reads the brokers' Produce p99 (None when unknown); ``audit`` writes events;
+    * ``checkpoint()`` raises when the action must stop (harm, an operator's cancel); call it
+      while waiting.
     """
 
     admin: Any
@@ -127,6 +144,7 @@ class Context:
     record: Callable[[str, dict[str, Any]], None] = lambda *a: None
     owned: Callable[[], dict[str, dict[str, Any]]] = dict
     latency_ms: Callable[[], float | None] = lambda: None
+    checkpoint: Callable[[], None] = lambda: None
     on_restart: str = "finish"
     poll_s: float = 0.5
     clock: Callable[[], float] = time.monotonic
@@ -144,6 +162,10 @@ class Remediation(ABC):
     @abstractmethod
     def plan(self, finding: Finding, view: ClusterView) -> Plan: ...
 
+    def check_evidence(self, finding: Finding) -> str | None:
+        """Why the evidence :meth:`plan` reads is unusable (None: usable). Default: plan reads none."""
+        return None
+
     @abstractmethod
     def execute(self, step: Step, ctx: Context) -> None: ...
 
@@ -153,14 +175,14 @@ class Remediation(ABC):
     def execute_plan(self, plan: Plan, ctx: Context) -> str:
         """Run the steps in order; returns ``done``, ``abandoned`` or ``lease_lost``.
 
-        Each step: lease checked, status ``intent`` persisted, :meth:`execute`, ``sent``, then
-        :meth:`verify` polled until true (``done``) or the step's deadline (:meth:`abandon`, and
-        the rest of the plan is not run). Exceptions propagate to the remediator (``failed``).
+        Each step: ``ctx.checkpoint()``, status ``intent`` persisted (a fenced write: a stale
+        holder stops here), :meth:`execute`, ``sent``, then :meth:`verify` polled until true
+        (``done``) or the step's deadline (:meth:`abandon`, and the rest of the plan is not run).
+        Exceptions propagate to the remediator (``failed``, harm, cancelled, fenced).
         A remediation that runs steps concurrently (the rebalance pipeline) overrides this.
         """
         for i, step in enumerate(plan.steps):
-            if not ctx.held():
-                return "lease_lost"
+            ctx.checkpoint()
             ctx.step_status(i, "intent")
             self.execute(step, ctx)
             ctx.step_status(i, "sent")
@@ -172,12 +194,14 @@ class Remediation(ABC):
         return "done"
 
     def await_step(self, step: Step, ctx: Context) -> bool:
+        failpoint("in_verify")
         deadline = ctx.clock() + step.deadline_s
         while True:
             if self.verify(step, ctx.view()):
                 return True
             if ctx.clock() >= deadline:
                 return False
+            ctx.checkpoint()
             ctx.sleep(ctx.poll_s)
 
     def abandon(self, step: Step, ctx: Context) -> None:

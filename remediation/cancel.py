@@ -17,6 +17,7 @@ from pydantic import Field
 
 from linkwatch.records import Finding
 from remediation.base import Context, Plan, Remediation, RemediationConfig, Step
+from remediation.intake import finite_number
 from remediation.view import ClusterView, submit_reassignments
 
 
@@ -36,6 +37,14 @@ class CancelLongTailRemediation(Remediation):
     def __init__(self, config: CancelConfig) -> None:
         super().__init__(config)
         self.first_seen: dict[str, float] = {}
+
+    def check_evidence(self, finding: Finding) -> str | None:
+        pending = finding.evidence.get("pending_s")
+        if pending is None:
+            return None
+        if not isinstance(pending, dict) or not all(finite_number(v) and v >= 0 for v in pending.values()):
+            return "pending_s must map topic-partition names to seconds (finite, not negative)"
+        return None
 
     def plan(self, finding: Finding, view: ClusterView) -> Plan:
         pending = dict(finding.evidence.get("pending_s") or {})

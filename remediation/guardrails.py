@@ -1,36 +1,57 @@
 """Guardrails: small named pure rules; time, state and thresholds come in as arguments.
 
 Each rule returns ``None`` (go on) or the reason it refuses, which the remediator audits. The
-order the remediator applies them in: duplicate → circuit breaker → cooldown → caps. Dry run
+order the remediator applies them in: breaker open → duplicate → circuit breaker → cooldown →
+caps. They read only findings admitted at the boundary (:mod:`remediation.intake`). Dry run
 is not a rule here: it is the remediator's default (nothing is executed unless ``execute``).
 
-:class:`FindingTracker` is the only state: which findings are active per (rule, subject), when
-each was last seen, when a subject cleared. It is a plain dict underneath, persisted with the
-execution state so a restart keeps it.
+:class:`SeenFindings` is the only state: the remediator's own memory of the findings it was
+handed — when each active one was last seen, when each subject cleared. It is not the findings
+lifecycle (:class:`findings.tracker.FindingTracker`, which says appeared / ongoing / cleared to a
+source): the remediator also reads findings straight from the findings topic, outlives the
+process (persisted with the execution state) and lets a finding lapse when its source stops
+repeating it. Its readers are the circuit breaker (what looks bad now) and restores (since when
+a subject is healthy).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from remediation.config import CapsConfig, CircuitBreakerConfig
 
+_BROKER = re.compile(r"broker:(0|[1-9][0-9]{0,9})")
+
 
 def broker_of(subject: str) -> int | None:
-    """``broker:2`` -> 2; anything else -> None."""
-    kind, _, rest = subject.partition(":")
-    if kind == "broker" and rest.isdigit():
-        return int(rest)
-    return None
+    """``broker:2`` -> 2; anything else (``broker:²``, ``broker:1:/d``, ``topic:t``) -> None."""
+    m = _BROKER.fullmatch(subject) if isinstance(subject, str) else None
+    return int(m.group(1)) if m else None
 
 
 @dataclass
-class FindingTracker:
-    """Active findings: ``"rule|subject"`` -> last seen (epoch s); cleared subjects -> when."""
+class SeenFindings:
+    """Active findings: ``"rule|subject"`` -> last seen (epoch s); cleared subjects -> when.
+    Plain dicts of strings and numbers, so the execution state stores them as they are."""
 
     active: dict[str, float] = field(default_factory=dict)
     cleared: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def restored(cls, active: Mapping[str, Any], cleared: Mapping[str, Any]) -> SeenFindings:
+        """From persisted state, keeping only well-formed entries (``rule|subject`` -> a number):
+        a state written before findings were checked at the boundary may hold poison."""
+
+        def ok(k: Any, t: Any) -> bool:
+            return isinstance(k, str) and isinstance(t, int | float) and not isinstance(t, bool)
+
+        return cls(
+            active={k: float(t) for k, t in active.items() if ok(k, t) and "|" in k and len(k) < 2048},
+            cleared={k: float(t) for k, t in cleared.items() if ok(k, t) and len(k) < 2048},
+        )
 
     def observe(self, rule: str, subject: str, active: bool, now: float) -> None:
         key = f"{rule}|{subject}"
@@ -51,6 +72,16 @@ class FindingTracker:
         lapsed = [t + ttl_s for k, t in self.active.items() if k.split("|", 1)[1] == subject]
         times = [*lapsed, *([self.cleared[subject]] if subject in self.cleared else [])]
         return max(times) if times else None
+
+
+# Rule 0 — the breaker on failures and harm: open until a person resets it.
+def breaker_open(breaker: Mapping[str, Any] | None) -> str | None:
+    if not breaker:
+        return None
+    return (
+        f"breaker open since {breaker.get('since', 0):.0f}: {breaker.get('reason')} "
+        "(a person resets it: linkwatch remediate reset)"
+    )
 
 
 # Rule 1 — the same finding (same dedup key) is acted on at most once.

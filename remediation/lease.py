@@ -7,25 +7,36 @@ member that stops heartbeating (SIGKILL, host gone, network cut) is expelled aft
 ``session.timeout.ms`` and the partition is assigned to a standby. A record-with-expiry lease
 would have to re-implement that compare-and-set on a log; a file lock only works on one host.
 
-The holder must re-check :meth:`KafkaLease.held` before every step (not once per action): a
-member that lost its session (a long GC, a partition from the coordinator) learns it on its next
-poll and stops. ``held`` also turns false when polls stop succeeding for ``session_timeout``,
-so a holder cut off from the coordinator stands down no later than the coordinator expels it.
+Holding the lease is necessary, not sufficient: a member frozen longer than its session (a long
+GC, SIGSTOP) still *believes* it holds the lease when it resumes, until its next poll. So every
+change is fenced by a check the broker makes (:mod:`remediation.fencing`, the shared state's
+transactions carry this consumer's :meth:`KafkaLease.group_metadata`), and ``held`` is only the
+cheap first answer. ``held`` also turns false when polls stop succeeding for
+``session_timeout``, so a holder cut off from the coordinator stands down no later than the
+coordinator expels it.
+
+The lease topic is also the holder's **command inbox**: ``linkwatch remediate pause|resume|
+reset|cancel|undo`` produce a command record there; only the member assigned the partition
+reads it, so commands go through the holder, never around it. The holder's position on it is
+committed in the shared state's transactions, so a new holder neither loses nor repeats one.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
 import time
 from typing import Any
 
+import orjson
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import TopicAlreadyExistsError
 
+from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from remediation.config import LeaseConfig
 
 log = logging.getLogger(__name__)
@@ -37,27 +48,33 @@ def ensure_lease_topic(admin: Any, topic: str) -> None:
 
 
 class KafkaLease:
-    def __init__(self, bootstrap: str, cfg: LeaseConfig, member: str, admin: Any) -> None:
+    """Holds (or waits for) the lease; call :meth:`close` to leave the group."""
+
+    def __init__(self, kafka: KafkaClientConfig | str, cfg: LeaseConfig, member: str, **client: Any) -> None:
         self.cfg = cfg
         self.member = member
-        ensure_lease_topic(admin, cfg.topic)
+        self.tp = TopicPartition(cfg.topic, 0)
+        self._commands: collections.deque[tuple[int, Any]] = collections.deque()
+        self._position: int | None = None  # next command offset to process
         self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
+            **kafka_python_kwargs(kafka, f"remediator-{member}"),
             group_id=cfg.group,
-            client_id=f"linkwatch-remediator-{member}",
             enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=min(cfg.heartbeat_interval_ms, cfg.session_timeout_ms // 3),
             max_poll_interval_ms=max(cfg.session_timeout_ms * 5, 30_000),
             # Sticky: a standby joining (or restarting) never takes the lease from a live holder.
             partition_assignment_strategy=[StickyPartitionAssignor],
+            **client,
         )
         self._consumer.subscribe([cfg.topic])
-        self._tp = TopicPartition(cfg.topic, 0)
+        self._tp = self.tp
         self._held = False
         self._last_ok = 0.0
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
         self._thread.start()
 
@@ -65,8 +82,17 @@ class KafkaLease:
         while not self._stop.is_set():
             try:
                 with self._lock:
-                    self._consumer.poll(timeout_ms=200)
+                    got = self._consumer.poll(timeout_ms=200)
                     held = self._tp in self._consumer.assignment()
+                    if held and not self._held:
+                        # Read lazily (command_position): a dead holder's open transaction makes
+                        # the committed position unstable until the new holder fences it.
+                        self._commands.clear()
+                        self._position = None
+                    if not held:
+                        self._commands.clear()
+                    for rec in got.get(self._tp, []) if held else []:
+                        self._commands.append((rec.offset, _command(rec.value)))
                 self._last_ok = time.monotonic()
                 if held != self._held:
                     log.info("lease %s: %s", self.cfg.group, "acquired" if held else "lost")
@@ -78,6 +104,39 @@ class KafkaLease:
     def held(self) -> bool:
         fresh = time.monotonic() - self._last_ok < self.cfg.session_timeout_ms / 1000
         return self._held and fresh
+
+    def group_metadata(self) -> Any:
+        """This member's generation, for the broker to fence the shared state's writes (KIP-447)."""
+        return self._consumer.group_metadata()
+
+    def commands(self) -> list[tuple[int, Any]]:
+        """Commands received and not yet processed (offset, decoded command or None if unreadable)."""
+        with self._lock:
+            return list(self._commands)
+
+    def processed(self, offset: int) -> None:
+        """The command at ``offset`` was handled: the next state write commits past it."""
+        with self._lock:
+            while self._commands and self._commands[0][0] <= offset:
+                self._commands.popleft()
+            self._position = max(self.command_position(), offset + 1)
+
+    def command_position(self) -> int:
+        """The first command not processed yet: the committed position when the lease was taken,
+        then past every command :meth:`processed`."""
+        with self._lock:
+            if self._position is None:
+                # The consumer's position is past what its polls fetched; a command fetched and
+                # not processed yet must stay ahead of the committed position.
+                position = self._consumer.position(self._tp)
+                if self._commands:
+                    position = min(position, self._commands[0][0])
+                self._position = position
+            return self._position
+
+    def wait_held(self) -> bool:
+        """Wait up to a session timeout for the lease (after a rebalance a standby caused)."""
+        return self.wait(self.cfg.session_timeout_ms / 1000)
 
     def wait(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -94,8 +153,21 @@ class KafkaLease:
             self._consumer.close()
 
 
+def _command(raw: bytes | None) -> Any:
+    try:
+        value = orjson.loads(raw or b"")
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 class LocalLease:
-    """Always held: for ``lease.enabled: false`` (one remediator by construction) and unit tests."""
+    """Always held: for ``lease.enabled: false`` (one remediator by construction), dry runs and
+    unit tests. Its command inbox, when given, is a directory (:class:`remediation.control.FileInbox`),
+    and ``lock`` (:class:`remediation.control.StateLock`) is released on :meth:`close`."""
+
+    def __init__(self, inbox: Any = None, lock: Any = None) -> None:
+        self.inbox, self.lock = inbox, lock
 
     def held(self) -> bool:
         return True
@@ -103,5 +175,17 @@ class LocalLease:
     def wait(self, timeout_s: float) -> bool:
         return True
 
+    def wait_held(self) -> bool:
+        return True
+
+    def commands(self) -> list[tuple[Any, Any]]:
+        return self.inbox.commands() if self.inbox is not None else []
+
+    def processed(self, token: Any) -> None:
+        if self.inbox is not None:
+            self.inbox.processed(token)
+
     def close(self) -> None:
-        pass
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None

@@ -46,6 +46,7 @@ from pydantic import Field
 from linkwatch.imbalance import imbalance
 from linkwatch.records import Finding
 from remediation.base import Context, Plan, PlanError, Remediation, RemediationConfig, Step
+from remediation.intake import finite_number
 from remediation.view import ClusterView, elect_preferred, submit_reassignments
 
 
@@ -253,18 +254,49 @@ def _evidence(finding: Finding, cfg: RebalanceLoadConfig) -> tuple[str, dict[int
             f"rebalance_load needs a skewed_partitions finding with {cfg.measure} loads, "
             f"not {finding.rule} on {finding.subject}"
         )
+    if not isinstance(values["loads"], dict) or not isinstance(values.get("ratio", []), list):
+        raise PlanError(f"rebalance_load: loads must be an object and ratio a list in {finding.subject}")
     try:
-        loads = {int(p): float(v) for p, v in values["loads"].items()}
+        loads = {_partition_id(p): float(v) for p, v in values["loads"].items()}
         ratios = [float(r) for r in values.get("ratio", [])]
     except (TypeError, ValueError) as e:
         raise PlanError(f"rebalance_load: malformed loads in {finding.subject}: {e}") from e
     return str(topic), loads, ratios
 
 
+def _partition_id(p: object) -> int:
+    if isinstance(p, int) and not isinstance(p, bool):
+        return p
+    if isinstance(p, str) and p.isascii() and p.isdigit() and len(p) <= 10:
+        return int(p)
+    raise ValueError(f"partition {str(p)[:20]!r} is not an id")
+
+
 class RebalanceLoadRemediation(Remediation):
     NAME = "rebalance_load"
     Config = RebalanceLoadConfig
     config: RebalanceLoadConfig
+
+    def check_evidence(self, finding: Finding) -> str | None:
+        """The loads and ratios plan reads: finite numbers, partitions as ids, a baseline object."""
+        try:
+            _, loads, ratios = _evidence(finding, self.config)
+        except PlanError as e:
+            return str(e)
+        if not all(math.isfinite(v) and v >= 0 for v in loads.values()) or not all(
+            math.isfinite(r) for r in ratios
+        ):
+            return "loads and ratios must be finite (loads not negative)"
+        baseline = finding.evidence.get("baseline")
+        measure = baseline.get(self.config.measure) if isinstance(baseline, dict) else None
+        if baseline is not None and not (
+            isinstance(baseline, dict) and (measure is None or isinstance(measure, dict))
+        ):
+            return f"baseline must be an object of objects ({self.config.measure}: max_imbalance)"
+        limit = (measure or {}).get("max_imbalance", 0.0)
+        if not finite_number(limit):
+            return "baseline max_imbalance must be a finite number"
+        return None
 
     def plan(self, finding: Finding, view: ClusterView) -> Plan:
         cfg = self.config

@@ -23,7 +23,7 @@ above ``window``; an unknown signal holds it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kafka import TopicPartitionReplica
@@ -277,9 +277,7 @@ class RebalanceDisksRemediation(Remediation):
         inflight: dict[int, float] = {}  # step index -> deadline
         outcome = "done"
         while queue or inflight:
-            if not ctx.held():
-                outcome = "lease_lost"
-                break
+            ctx.checkpoint()  # harm or an operator's cancel raise; a lost lease raises at the next write
             size = window.update(ctx.latency_ms(), ctx.clock())
             view = ctx.view()
             for i in list(inflight):
@@ -338,8 +336,11 @@ class RebalanceDisksRemediation(Remediation):
             ctx.audit.write("throttle_cleared", action=action["id"], resources=cleared)
 
     def recover(self, action: dict[str, Any], ctx: Context) -> str:
-        """Moves left ``intent``/``sent``: wait for them (``finish``) or cancel them; then clear
-        this action's throttles. Moves never started are dropped (the next plan sees the disks)."""
+        """Moves left ``intent``/``sent``: wait for them (``finish``) or cancel them. Moves never
+        started: with ``finish``, those still valid (the partition's replicas are still the
+        move's ``before``) run through the pipeline now, the others are ``skipped``; with
+        ``cancel`` all are ``skipped`` (audited: the next finding plans again). Then this action's
+        throttles are cleared."""
         steps = [Step.from_dict(s) for s in action["plan"]["steps"]]
         open_ = [i for i, s in enumerate(action["steps"]) if s["status"] in ("intent", "sent")]
         view = ctx.view()
@@ -363,8 +364,42 @@ class RebalanceDisksRemediation(Remediation):
                 self.abandon(step, ctx)
                 ctx.step_status(i, "cancelled")
                 notes.append(f"{tp[0]}-{tp[1]} cancelled at its deadline")
+        notes += self._rest(action, steps, ctx)
         self.finish(action, ctx)
         return "; ".join(notes) or "no move was in flight"
+
+    def _rest(self, action: dict[str, Any], steps: list[Step], ctx: Context) -> list[str]:
+        """The moves a killed run never started: run the valid ones (``finish``), skip the rest."""
+        never = [i for i, s in enumerate(action["steps"]) if s["status"] == "planned"]
+        if not never:
+            return []
+        view = ctx.view()
+        valid = []
+        for i in never:
+            p = steps[i].params
+            s = view.partitions.get((p["topic"], p["partition"]))
+            if ctx.on_restart == "finish" and s is not None and list(s.replicas) == p["before"]:
+                valid.append(i)
+            else:
+                ctx.step_status(i, "skipped")
+        if not valid:
+            return [f"{len(never)} moves never started: skipped"]
+        rest = Plan(
+            self.NAME,
+            action["subject"],
+            "the moves a killed run never started",
+            tuple(steps[i] for i in valid),
+            id=action["id"],
+        )
+
+        def status(j: int, st: str, **extra: Any) -> None:
+            ctx.step_status(valid[j], st, **extra)
+
+        outcome = self.execute_plan(rest, replace(ctx, step_status=status))
+        skipped = len(never) - len(valid)
+        return [f"{len(valid)} moves never started: run ({outcome})"] + (
+            [f"{skipped} skipped"] if skipped else []
+        )
 
 
 def _alter_dir(admin: Any, tpr: TopicPartitionReplica, log_dir: str) -> None:

@@ -18,6 +18,7 @@ from kafka import TopicPartition
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
 
 from linkwatch.errors import LinkwatchError
+from linkwatch.records import is_own
 
 # Throttle configs (KIP-73): rates per broker, throttled replica lists per topic.
 BROKER_THROTTLE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
@@ -100,12 +101,13 @@ def read_view(
     with_log_dirs: bool = True,
     capacity_bytes: int | None = None,
 ) -> ClusterView:
-    """Read a fresh view. ``topics=None``: every non-internal topic."""
+    """Read a fresh view. ``topics=None``: every topic but the internal ones and linkwatch's
+    own (the probe keeps its topic's placement itself)."""
     cluster = admin.describe_cluster()
     brokers = {b["broker_id"]: b.get("rack") for b in cluster["brokers"]}
     partitions: dict[tuple[str, int], PartitionState] = {}
     for meta in admin.describe_topics(topics):
-        if meta.get("is_internal") or meta["name"].startswith("__"):
+        if meta.get("is_internal") or meta["name"].startswith("__") or is_own(meta["name"]):
             continue
         for p in meta.get("partitions") or []:
             key = (meta["name"], p["partition_index"])

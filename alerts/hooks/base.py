@@ -31,6 +31,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from linkwatch.config import StrictModel
+from linkwatch.plugins import checked_options
+
 NOTIFIERS_GROUP = "linkwatch.notifiers"
 
 
@@ -68,13 +71,22 @@ class AlertEvent:
         return d
 
 
+class NoOptions(StrictModel):
+    """The options of a hook that takes none: any key is a typo."""
+
+
 class Hook(abc.ABC):
-    """Base of every hook; subclasses set ``name`` to their entry-point name."""
+    """Base of every hook; subclasses set ``name`` to their entry-point name and ``Options`` to
+    a :class:`~linkwatch.config.StrictModel` of their options. ``options`` are validated by it
+    before the subclass reads them (an unknown key such as ``retires`` or a bad value raises
+    ConfigError naming ``hooks.<name>``), and ``self.options`` holds them with the defaults;
+    config loading runs the same check, so ``--check`` catches it too."""
 
     name: ClassVar[str] = "hook"
+    Options: ClassVar[type[StrictModel]] = NoOptions
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options: Mapping[str, Any] = dict(options or {})
+        self.options: Mapping[str, Any] = checked_options(self.Options, options, f"hooks.{self.name}")
 
     @abc.abstractmethod
     def handle(self, event: AlertEvent) -> HookResult:

@@ -18,7 +18,10 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+
 from alerts.hooks.base import AlertEvent, HookResult, Notifier
+from linkwatch.config import StrictModel
 from linkwatch.errors import ConfigError
 
 MAX_VALUE_BYTES = 4096  # per environment variable; longer alert text is cut
@@ -28,8 +31,15 @@ def _env_name(prefix: str, key: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
 
 
+class ExecOptions(StrictModel):
+    argv: list[str]
+    timeout_s: float = 10.0
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 class ExecNotifier(Notifier):
     name = "exec"
+    Options = ExecOptions
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

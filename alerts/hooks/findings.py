@@ -1,7 +1,7 @@
 """Findings and alert events, both ways: the pipeline's notifiers are the alert hooks.
 
 * :class:`HookNotifier` adapts a hook (log, webhook, exec, memory) to the findings pipeline's
-  notifier interface (:mod:`remediation.pipeline`): each finding, with what the pipeline did
+  notifier interface (:mod:`findings.pipeline`): each finding, with what the pipeline did
   about it, becomes one :class:`AlertEvent` (labels ``alertname`` = rule, ``subject``,
   ``severity``, ``broker``, ``stage``, ``linkwatch_action``; annotations ``summary``,
   ``action``, ``outcome`` as JSON).

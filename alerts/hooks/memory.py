@@ -8,11 +8,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from alerts.hooks.base import AlertEvent, HookResult, Notifier
+from linkwatch.config import StrictModel
 from linkwatch.errors import ConfigError
+
+
+class MemoryOptions(StrictModel):
+    max_events: int = 1000
 
 
 class MemoryNotifier(Notifier):
     name = "memory"
+    Options = MemoryOptions
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

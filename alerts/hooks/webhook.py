@@ -14,14 +14,26 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+
 from alerts.hooks.base import AlertEvent, HookResult, Notifier
+from linkwatch.config import StrictModel
 from linkwatch.errors import ConfigError
 
 MAX_RETRIES = 5
 
 
+class WebhookOptions(StrictModel):
+    url: str
+    timeout_s: float = 5.0
+    retries: int = 2
+    backoff_s: float = Field(0.5, ge=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 class WebhookNotifier(Notifier):
     name = "webhook"
+    Options = WebhookOptions
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

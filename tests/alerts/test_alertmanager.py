@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from alerts.rules_check import ALERTMANAGER_EXAMPLE
-from linkwatch.testbed.alert_stack import AlertStack, posted_alert
+from testbed.alert_stack import AlertStack, posted_alert
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus-alertmanager") is None or shutil.which("prometheus") is None,
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def am_alert(name: str, ends_in_s: float = 3600, **labels: str) -> dict:
-    stage = {"stage": "local"} if name == "LinkwatchSlowBroker" else {}
+    stage = {"stage": "local"} if name == "LinkwatchSlowBrokerFinding" else {}
     return posted_alert(name, ends_in_s, stage, **labels)
 
 
@@ -54,10 +54,16 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
     stack.wait_received(lambda r: len(r) >= 2, timeout_s=90)
     stack.post_alerts(
         [
-            am_alert("LinkwatchSlowBroker", cluster="c1", broker="1", request="Produce", severity="warning"),
-            am_alert("LinkwatchSlowBroker", cluster="c2", broker="2", request="Produce", severity="warning"),
-            am_alert("LinkwatchSlowBroker", cluster="c2", broker="3", request="Produce", severity="warning"),
-            # the analyzer's degraded broker is inhibited like the agents'; a slow client is not
+            am_alert(
+                "LinkwatchSlowBrokerFinding", cluster="c1", broker="1", request="Produce", severity="warning"
+            ),
+            am_alert(
+                "LinkwatchSlowBrokerFinding", cluster="c2", broker="2", request="Produce", severity="warning"
+            ),
+            am_alert(
+                "LinkwatchSlowBrokerFinding", cluster="c2", broker="3", request="Produce", severity="warning"
+            ),
+            # the degraded broker is inhibited like the slow one; a slow client is not
             # (its excess is in its own stage, which a cluster-wide slowdown does not explain)
             am_alert(
                 "LinkwatchDegradedBrokerFinding",
@@ -83,10 +89,10 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
     assert seen == [
         ("LinkwatchBrokerUnreachable", "c2", "2"),
         ("LinkwatchClusterSlowdown", "c1", ""),
-        ("LinkwatchSlowBroker", "c2", "3"),
+        ("LinkwatchSlowBrokerFinding", "c2", "3"),
         ("LinkwatchSlowClientFinding", "c1", "1"),
     ]
-    slow = next(r for r in got if r["alertname"] == "LinkwatchSlowBroker")
+    slow = next(r for r in got if r["alertname"] == "LinkwatchSlowBrokerFinding")
     assert (slow["status"], slow["annotations"]["stage"], slow["receiver"]) == (
         "firing",
         "local",
@@ -97,7 +103,7 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
     stack.post_alerts(
         [
             am_alert(
-                "LinkwatchSlowBroker",
+                "LinkwatchSlowBrokerFinding",
                 ends_in_s=-1,
                 cluster="c2",
                 broker="3",
@@ -106,7 +112,9 @@ def test_inhibition_and_routing_through_real_alertmanager(stack: AlertStack) -> 
             )
         ]
     )
-    resolved = stack.wait_received(lambda r: len(r) >= 2, timeout_s=90, alertname="LinkwatchSlowBroker")
+    resolved = stack.wait_received(
+        lambda r: len(r) >= 2, timeout_s=90, alertname="LinkwatchSlowBrokerFinding"
+    )
     assert [(r["status"], r["labels"]["broker"]) for r in resolved] == [("firing", "3"), ("resolved", "3")]
 
 

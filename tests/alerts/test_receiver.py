@@ -647,7 +647,7 @@ def test_serve_check_validates_paths_and_the_token(
     code: int,
     message: str,
 ) -> None:
-    from linkwatch.cli import main
+    from cli.main import main
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)

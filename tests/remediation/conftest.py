@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from linkwatch.testbed import faults
-from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from remediation.view import read_view
+from testbed import faults
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from tests.remediation.kit import FilledDir, create_topic, place, produce
 
 

@@ -107,6 +107,7 @@ def config(tmp: Path, bootstrap: str, **overrides: Any) -> tuple[RemediatorConfi
         "state_dir": str(tmp / "state"),
         "lease": {"enabled": False},
         "cooldown_s": 60,
+        "impact": {"settle_s": 0},  # the impact tests set their own
     }
     data.update(overrides)
     tmp.mkdir(parents=True, exist_ok=True)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from linkwatch.testbed import faults
-from linkwatch.testbed.cluster import ClusterState
 from remediation.audit import read_audit
 from remediation.remediator import Remediator
 from remediation.view import read_view
+from testbed import faults
+from testbed.cluster import ClusterState
 from tests.remediation.kit import (
     config,
     create_topic,
@@ -336,7 +336,7 @@ def test_long_tail_move_cancelled_keeps_replicas(
 
 
 def test_cli_plan_status_undo(cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, capsys) -> None:
-    from linkwatch.cli import main
+    from cli.main import main
 
     create_topic(admin, topic_name, RF3)
     cfg, path = config(
@@ -361,3 +361,55 @@ def test_cli_plan_status_undo(cluster3: ClusterState, admin, topic_name: str, tm
     assert "done" in capsys.readouterr().out
     assert replicas(admin, topic_name) == before
     assert main(["remediate", "undo", "-c", str(path), "nope"]) == 2  # unknown action: one-line error
+
+
+class _RefusingElections:
+    """The real admin client, except that elections fail (a controller refusing them): the one
+    failure the test injects; every other call reaches the real cluster."""
+
+    def __init__(self, admin) -> None:
+        self._admin = admin
+        self.refuse = True
+
+    def elect_leaders(self, *args, **kwargs):
+        if self.refuse:
+            raise RuntimeError("election refused by the controller")
+        return self._admin.elect_leaders(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._admin, name)
+
+
+def test_a_failed_step_undoes_the_applied_reorder_and_frees_its_cap(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    create_topic(admin, topic_name, RF3)
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        cooldown_s=0,
+        failures={"max_failures": 3, "window_s": 600},
+        rules={"slow_broker": "demote_leadership"},
+        remediations={"demote_leadership": {"topics": [topic_name]}},
+    )
+    flaky = _RefusingElections(admin)
+    rem = Remediator(cfg, flaky)
+    result = rem.handle(finding("slow_broker", "broker:2"))
+    # The reorder reached the cluster, the election failed: the reorder is put back, no cap held.
+    assert (result["event"], result["status"]) == ("result", "failed"), result
+    assert result["undo"] and result["undo"]["plan"], result
+    assert replicas(admin, topic_name) == RF3
+    assert rem.demoted() == {} and result["breaker"] is None
+    # Each failed action counts, and so does its undo (whose election fails too): the third
+    # failure, the second finding's undo, opens the breaker.
+    rem.handle(finding("slow_broker", "broker:2", active=False))
+    second = rem.handle(finding("slow_broker", "broker:3"))
+    assert second["status"] == "failed" and rem.state.data["breaker"]["by"] == "failures", second
+    assert replicas(admin, topic_name) == RF3
+    flaky.refuse = False
+    rem.handle(finding("slow_broker", "broker:3", active=False))
+    refused = rem.handle(finding("slow_broker", "broker:1"))
+    assert refused["event"] == "refused" and "breaker open" in refused["reason"], refused
+    rem.reset()
+    done = rem.handle(finding("slow_broker", "broker:1"))
+    assert done["status"] == "done" and rem.demoted() == {1: done["plan"]}, done

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from remediation.audit import AuditLog, read_audit
-from remediation.state import StateStore
+from remediation.state import FileStateStore
 from remediation.throttle import _merge, moving_brokers, throttled_replicas
 
 
@@ -23,12 +23,12 @@ def test_audit_appends_and_counts_torn_lines(tmp_path: Path) -> None:
 
 
 def test_state_survives_reload(tmp_path: Path) -> None:
-    s = StateStore(tmp_path / "state.json")
+    s = FileStateStore(tmp_path / "state.json")
     s.put_action({"id": "a1", "status": "running", "steps": [{"status": "planned"}], "throttles": {}})
     s.step_status("a1", 0, "intent")
     s.data["pending"].append({"k": 1})
     s.save()
-    again = StateStore(tmp_path / "state.json")
+    again = FileStateStore(tmp_path / "state.json")
     assert again.action("a1")["steps"][0]["status"] == "intent"
     assert [a["id"] for a in again.running()] == ["a1"]
     assert again.data["pending"] == [{"k": 1}]

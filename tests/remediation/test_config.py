@@ -69,3 +69,39 @@ def test_sample_config_loads() -> None:
     cfg = load_remediation_config(sample)
     assert cfg.execute is False
     assert set(cfg.rules.values()) <= set(cfg.remediations)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("execute: 'true'", "execute='true'"),
+        ("execute: 1", "execute=1"),
+        ("caps: {max_concurrent_actions: '1'}", "caps.max_concurrent_actions='1'"),
+        ("caps: {max_demoted_brokers: true}", "caps.max_demoted_brokers=True"),
+        ("caps: {max_demoted_share: '0.34'}", "caps.max_demoted_share='0.34'"),
+        ("circuit_breaker: {max_bad_share: 'half'}", "circuit_breaker.max_bad_share='half'"),
+        ("cooldown_s: '600'", "cooldown_s='600'"),
+        ("lease: {enabled: 'yes'}", "lease.enabled='yes'"),
+        ("failures: {max_failures: 0}", "failures.max_failures=0"),
+        ("impact: {settle_s: '60'}", "impact.settle_s='60'"),
+        ("intake: {max_age_s: -1}", "intake.max_age_s=-1"),
+    ],
+)
+def test_safety_switches_take_only_real_booleans_and_numbers(
+    tmp_path: Path, yaml_text: str, expected: str
+) -> None:
+    path = tmp_path / "remediation.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load_remediation_config(path)
+    assert expected in str(err.value)
+
+
+def test_numbers_written_as_numbers_are_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "remediation.yaml"
+    path.write_text("caps: {max_demoted_share: 1}\ncooldown_s: 5\nexecute: false\n")
+    cfg = load_remediation_config(path)
+    assert cfg.caps.max_demoted_share == 1.0 and cfg.cooldown_s == 5.0
+    monkeypatch.setenv("LINKWATCH_REMEDIATION_EXECUTE", "true")  # the environment: a YAML scalar
+    monkeypatch.setenv("LINKWATCH_REMEDIATION_BOOTSTRAP_SERVERS", "x:1")
+    assert load_remediation_config(path).execute is True

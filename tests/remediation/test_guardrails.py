@@ -67,8 +67,8 @@ def test_duplicate() -> None:
     assert g.duplicate("c/slow_broker/broker:2/6", ["c/slow_broker/broker:2/5"]) is None
 
 
-def test_tracker_active_cleared_and_lapsed() -> None:
-    t = g.FindingTracker()
+def test_seen_findings_active_cleared_and_lapsed() -> None:
+    t = g.SeenFindings()
     t.observe("slow_broker", "broker:2", True, 100.0)
     assert t.healthy_since("broker:2", 150.0, 300.0) is None
     t.observe("slow_broker", "broker:2", False, 200.0)
@@ -80,7 +80,18 @@ def test_tracker_active_cleared_and_lapsed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("subject", "broker"), [("broker:2", 2), ("broker:x", None), ("topic:b", None), ("broker:", None)]
+    ("subject", "broker"),
+    [
+        ("broker:2", 2),
+        ("broker:0", 0),
+        ("broker:x", None),
+        ("topic:b", None),
+        ("broker:", None),
+        ("broker:²", None),  # str.isdigit() is true, int() raises: refused here
+        ("broker:02", None),
+        ("broker:" + "9" * 5000, None),
+        ("broker:1:/d", None),
+    ],
 )
 def test_broker_of(subject: str, broker: int | None) -> None:
     assert g.broker_of(subject) == broker

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from linkwatch.imbalance import imbalance
-from linkwatch.testbed.cluster import ClusterState
 from remediation.audit import read_audit
 from remediation.remediator import Remediator
 from remediation.view import read_view
+from testbed.cluster import ClusterState
 from tests.remediation.kit import config, create_topic, finding, leaders, produce, replicas, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]

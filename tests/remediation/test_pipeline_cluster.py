@@ -12,9 +12,9 @@ import pytest
 
 from alerts.hooks.memory import MemoryNotifier
 from analyzer.service import AnalysisService, AnalyzerConfig
-from linkwatch.testbed.cluster import ClusterState
 from remediation.audit import read_audit
 from remediation.view import read_view
+from testbed.cluster import ClusterState
 from tests.remediation.kit import config, create_topic, finding, leaders, replica_dirs
 
 pytestmark = [pytest.mark.cluster]

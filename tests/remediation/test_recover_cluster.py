@@ -4,7 +4,7 @@ analyzer's ``slow_broker`` finding → the findings pipeline demotes broker 2 (t
 remediation config: demote on ``slow_broker``, executed, capped) → the acks=1 producer's ack p99
 back under 300 ms → the fault removed, the finding clears, and leadership comes back after the
 hold time. ``bench/remediation_recover.py`` times the same loop over rounds
-(``linkwatch.testbed.recovery``); here it runs once, with bounds generous enough for a loaded
+(``testbed.recovery``); here it runs once, with bounds generous enough for a loaded
 2-core machine."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.demo.agents import AgentsComponent
-from linkwatch.testbed.demo.analyzer import RESTORE_HOLD_S, AnalyzerComponent, demo_config
-from linkwatch.testbed.faults import restore_preferred_leaders
-from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic, partition_leaders
-from linkwatch.testbed.recovery import one_round, wait_restored
 from remediation.audit import read_audit
+from testbed.cluster import ClusterState
+from testbed.demo.agents import AgentsComponent
+from testbed.demo.analyzer import RESTORE_HOLD_S, AnalyzerComponent, demo_config
+from testbed.faults import restore_preferred_leaders
+from testbed.load import KeyDistribution, ProducerLoad, ensure_topic, partition_leaders
+from testbed.recovery import one_round, wait_restored
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 

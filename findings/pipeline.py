@@ -4,8 +4,9 @@ The analyzer, the lag collector and the alerts receiver each hand findings to
 :meth:`FindingPipeline.handle` (an event: a finding appearing, repeating, or ``active=False``
 when it clears). The pipeline:
 
-1. **tracks** it (:class:`Tracker`): APPEARED / ONGOING / CLEARED per (rule, subject);
-2. **decides** (:func:`remediation.policy.decide`): IGNORE / NOTIFY / REMEDIATE / CHECK_LATER;
+1. **tracks** it (:class:`findings.tracker.FindingTracker`): APPEARED / ONGOING / CLEARED per
+   (rule, subject);
+2. **decides** (:func:`findings.policy.decide`): IGNORE / NOTIFY / REMEDIATE / CHECK_LATER;
    a CHECK_LATER finding is held and decided again by :meth:`FindingPipeline.tick` once its
    delay passed (if it has not cleared meanwhile);
 3. **acts** through the :class:`Dispatcher`, the only caller of notifiers and of the
@@ -15,12 +16,15 @@ While :attr:`FindingPipeline.paused`, findings are tracked and queued (per findi
 and its latest event: bounded by the number of distinct subjects) and decided on
 :meth:`FindingPipeline.resume` — never dropped.
 
-Notifiers and the remediator are duck-typed so this module imports no other subsystem:
+Notifiers and the remediator are duck-typed so this package imports no subsystem:
 
 * a notifier has ``notify(finding, outcome) -> object`` (``outcome``: a dict with ``change``,
   ``action``, ``reason`` and, after a remediation, ``remediation``); the alerts package adapts
   its hooks (:class:`alerts.hooks.findings.HookNotifier`);
 * the remediator has ``handle(finding) -> dict`` (:class:`remediation.remediator.Remediator`).
+  :func:`build_pipeline` gets one from the remediator's config file through the entry point
+  ``default`` of group :data:`REMEDIATOR_GROUP` (the built-in is
+  :func:`remediation.service.from_config_file`), so the acting subsystem is found by name.
 
 A notifier or remediator that raises, or a notifier that answers ``failed``, is logged and
 counted in :attr:`Dispatcher.errors`; the others still run.
@@ -28,7 +32,6 @@ counted in :attr:`Dispatcher.errors`; the others still run.
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
@@ -37,24 +40,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from findings.policy import Action, FindingPolicyConfig, Verdict, decide
+from findings.tracker import Change, FindingTracker
+from linkwatch import plugins
 from linkwatch.config import StrictModel
 from linkwatch.records import Finding
-from remediation.policy import Action, FindingPolicyConfig, Verdict, decide
+
+# The notifiers' entry-point group (alerts.hooks.base names it too; findings imports no subsystem).
+NOTIFIERS_GROUP = "linkwatch.notifiers"
 
 log = logging.getLogger(__name__)
 
 # Remediator answers worth trying again when the same finding repeats (the guardrail that
-# refused, e.g. the circuit breaker or a cap, may have lifted since).
-RETRY_EVENTS = frozenset({"refused", "failed", "queued"})
-MAX_TRACKED = 10_000  # beyond it new subjects are dropped and counted, not grown without bound
-
-
-class Change(enum.Enum):
-    APPEARED = "appeared"
-    ONGOING = "ongoing"
-    CLEARED = "cleared"
+# refused, e.g. the circuit breaker or a cap, may have lifted since; a remediator fenced off the
+# lease may hold it again). ``dropped`` is final: the finding itself was malformed.
+RETRY_EVENTS = frozenset({"refused", "failed", "queued", "fenced"})
+# Where the pipeline finds the remediator's builder: ``callable(config_path) -> remediator``,
+# which connects and recovers what it left running before it returns.
+REMEDIATOR_GROUP = "linkwatch.remediators"
+REMEDIATOR = "default"
 
 
 class FindingNotifier(Protocol):
@@ -73,10 +79,16 @@ class FindingRemediator(Protocol):
 
 
 class NotifierSpec(StrictModel):
-    """A notifier by its entry-point name in ``linkwatch.notifiers`` (log, webhook, exec, memory)."""
+    """A notifier by its entry-point name in ``linkwatch.notifiers`` (log, webhook, exec, memory);
+    its options are checked at load against the notifier's own ``Options`` model."""
 
     type: str
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_options(self) -> NotifierSpec:
+        plugins.validate_options(NOTIFIERS_GROUP, self.type, self.options, "notifiers")
+        return self
 
 
 class PipelineConfig(StrictModel):
@@ -89,47 +101,6 @@ class PipelineConfig(StrictModel):
     config: Path | None = None
     policy: FindingPolicyConfig = Field(default_factory=FindingPolicyConfig)
     notifiers: list[NotifierSpec] = Field(default_factory=lambda: [NotifierSpec(type="log")])
-
-
-class Tracker:
-    """Active findings per (rule, subject), and findings held for a later check."""
-
-    def __init__(self, max_tracked: int = MAX_TRACKED) -> None:
-        self.active: dict[tuple[str, str], Finding] = {}
-        self.later: dict[tuple[str, str], tuple[float, Finding]] = {}  # due (epoch s), finding
-        self.max_tracked = max_tracked
-        self.dropped = 0
-
-    def observe(self, f: Finding) -> Change | None:
-        """The change ``f`` makes; None for a clearing of something never seen, or a new
-        subject beyond ``max_tracked`` (counted in :attr:`dropped`)."""
-        ident = (f.rule, f.subject)
-        if not f.active:
-            self.later.pop(ident, None)
-            return Change.CLEARED if self.active.pop(ident, None) is not None else None
-        if ident in self.active:
-            self.active[ident] = f
-            return Change.ONGOING
-        if len(self.active) >= self.max_tracked:
-            self.dropped += 1
-            return None
-        self.active[ident] = f
-        return Change.APPEARED
-
-    def active_rules(self) -> set[str]:
-        return {rule for rule, _ in self.active}
-
-    def hold(self, f: Finding, due: float) -> None:
-        """Keep ``f`` for a check at ``due``; a finding already held keeps its first due time."""
-        ident = (f.rule, f.subject)
-        first = self.later.get(ident, (due, f))[0]
-        self.later[ident] = (first, f)
-
-    def due(self, now: float) -> list[Finding]:
-        """Held findings whose time has come (removed from the hold), each as its latest event.
-        A finding that cleared meanwhile is no longer held (:meth:`observe` dropped it)."""
-        ready = [ident for ident, (at, _) in self.later.items() if at <= now]
-        return [self.active.get(ident, self.later.pop(ident)[1]) for ident in ready]
 
 
 class Dispatcher:
@@ -210,7 +181,7 @@ class FindingPipeline:
     ) -> None:
         self.policy = policy
         self.dispatcher = dispatcher
-        self.tracker = Tracker()
+        self.tracker = FindingTracker()
         self.clock = clock
         self.paused = False
         # While paused, per (rule, subject): its first event and its latest (two at most), so a
@@ -350,12 +321,15 @@ def build_pipeline(
     remediator: FindingRemediator | None = None,
 ) -> FindingPipeline:
     """The pipeline for ``cfg``; with ``cfg.config`` and no ``remediator`` given, the remediator
-    is built from that file (it connects: admin client, lease) and recovers its own actions."""
+    is built from that file (:func:`load_remediator`: it connects and recovers its own actions)."""
     if remediator is None and cfg.config is not None:
-        from remediation.config import load_remediation_config
-        from remediation.service import build
-
-        rem = build(load_remediation_config(cfg.config))
-        rem.recover()
-        remediator = rem
+        remediator = load_remediator(cfg.config)
     return FindingPipeline(cfg.policy, Dispatcher(notifiers, remediator))
+
+
+def load_remediator(config: Path) -> FindingRemediator:
+    """The remediator for the config file ``config``, from the entry point :data:`REMEDIATOR`
+    of :data:`REMEDIATOR_GROUP`; a missing or broken entry point stops start-up with a
+    :class:`~linkwatch.errors.ConfigError` naming the key and the group."""
+    factory = plugins.load(REMEDIATOR_GROUP, REMEDIATOR, "remediation.config")
+    return factory(config)

@@ -1,4 +1,4 @@
-"""The findings policy: decide what happens to one finding. Pure; validated at load.
+"""The one findings policy: decide what happens to one finding. Pure; validated at load.
 
 A finding maps to a :class:`Verdict`: IGNORE, NOTIFY, REMEDIATE or CHECK_LATER(delay). The
 configured ``rules`` are tried in order, the first whose ``rule`` / ``severity`` / ``subject``
@@ -13,14 +13,23 @@ only ever lower REMEDIATE to NOTIFY (each a small named function, the reason kep
   ``remote``: a follower) → NOTIFY, unless allowed; a finding about the stalled follower itself
   (``remote`` with ``slow_follower`` = the subject) is the broker's own and may be remediated.
 
-A rule with no match and no ``default`` override notifies, which keeps today's behaviour (every
-finding reaches the notifiers) for unknown rules.
+A rule with no match and no ``default`` override notifies, which keeps every finding reaching
+the notifiers for unknown rules.
+
+Two spellings of the same policy:
+
+* :class:`FindingPolicyConfig` — the findings pipeline's ``remediation.policy`` section (rows);
+* :class:`SeverityPolicyConfig` — the analyzer's own ``policy:`` section (``by_severity`` /
+  ``by_rule``), which only chooses what reaches the analyzer's sinks when no pipeline runs; it
+  is turned into rows by :meth:`SeverityPolicyConfig.as_policy` and decided by :func:`decide`
+  like any other. Its word ``alert`` is :attr:`Action.NOTIFY`.
 """
 
 from __future__ import annotations
 
 import enum
 import fnmatch
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -40,9 +49,16 @@ class Action(enum.Enum):
     REMEDIATE = "remediate"
     CHECK_LATER = "check_later"
 
+    @classmethod
+    def _missing_(cls, value: object) -> Action | None:
+        # The analyzer's policy has always called NOTIFY "alert"; its configs keep working.
+        return cls.NOTIFY if value == "alert" else None
+
 
 @dataclass(frozen=True)
 class Verdict:
+    """What to do with one finding, and why (the matching row, or the safety rule that refused)."""
+
     action: Action
     delay_s: float = 0.0  # only for CHECK_LATER
     reason: str = ""
@@ -161,3 +177,42 @@ def decide(
         or foreign_stage(f, row)
     )
     return Verdict(Action.NOTIFY, 0.0, refusal) if refusal else Verdict(action, 0.0, why)
+
+
+def _literal(name: str) -> str:
+    """A glob that matches ``name`` only (``*``, ``?`` and ``[`` taken literally)."""
+    return re.sub(r"([*?[])", r"[\1]", name)
+
+
+class SeverityPolicyConfig(StrictModel):
+    """The analyzer's ``policy:`` section: which findings reach its sinks (topic, /metrics,
+    terminal) when no findings pipeline runs. By default warnings and criticals alert (notify),
+    infos are checked later; ``by_rule`` overrides ``by_severity`` for a rule. The analyzer acts
+    on nothing itself, so ``remediate`` is refused here (the ``remediation:`` section acts)."""
+
+    by_severity: dict[str, Action] = Field(
+        default_factory=lambda: {
+            "info": Action.CHECK_LATER,
+            "warning": Action.NOTIFY,
+            "critical": Action.NOTIFY,
+        }
+    )
+    by_rule: dict[str, Action] = Field(default_factory=dict)
+    recheck_after_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _no_remediate(self) -> SeverityPolicyConfig:
+        for key, table in (("by_rule", self.by_rule), ("by_severity", self.by_severity)):
+            for name, action in table.items():
+                if action is Action.REMEDIATE:
+                    raise ValueError(
+                        f"{key}.{name}: remediate is not an analyzer policy action "
+                        "(ignore, alert, check_later); the remediation: section acts on findings"
+                    )
+        return self
+
+    def as_policy(self) -> FindingPolicyConfig:
+        """The same decisions as rows: each rule first, then each severity, else notify."""
+        rows = [PolicyRule(rule=_literal(r), action=a) for r, a in self.by_rule.items()]
+        rows += [PolicyRule(severity=_literal(s), action=a) for s, a in self.by_severity.items()]
+        return FindingPolicyConfig(rules=rows, default=Action.NOTIFY, recheck_after_s=self.recheck_after_s)

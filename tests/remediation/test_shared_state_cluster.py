@@ -1,0 +1,137 @@
+"""The shared state and the lease on the real cluster, in one process: the state a holder writes is
+what the next one reads; a newer holder fences the older one's writes and changes; a dry run
+creates nothing on the cluster; operator commands reach the holder through its inbox."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from remediation import control
+from remediation.config import LeaseConfig
+from remediation.lease import KafkaLease
+from remediation.service import build
+from remediation.state import Fenced, TopicStateStore, ensure_state_topic, from_documents, read_documents
+from testbed.cluster import ClusterState
+from tests.remediation.kit import config, create_topic, finding, replicas, wait_until
+
+pytestmark = [pytest.mark.cluster]
+
+RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}
+
+
+def _store(bootstrap: str, lease: KafkaLease, topic: str, txn: str) -> TopicStateStore:
+    return TopicStateStore(
+        bootstrap,
+        topic,
+        transactional_id=txn,
+        lease_tp=lease.tp,
+        group_metadata=lease.group_metadata,
+        command_position=lease.command_position,
+        wait_held=lease.wait_held,
+    )
+
+
+def test_a_newer_holder_fences_the_older_ones_writes(cluster3: ClusterState, admin, topic_name: str) -> None:
+    cfg = LeaseConfig(topic=f"{topic_name}-lease", group=f"{topic_name}-g", state_topic=f"{topic_name}-state")
+    from remediation.lease import ensure_lease_topic
+
+    ensure_lease_topic(admin, cfg.topic)
+    ensure_state_topic(admin, cfg.state_topic)
+    lease = KafkaLease(cluster3.bootstrap, cfg, "one")
+    try:
+        assert lease.wait(30)
+        old = _store(cluster3.bootstrap, lease, cfg.state_topic, f"{topic_name}.state")
+        old.activate()
+        old.data["demoted"]["2"] = "a1"
+        old.data["actions"]["a1"] = {"id": "a1", "status": "done", "steps": []}
+        old.save()
+        # A new holder (same transactional id) takes over: it reads what the old one wrote...
+        new = _store(cluster3.bootstrap, lease, cfg.state_topic, f"{topic_name}.state")
+        new.activate()
+        assert new.data["demoted"] == {"2": "a1"} and "a1" in new.data["actions"]
+        # ...and the old one can no longer write, nor prove the lease for a change.
+        old.data["demoted"]["3"] = "a2"
+        with pytest.raises(Fenced):
+            old.save()
+        with pytest.raises(Fenced):
+            old.fence()
+        new.fence()  # the newer one can
+        new.data["paused"] = True
+        new.save()
+        docs = from_documents(read_documents(cluster3.bootstrap, cfg.state_topic))
+        assert docs["demoted"] == {"2": "a1"} and docs["paused"] is True
+        new.deactivate()
+    finally:
+        lease.close()
+
+
+def test_a_dry_run_creates_nothing_on_the_cluster(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    create_topic(admin, topic_name, RF3)
+    lease = {
+        "enabled": True,
+        "topic": f"{topic_name}-lease",
+        "state_topic": f"{topic_name}-state",
+        "group": f"{topic_name}-g",
+    }
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        execute=False,
+        lease=lease,
+        rules={"slow_broker": "demote_leadership"},
+        remediations={"demote_leadership": {"topics": [topic_name]}},
+    )
+    before = replicas(admin, topic_name)
+    rem = build(cfg)
+    try:
+        assert rem.handle(finding("slow_broker", "broker:2"))["event"] == "dry_run"
+    finally:
+        rem.close()
+    assert not {lease["topic"], lease["state_topic"]} & set(admin.list_topics())
+    assert replicas(admin, topic_name) == before
+
+
+def test_commands_reach_the_holder_through_its_inbox(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    lease = {
+        "enabled": True,
+        "topic": f"{topic_name}-lease",
+        "state_topic": f"{topic_name}-state",
+        "group": f"{topic_name}-g",
+    }
+    cfg, _ = config(
+        tmp_path, cluster3.bootstrap, lease=lease, rules={"slow_broker": "noop"}, remediations={"noop": None}
+    )
+    rem = build(cfg, member="holder")
+    stop = threading.Event()
+    try:
+        assert rem.lease.wait(30)
+        rem.activate()
+
+        def loop() -> None:
+            while not stop.is_set():
+                rem.tick()
+                stop.wait(0.2)
+
+        threading.Thread(target=loop, daemon=True).start()
+        reply = control.send(cfg, control.command("pause", "test"), timeout_s=30)
+        assert reply["ok"]
+        wait_until(lambda: rem.state.data["paused"], 10, "paused")
+        docs = from_documents(read_documents(cluster3.bootstrap, lease["state_topic"]))
+        assert docs["paused"] is True  # written by the holder, in the shared state
+        assert control.send(cfg, control.command("undo", "test", action="nope"), timeout_s=30)["ok"] is False
+    finally:
+        stop.set()
+        rem.close()
+    # No holder now: the command fails saying so, unless it may take the lease.
+    with pytest.raises(control.NoHolder):
+        control.send(cfg, control.command("resume", "test"), timeout_s=3)
+    reply = control.send(cfg, control.command("resume", "test"), timeout_s=3, take_lease=True)
+    assert reply["ok"]
+    assert from_documents(read_documents(cluster3.bootstrap, lease["state_topic"]))["paused"] is False
