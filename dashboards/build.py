@@ -49,12 +49,9 @@ def q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> Dat
     return d
 
 
-def ts(
-    title: str, unit: str, *queries: Dataquery, desc: str = "", span: int = 12, stacked: bool = False
-) -> Panel:
-    p = timeseries.Panel().title(title).unit(unit).datasource(DS).span(span).height(8)
-    if desc:
-        p = p.description(desc)
+def ts(title: str, unit: str, *queries: Dataquery, desc: str, span: int = 12, stacked: bool = False) -> Panel:
+    """A time series panel; every panel says what it shows (``desc``) and in what unit."""
+    p = timeseries.Panel().title(title).unit(unit).description(desc).datasource(DS).span(span).height(8)
     if stacked:
         p = p.stacking(StackingConfig().mode(StackingMode.NORMAL)).fill_opacity(40)
     for query in queries:
@@ -70,16 +67,20 @@ def with_line(p: Panel, value: float, color: str = "red") -> Panel:
     )
 
 
-def st(title: str, unit: str, query: Dataquery, span: int = 6, red_at: float | None = None) -> Panel:
-    p = stat.Panel().title(title).unit(unit).datasource(DS).span(span).height(4).with_target(query)
+def st(
+    title: str, unit: str, query: Dataquery, *, desc: str, span: int = 6, red_at: float | None = None
+) -> Panel:
+    p = stat.Panel().title(title).unit(unit).description(desc).datasource(DS).span(span).height(4)
+    p = p.with_target(query)
     if red_at is not None:
         steps = [Threshold(value=None, color="green"), Threshold(value=red_at, color="red")]
         p = p.thresholds(db.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(steps))
     return p
 
 
-def tb(title: str, query: Dataquery, span: int = 12) -> Panel:
-    return table.Panel().title(title).datasource(DS).span(span).height(8).with_target(query)
+def tb(title: str, query: Dataquery, *, unit: str, desc: str, span: int = 12) -> Panel:
+    p = table.Panel().title(title).unit(unit).description(desc).datasource(DS).span(span).height(8)
+    return p.with_target(query)
 
 
 def variables(d: db.Dashboard, *names: str) -> db.Dashboard:
@@ -108,6 +109,27 @@ def variables(d: db.Dashboard, *names: str) -> db.Dashboard:
     return d
 
 
+# Findings as annotations: every active finding of the selected clusters marks the time it was
+# active on the latency panels (those in seconds), titled by rule and subject. Prometheus
+# annotations turn each run of samples of a series into one region.
+FINDINGS_ANNOTATION = "Findings"
+FINDINGS_EXPR = (
+    'max by (cluster, rule, subject, severity, stage) (linkwatch_finding_active{cluster=~"$cluster"}) == 1'
+)
+LATENCY_UNIT = "s"
+
+
+def findings_annotation() -> db.AnnotationQuery:
+    return (
+        db.AnnotationQuery()
+        .name(FINDINGS_ANNOTATION)
+        .datasource(DS)
+        .enable(True)
+        .icon_color("#F2495C")
+        .expr(FINDINGS_EXPR)
+    )
+
+
 def base(uid: str, title: str, *var_names: str) -> db.Dashboard:
     d = (
         db.Dashboard(title)
@@ -116,6 +138,7 @@ def base(uid: str, title: str, *var_names: str) -> db.Dashboard:
         .refresh("30s")
         .time("now-1h", "now")
         .timezone("browser")
+        .annotation(findings_annotation())
     )
     return variables(d, *var_names)
 
@@ -123,25 +146,48 @@ def base(uid: str, title: str, *var_names: str) -> db.Dashboard:
 def cluster_overview() -> db.Dashboard:
     d = base("linkwatch-cluster-overview", "linkwatch / Cluster overview")
     d = d.with_row(db.Row("Health"))
-    d = d.with_panel(st("Agents up", "none", q(f'sum(up{{job="linkwatch-agent", {C}}})')))
+    d = d.with_panel(
+        st(
+            "Agents up",
+            "none",
+            q(f'sum(up{{job="linkwatch-agent", {C}}})'),
+            desc="Agents Prometheus scrapes successfully (job linkwatch-agent): one per broker host expected.",
+        )
+    )
     d = d.with_panel(
         st(
             "Under-replicated partitions",
             "none",
             q(f"sum(linkwatch_broker_under_replicated_partitions{{{C}}})"),
             red_at=1,
+            desc="Partitions with fewer in-sync replicas than replicas, summed over the brokers (JMX UnderReplicatedPartitions). Above 0: a follower is behind or down.",
         )
     )
     d = d.with_panel(
-        st("Offline partitions", "none", q(f"sum(linkwatch_broker_offline_partitions{{{C}}})"), red_at=1)
+        st(
+            "Offline partitions",
+            "none",
+            q(f"sum(linkwatch_broker_offline_partitions{{{C}}})"),
+            red_at=1,
+            desc="Partitions without a leader (JMX OfflinePartitionsCount): unavailable to clients.",
+        )
     )
-    d = d.with_panel(st("Active findings", "none", q(f"sum(linkwatch_finding_active{{{C}}})"), red_at=1))
+    d = d.with_panel(
+        st(
+            "Active findings",
+            "none",
+            q(f"sum(linkwatch_finding_active{{{C}}})"),
+            red_at=1,
+            desc="Findings the analyzer and the lag collector hold active now (linkwatch_finding_active).",
+        )
+    )
     d = d.with_row(db.Row("Requests"))
     d = d.with_panel(
         ts(
             "Request rate by type",
             "reqps",
             q(f"sum by (request) (linkwatch:broker_request_rate:5m{{{C}}})", "{{request}}"),
+            desc="Requests per second each request type is served at, over all brokers (from the agents' request-log histograms).",
         )
     )
     d = d.with_panel(
@@ -160,6 +206,7 @@ def cluster_overview() -> db.Dashboard:
             "Active findings by rule",
             "none",
             q(f"sum by (rule, severity) (linkwatch_finding_active{{{C}}})", "{{rule}} ({{severity}})"),
+            desc="Active findings over time by rule and severity; each finding is also drawn as an annotation on the latency panels.",
         )
     )
     d = d.with_panel(
@@ -175,6 +222,7 @@ def cluster_overview() -> db.Dashboard:
                 "under min ISR {{broker}}",
                 "B",
             ),
+            desc="Per broker: partitions under-replicated, and partitions whose ISR is below min.insync.replicas (acks=all producers fail on those).",
         )
     )
     return d
@@ -193,6 +241,7 @@ def broker_latency() -> db.Dashboard:
                 ),
                 span=8,
                 stacked=True,
+                desc="Mean time per stage of each broker's requests of this type, stacked: the height is the mean total, each band a stage (from the request-log histograms).",
             )
         )
     d = d.with_panel(
@@ -215,6 +264,7 @@ def broker_latency() -> db.Dashboard:
             "percentunit",
             q(f"linkwatch_broker_request_handler_idle_ratio{{{CB}}}", "handlers broker {{broker}}"),
             q(f"linkwatch_broker_network_processor_idle_ratio{{{CB}}}", "network broker {{broker}}", "B"),
+            desc="Share of time the broker's request handler threads and network processors are idle (JMX). Near 0: the broker is saturated, requests queue.",
         )
     )
     d = d.with_panel(
@@ -223,6 +273,7 @@ def broker_latency() -> db.Dashboard:
             "none",
             q(f"linkwatch_broker_request_queue_size{{{CB}}}", "request queue {{broker}}"),
             q(f"linkwatch_broker_response_queue_size{{{CB}}}", "response queue {{broker}}", "B"),
+            desc="Requests waiting for a handler thread, and responses waiting for a network thread (JMX).",
         )
     )
     d = d.with_panel(
@@ -233,6 +284,7 @@ def broker_latency() -> db.Dashboard:
                 f'linkwatch_broker_jmx_stage_mean_seconds{{{CB}, request="Produce"}}',
                 "broker {{broker}} {{stage}}",
             ),
+            desc="The window's exact mean per stage from JMX Count and Mean (delta of Count x Mean over delta of Count): independent of the request log.",
         )
     )
     return d
@@ -245,6 +297,7 @@ def slow_nodes() -> db.Dashboard:
             "Slow-broker score (analyzer)",
             "none",
             q(f"linkwatch_slow_broker_score{{{CB}}}", "broker {{broker}} {{request}}"),
+            desc="The analyzer's score per broker and request type: up with every window the broker is blamed in, down with every healthy one; the finding fires at fire_score.",
         )
     )
     d = d.with_panel(
@@ -255,6 +308,7 @@ def slow_nodes() -> db.Dashboard:
                 f'sum by (broker, stage) (linkwatch_finding_active{{{C}, rule=~"slow_broker|cluster_slow"}})',
                 "broker {{broker}} stage {{stage}}",
             ),
+            desc="Active slow_broker and cluster_slow findings by broker and the stage they name.",
         )
     )
     d = d.with_panel(
@@ -277,6 +331,7 @@ def slow_nodes() -> db.Dashboard:
                 f"linkwatch:broker_request_stage_excess_seconds:5m{{{CB}}}",
                 "broker {{broker}} {{request}} {{stage}}",
             ),
+            desc="Each stage's p99 minus the median of the other brokers' p99 for it: the stage carrying a slow broker's excess.",
         )
     )
     d = d.with_panel(
@@ -286,6 +341,8 @@ def slow_nodes() -> db.Dashboard:
                 f"topk by (cluster, broker, request) (1, linkwatch:broker_request_stage_excess_seconds:5m{{{CB}}})",
                 instant=True,
             ),
+            unit="s",
+            desc="For each broker and request type, the stage with the largest p99 excess over its peers' median now.",
         )
     )
     d = d.with_panel(
@@ -296,6 +353,7 @@ def slow_nodes() -> db.Dashboard:
                 f"sum by (broker, request) (rate(linkwatch_broker_slow_requests_total{{{CB}}}[$__rate_interval]))",
                 "broker {{broker}} {{request}}",
             ),
+            desc="Requests the agents logged above the slow threshold (a fetch without its long poll), per second.",
         )
     )
     return probe_row(d)
@@ -325,6 +383,7 @@ def probe_row(d: db.Dashboard) -> db.Dashboard:
             "percentunit",
             q(f"min(linkwatch_probe_availability_ratio{{{CB}}})"),
             span=4,
+            desc="The lowest share of probes acked and read back within the deadline, over the leader brokers.",
         )
     )
     d = d.with_panel(
@@ -333,6 +392,7 @@ def probe_row(d: db.Dashboard) -> db.Dashboard:
             "s",
             q(f'linkwatch_probe_produce_latency_seconds{{{CB}, quantile="0.99"}}', "broker {{broker}}"),
             span=6,
+            desc="The probe's produce-to-ack p99 per leader broker, per window: the latency a client sees, including what the broker's own timers miss.",
         )
     )
     d = d.with_panel(
@@ -354,6 +414,7 @@ def skew_balance() -> db.Dashboard:
             "Partition imbalance per topic (max/avg - 1)",
             "none",
             q(f'linkwatch_imbalance_ratio{{{C}, scope="topic", topic=~"$topic"}}', "{{topic}} {{measure}}"),
+            desc="Per topic: the busiest partition over the average, minus 1 (0 is balanced), by bytes in and by size.",
         )
     )
     d = d.with_panel(
@@ -361,18 +422,23 @@ def skew_balance() -> db.Dashboard:
             "Broker and log-dir imbalance (max/avg - 1)",
             "none",
             q(f'linkwatch_imbalance_ratio{{{C}, scope=~"broker|log_dir"}}', "{{scope}} {{measure}}"),
+            desc="Across brokers and across log dirs: the busiest over the average, minus 1.",
         )
     )
     d = d.with_panel(
         tb(
             "Hot partitions (largest)",
             q(f'topk(10, linkwatch_partition_size_bytes{{{CB}, topic=~"$topic"}})', instant=True),
+            unit="bytes",
+            desc="The ten largest partitions on disk now (the agents' log-dir scan).",
         )
     )
     d = d.with_panel(
         tb(
             "Hot keys (share of the topic's records)",
             q(f'topk(10, linkwatch_hot_key_share_ratio{{{C}, topic=~"$topic"}})', instant=True),
+            unit="percentunit",
+            desc="Keys the analyzer's lossy counting finds above the support threshold, as a share of the topic's sampled records.",
         )
     )
     d = d.with_panel(
@@ -380,6 +446,7 @@ def skew_balance() -> db.Dashboard:
             "Disk usage per log dir",
             "percentunit",
             q(f"linkwatch:logdir_used_ratio{{{CB}}}", "{{broker}} {{log_dir}}"),
+            desc="Used share of each log dir's filesystem.",
         )
     )
     d = d.with_panel(
@@ -387,6 +454,7 @@ def skew_balance() -> db.Dashboard:
             "Disk I/O busy per log dir",
             "percentunit",
             q(f"linkwatch_logdir_io_util_ratio{{{CB}}}", "{{broker}} {{log_dir}} {{device}}"),
+            desc="Share of time the log dir's device is busy with I/O (ioutil): near 1 is a hot disk.",
         )
     )
     d = d.with_panel(
@@ -394,6 +462,7 @@ def skew_balance() -> db.Dashboard:
             "Partition bytes per log dir",
             "bytes",
             q(f"linkwatch_logdir_partition_bytes{{{CB}}}", "{{broker}} {{log_dir}}"),
+            desc="Bytes of partition data in each log dir.",
         )
     )
     d = d.with_panel(
@@ -402,6 +471,7 @@ def skew_balance() -> db.Dashboard:
             "none",
             q(f"linkwatch_broker_leader_count{{{CB}}}", "leaders {{broker}}"),
             q(f"linkwatch_broker_partition_count{{{CB}}}", "partitions {{broker}}", "B"),
+            desc="Partition leaderships and replicas each broker holds (JMX).",
         )
     )
     return d
@@ -415,6 +485,7 @@ def consumers() -> db.Dashboard:
             "Lag in messages",
             "none",
             q(f'linkwatch_consumer_group_lag_messages{{{G}, agg="sum"}}', "{{group}}"),
+            desc="Sum over each group's partitions of end offset minus committed offset.",
         )
     )
     d = d.with_panel(
@@ -422,12 +493,15 @@ def consumers() -> db.Dashboard:
             "Lag in seconds",
             "s",
             q(f'linkwatch_consumer_group_lag_seconds{{{G}, agg="max"}}', "{{group}}"),
+            desc="The group's largest lag in time: how old the next record it will read is.",
         )
     )
     d = d.with_panel(
         tb(
             "Status per group",
             q(f"max by (group, status) (linkwatch_consumer_group_status{{{G}}}) == 1", instant=True),
+            unit="none",
+            desc="The lag collector's status per group (OK, WARN, STALL, STOP, REWIND, ERR); the reason is in its log and findings.",
         )
     )
     d = d.with_panel(
@@ -436,6 +510,7 @@ def consumers() -> db.Dashboard:
             "s",
             q(f"linkwatch_host_page_cache_window_seconds{{{CB}}}", "page-cache window broker {{broker}}"),
             q(f'linkwatch_consumer_group_lag_seconds{{{G}, agg="max"}}', "lag {{group}}", "B"),
+            desc="How long the brokers' page cache holds written data (cached bytes / write rate) against each group's lag in seconds.",
         )
     )
     d = d.with_panel(
@@ -446,6 +521,7 @@ def consumers() -> db.Dashboard:
                 f'sum by (group, topic) (linkwatch_consumer_cold_read_risk{{{G}, topic=~"$topic"}})',
                 "{{group}} {{topic}}",
             ),
+            desc="Partitions whose group lags behind further than the page cache holds: their reads go to disk.",
         )
     )
     d = d.with_panel(
@@ -481,7 +557,28 @@ def to_json(d: db.Dashboard) -> str:
     model = d.build()
     for i, panel in enumerate(model.panels or [], start=1):
         panel.id_val = i  # unique panel ids (links and the "view panel" URL use them)
-    return JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
+    doc = json.loads(JSONEncoder(sort_keys=True).encode(model))
+    latency = [
+        p["id"]
+        for p in doc["panels"]
+        if p.get("type") == "timeseries" and p["fieldConfig"]["defaults"].get("unit") == LATENCY_UNIT
+    ]
+    for a in doc.get("annotations", {}).get("list", []):
+        if a.get("name") == FINDINGS_ANNOTATION:
+            # The SDK's model lacks the Prometheus annotation's own keys: set them here.
+            a.update(
+                {
+                    "filter": {"exclude": False, "ids": latency},
+                    "titleFormat": "{{rule}} {{subject}}",
+                    "textFormat": "{{severity}}: stage {{stage}}",
+                    "tagKeys": "rule,severity,stage",
+                    "step": "10s",
+                    "useValueForTime": False,
+                }
+            )
+            if not latency:
+                a["enable"] = False
+    return json.dumps(doc, sort_keys=True, indent=2) + "\n"
 
 
 def write_all(out_dir: Path) -> list[Path]:
@@ -510,6 +607,15 @@ def panel_targets(dash: dict[str, Any]) -> list[tuple[str, str, bool]]:
                 if target.get("expr"):
                     out.append((inner.get("title", ""), target["expr"], bool(target.get("instant"))))
     return out
+
+
+def annotation_queries(dash: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
+    """(name, expr, panel ids it is drawn on) of every enabled Prometheus annotation."""
+    return [
+        (a["name"], a["expr"], a.get("filter", {}).get("ids", []))
+        for a in dash.get("annotations", {}).get("list", [])
+        if a.get("expr") and a.get("enable", True)
+    ]
 
 
 def variable_queries(dash: dict[str, Any]) -> dict[str, str]:

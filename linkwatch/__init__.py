@@ -1,4 +1,4 @@
-"""linkwatch: the shared core, the CLI and the testbed (``docs/architecture.md`` has the floors).
+"""linkwatch: the shared core (``docs/architecture.md`` has the floors).
 
 The core imports no other linkwatch package; every subsystem may import it:
 
@@ -11,6 +11,6 @@ The core imports no other linkwatch package; every subsystem may import it:
   it is in the page cache (the agent's endpoint and the lag collector's local check);
 * :mod:`.maven` — jars from Maven Central in a local cache.
 
-On top: :mod:`.cli` with one thin module per subcommand in ``commands/``, and ``testbed/``
-(what tests and the demo run on).
+Above it: ``findings/`` (the findings lifecycle, policy and pipeline), then the subsystems, then
+``testbed/`` (what tests and the demo run on) and ``cli/`` (the ``linkwatch`` command).
 """

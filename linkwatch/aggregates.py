@@ -2,28 +2,16 @@
 
 Stdlib only, so both sides import it without importing each other (and a detector plugin
 without pyspark). Field names equal the column names of the matching ``spark_metrics``
-transform (a test checks it); :func:`spark_metrics.aggregate.collect` builds the rows.
+transform (a test checks it); :func:`spark_metrics.aggregate.collect` builds the rows, and so
+does the analyzer's incremental :class:`aggregation.window_state.WindowState`. The sketch
+arithmetic behind :class:`StageWindow` and :class:`ProbeBrokerWindow` is
+:mod:`aggregation.sketch_math`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-
-def logged_requests(count: int, capture_ratio: float) -> int:
-    """Requests a sketch of ``count`` (already scaled by ``1 / capture_ratio``) rests on:
-    ``floor(count × capture_ratio + 0.5)``; the Spark side computes the same expression."""
-    return math.floor(count * capture_ratio + 0.5)
-
-
-# The quantiles a StageWindow carries, by field: one table for the three paths that compute
-# them from sketches (spark_metrics.transforms, the reference; spark_metrics.sketch_merge; the
-# analyzer's streaming analyzer.window_state), so that they cannot drift apart.
-QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
-# Read over the values above the sketch's zero bucket alone (StageWindow.nonzero_p99_ms).
-NONZERO_QUANTILES: dict[str, float] = {"nonzero_p99_ms": 0.99}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,7 @@
 Maven does the resolving, so mirrors and proxies configured in ``~/.m2/settings.xml`` apply.
 Each set of jars lives in its own directory under :data:`DEFAULT_CACHE_DIR` and is reused
 without network afterwards. Used for the testbed's Kafka broker jars
-(:mod:`linkwatch.testbed.jars`) and the Spark Kafka connector (:mod:`spark_metrics.jars`).
+(:mod:`testbed.jars`) and the Spark Kafka connector (:mod:`spark_metrics.jars`).
 """
 
 from __future__ import annotations

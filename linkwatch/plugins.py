@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from linkwatch.config import describe
 from linkwatch.errors import ConfigError
 
 T = TypeVar("T")
@@ -25,19 +26,45 @@ def available(group: str) -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=group)}
 
 
-def load_class(group: str, name: str, base: type[T], key: str) -> type[T]:
-    """The class registered as ``name`` in ``group``; it must be a subclass of ``base``."""
+def load(group: str, name: str, key: str) -> Any:
+    """The object registered as ``name`` in ``group`` (a class, or a factory function)."""
     eps = available(group)
     if name not in eps:
         known = ", ".join(sorted(eps)) or "none installed"
         raise ConfigError(f"{key}.{name}", [f"no entry point {name!r} in group {group} ({known})"])
     try:
-        cls = eps[name].load()
+        return eps[name].load()
     except Exception as e:  # a broken plugin stops start-up with its name, not a traceback
         raise ConfigError(f"{key}.{name}", [f"entry point in {group} failed to load: {e}"]) from e
+
+
+def load_class(group: str, name: str, base: type[T], key: str) -> type[T]:
+    """The class registered as ``name`` in ``group``; it must be a subclass of ``base``."""
+    cls = load(group, name, key)
     if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ConfigError(f"{key}.{name}", [f"{eps[name].value} is not a {base.__name__} subclass"])
+        value = available(group)[name].value
+        raise ConfigError(f"{key}.{name}", [f"{value} is not a {base.__name__} subclass"])
     return cls
+
+
+def validate_options(group: str, name: str, options: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
+    """``options`` of the plugin registered as ``name``, checked against its class's ``Options``
+    model (a class without one takes its options unchecked) and returned with the defaults
+    filled in; an unknown key or a bad value raises ConfigError naming ``<key>.<name>``."""
+    cls = load(group, name, key)
+    model = getattr(cls, "Options", None)
+    if model is None:
+        return dict(options or {})
+    return checked_options(model, options, f"{key}.{name}")
+
+
+def checked_options(model: type[BaseModel], options: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """``options`` validated by ``model`` (unknown keys refused when it forbids extras), as a
+    dict with the defaults filled in; ConfigError naming ``where`` and each bad key."""
+    try:
+        return model.model_validate(dict(options or {})).model_dump()
+    except ValidationError as e:
+        raise ConfigError(where, [f"options.{describe(err, model)}" for err in e.errors()[:20]]) from None
 
 
 def build(

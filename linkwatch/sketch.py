@@ -1,10 +1,10 @@
 """Mergeable relative-error quantile sketches (DDSketch, 1 % relative accuracy).
 
 The agent builds a :class:`LatencySketch` per (request type, stage, window); it travels inside
-records as a plain dict of log-bucket keys and counts (:meth:`LatencySketch.to_dict`), so Spark
-can merge sketches from many brokers by summing counts per key and read quantiles with the
-same arithmetic (:func:`key_to_value`, :func:`quantile_from_buckets`). Percentiles are never
-averaged.
+records as a plain dict of log-bucket keys and counts (:meth:`LatencySketch.to_dict`), so the
+aggregation can merge sketches from many brokers by summing counts per key and read quantiles
+by the sketch's own rule (:mod:`aggregation.sketch_math`, with this mapping's constants:
+:func:`key_to_value`). Percentiles are never averaged.
 
 Quantile definition (shared by the sketch and by tests' exact reference): the value at rank
 ``floor(q * (n - 1))`` of the sorted samples (the "lower" quantile), as DDSketch reports it.
@@ -13,7 +13,7 @@ Quantile definition (shared by the sketch and by tests' exact reference): the va
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from ddsketch import DDSketch
 from ddsketch.mapping import LogarithmicMapping
@@ -88,29 +88,6 @@ class LatencySketch:
             sk._min = float(d.get("min", 0.0))  # type: ignore[arg-type]
             sk._max = float(d.get("max", 0.0))  # type: ignore[arg-type]
         return out
-
-
-def quantile_from_buckets(zero: int, buckets: Iterable[tuple[int, int]], q: float) -> float | None:
-    """Quantile of merged buckets: ``buckets`` is (key, count) pairs, any order, keys may repeat.
-
-    The same rule as DDSketch: the bucket holding rank ``floor(q * (n - 1))``. Used by Spark
-    after it sums counts per key across brokers.
-    """
-    merged: dict[int, int] = {}
-    for key, count in buckets:
-        merged[key] = merged.get(key, 0) + count
-    n = zero + sum(merged.values())
-    if n == 0:
-        return None
-    rank = math.floor(q * (n - 1))
-    if rank < zero:
-        return 0.0
-    seen = zero
-    for key in sorted(merged):
-        seen += merged[key]
-        if seen > rank:
-            return key_to_value(key)
-    return key_to_value(max(merged))
 
 
 def exact_quantile(values: list[float], q: float) -> float:

@@ -44,6 +44,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
+from linkwatch.errors import ListenError
+
 log = logging.getLogger(__name__)
 
 RequestKey = tuple[str, int, int]  # (client id, broker, correlation id)
@@ -287,7 +289,10 @@ class TraceJoinRelay:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+        except OSError as e:
+            raise ListenError("the trace join relay", host, port, e) from None
         self._thread: threading.Thread | None = None
 
     @property

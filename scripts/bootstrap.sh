@@ -33,7 +33,9 @@ if ! command -v uv >/dev/null; then
   log "installing uv"
   python3 -m pip install -q uv
 fi
-uv sync --frozen --quiet
+# urllib3 reinstalled: an environment that once had urllib3-future (pulled by grafana-client,
+# no longer a dependency) still has that fork's files copied over urllib3's own.
+uv sync --frozen --quiet --reinstall-package urllib3
 
 # The compiled block scanner of the request log (a shared library next to its source).
 make --no-print-directory build-ext >&2

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/capture_request_log.py [--out tests/agent/fixtures/kafka-request.log]
 
-Starts a local 3-broker Kafka cluster (``linkwatch.testbed``), runs real client traffic on it
+Starts a local 3-broker Kafka cluster (``testbed``), runs real client traffic on it
 (kafka-python acks=all produce + a consumer group, so Produce, consumer and follower Fetch,
 Metadata, group coordination, ...), and writes ``--lines`` consecutive request-log lines of one
 broker, taken while the traffic ran, then stops the cluster. Nothing is edited in the lines.
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka import KafkaAdminClient
 
 from agent.requestlog.follow import FileFollower
-from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
+from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 from tests.agent.traffic import create_topic, run_traffic
 
 API = re.compile(rb'"requestApiKeyName":"([A-Z_]+)"')

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """The imports between linkwatch's packages, drawn by floor, and the check that keeps the floors.
 
-Floors, from the bottom:
+Floors, from the bottom; each top-level package of the repository sits on one:
 
-* **core** — ``linkwatch`` itself (records, aggregates, sketches, config, errors …) without
-  ``linkwatch.cli``, ``linkwatch.commands`` and ``linkwatch.testbed``;
-* **subsystems** — every other top-level package of the repository (``agent``, ``analyzer``,
-  ``lag`` …);
-* **top** — the harness (``linkwatch.testbed``: test cluster, load, faults, the demo) and the
-  CLI (``linkwatch.cli`` with its ``commands``).
+* **core** — ``linkwatch`` (records, aggregates, sketches, config, errors …);
+* **findings** — ``findings`` (the findings lifecycle, the policy, the pipeline);
+* **subsystems** — every other top-level package (``agent``, ``analyzer``, ``lag``,
+  ``remediation`` …);
+* **top** — ``testbed`` (test cluster, load, faults, the demo) and ``cli`` (the command).
 
-A floor is broken when the core imports anything above it, when a subsystem imports the harness
-or the CLI, or when imports between packages form a loop. Every import counts, also one inside
-a function. Standard library only (``ast``), so it runs anywhere::
+A package may import its own floor and the floors below it, never one above; the core and
+``findings`` each are a floor of one package, so the core imports no other package and
+``findings`` only the core. A floor is also broken when packages import each other in a loop.
+Every import counts, also one inside a function. Standard library only (``ast``), so it runs
+anywhere::
 
     python scripts/import_graph.py            # print the picture (Mermaid) and the import table
     python scripts/import_graph.py --write    # refresh it in docs/architecture.md
@@ -31,40 +32,40 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 BEGIN, END = "<!-- import-graph:begin -->", "<!-- import-graph:end -->"
 CORE = "linkwatch"
-HARNESS = "linkwatch.testbed"
-CLI = "linkwatch.cli"
+FINDINGS = "findings"
+TOP = ("testbed", "cli")
 NOT_PACKAGES = {"tests"}  # top-level packages that are not part of linkwatch
+FLOORS = ("core", "findings", "subsystem", "top")  # bottom to top
 
 Graph = dict[str, set[str]]  # package -> packages it imports
 
 
-def subsystems(root: Path) -> list[str]:
-    """Top-level packages of the repository besides the core (and the tests)."""
+def packages(root: Path) -> list[str]:
+    """Every top-level package of the repository (the tests excepted)."""
     return sorted(
-        d.name
-        for d in root.iterdir()
-        if (d / "__init__.py").is_file() and d.name not in NOT_PACKAGES and d.name != CORE
+        d.name for d in root.iterdir() if (d / "__init__.py").is_file() and d.name not in NOT_PACKAGES
     )
+
+
+def subsystems(root: Path) -> list[str]:
+    """The packages on the subsystems' floor."""
+    return [p for p in packages(root) if floor(p) == "subsystem"]
 
 
 def floor(package: str) -> str:
     if package == CORE:
         return "core"
-    if package in (HARNESS, CLI):
+    if package == FINDINGS:
+        return "findings"
+    if package in TOP:
         return "top"
     return "subsystem"
 
 
-def package_of(module: str, subs: list[str]) -> str | None:
+def package_of(module: str, known: list[str]) -> str | None:
     """The package a module belongs to in the picture (None: not ours, e.g. the stdlib)."""
     head = module.split(".")[0]
-    if head == CORE:
-        if module == HARNESS or module.startswith(HARNESS + "."):
-            return HARNESS
-        if module in (CLI, "linkwatch.commands") or module.startswith("linkwatch.commands."):
-            return CLI
-        return CORE
-    return head if head in subs else None
+    return head if head in known else None
 
 
 def modules(root: Path, packages: list[str]) -> Iterator[tuple[str, Path]]:
@@ -91,14 +92,14 @@ def imported(module: str, path: Path, known: set[str]) -> Iterator[str]:
 
 
 def build_graph(root: Path = ROOT) -> Graph:
-    subs = subsystems(root)
-    found = list(modules(root, [CORE, *subs]))
+    pkgs = packages(root)
+    found = list(modules(root, pkgs))
     known = {m for m, _ in found}
-    graph: Graph = {p: set() for p in [CORE, *subs, HARNESS, CLI]}
+    graph: Graph = {p: set() for p in pkgs}
     for module, path in found:
-        src = package_of(module, subs)
+        src = package_of(module, pkgs)
         for target in imported(module, path, known):
-            dst = package_of(target, subs)
+            dst = package_of(target, pkgs)
             if src is not None and dst is not None and dst != src:
                 graph[src].add(dst)
     return graph
@@ -141,10 +142,8 @@ def violations(graph: Graph) -> list[str]:
     out = []
     for src, targets in sorted(graph.items()):
         for dst in sorted(targets):
-            if floor(src) == "core" and floor(dst) != "core":
-                out.append(f"the core ({src}) imports {dst} ({floor(dst)})")
-            elif floor(src) == "subsystem" and floor(dst) == "top":
-                out.append(f"subsystem {src} imports {dst} (harness/CLI)")
+            if FLOORS.index(floor(dst)) > FLOORS.index(floor(src)):
+                out.append(f"{src} ({floor(src)}) imports {dst} ({floor(dst)}), a floor above it")
     out += [f"packages importing each other in a loop: {', '.join(group)}" for group in loops(graph)]
     return out
 
@@ -155,20 +154,21 @@ def _node(package: str) -> str:
 
 def render(graph: Graph, root: Path = ROOT) -> str:
     """The Markdown block: a Mermaid picture by floor and the same imports as a table."""
-    core_modules = sorted(p.stem for p in (root / CORE).glob("*.py") if p.stem not in ("__init__", "cli"))
+
+    def stems(package: str) -> str:
+        return ", ".join(sorted(p.stem for p in (root / package).glob("*.py") if p.stem != "__init__"))
+
     labels = {
-        CORE: f"linkwatch (core): {', '.join(core_modules)}",
-        HARNESS: "linkwatch.testbed (harness, demo)",
-        CLI: "linkwatch.cli + commands",
+        CORE: f"linkwatch (core): {stems(CORE)}",
+        FINDINGS: f"findings: {stems(FINDINGS)}",
+        "testbed": "testbed (test cluster, load, faults, demo)",
+        "cli": "cli (the linkwatch command)",
     }
-    by_floor = {
-        "top": ("harness and CLI", [CLI, HARNESS]),
-        "subsystem": ("subsystems", [p for p in sorted(graph) if floor(p) == "subsystem"]),
-        "core": ("core", [CORE]),
-    }
+    titles = {"top": "testbed and CLI", "subsystem": "subsystems", "findings": "findings", "core": "core"}
+    by_floor = {key: (titles[key], [p for p in sorted(graph) if floor(p) == key]) for key in reversed(FLOORS)}
     lines = ["```mermaid", "flowchart TB"]
     for key, (title, members) in by_floor.items():
-        lines.append(f'  subgraph {key}["{title}"]')
+        lines.append(f'  subgraph floor_{key}["{title}"]')
         lines += [f'    {_node(p)}["{labels.get(p, p)}"]' for p in members]
         lines.append("  end")
     for src in sorted(graph):

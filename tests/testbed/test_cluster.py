@@ -10,8 +10,8 @@ import orjson
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.load import brokers_leading, ensure_topic, partition_leaders
+from testbed.cluster import ClusterState
+from testbed.load import brokers_leading, ensure_topic, partition_leaders
 
 MARKER = "Completed request:"
 

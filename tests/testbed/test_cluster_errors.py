@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from linkwatch.cli import main
+from cli.main import main
 from linkwatch.errors import SetupError
-from linkwatch.testbed import jars
-from linkwatch.testbed.cluster import STATE_FILE, ClusterSpec, LocalCluster, find_free_base_port, node_ports
+from testbed import jars
+from testbed.cluster import STATE_FILE, ClusterSpec, LocalCluster, find_free_base_port, node_ports
 
 
 def test_port_already_taken(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_status_of_missing_cluster(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_base_ports_avoid_the_kernels_ephemeral_range() -> None:
     """A block in the range the kernel hands out as source ports is never chosen: an outgoing
     connection may take such a port between the search and the broker's bind."""
-    from linkwatch.testbed.cluster import ephemeral_port_range, free_base_port
+    from testbed.cluster import ephemeral_port_range, free_base_port
 
     low, high = ephemeral_port_range()
     base = free_base_port(lambda b: [b + 10, b + 11, b + 12], start=low - low % 100, stop=high)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from linkwatch.testbed import demo
-from linkwatch.testbed.cluster import pid_alive
+from testbed import demo
+from testbed.cluster import pid_alive
 
 # Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]

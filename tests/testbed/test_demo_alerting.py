@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from linkwatch.testbed.alert_stack import posted_alert
-from linkwatch.testbed.demo.alerting import AlertingDemoComponent
+from testbed.alert_stack import posted_alert
+from testbed.demo.alerting import AlertingDemoComponent
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus-alertmanager") is None or shutil.which("prometheus") is None,
@@ -28,7 +28,7 @@ def test_a_demo_run_shows_none_of_an_earlier_runs_alerts(tmp_path: Path) -> None
         first.stack.post_alerts(
             [
                 posted_alert(
-                    "LinkwatchSlowBroker",
+                    "LinkwatchSlowBrokerFinding",
                     annotations={"stage": "remote"},
                     cluster="demo",
                     broker="2",
@@ -40,7 +40,7 @@ def test_a_demo_run_shows_none_of_an_earlier_runs_alerts(tmp_path: Path) -> None
         deadline = time.monotonic() + 60
         while not first.stack.received() and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert [r["alertname"] for r in first.stack.received()] == ["LinkwatchSlowBroker"]
+        assert [r["alertname"] for r in first.stack.received()] == ["LinkwatchSlowBrokerFinding"]
     finally:
         first.stop()
     (workdir / "notes.txt").write_text("the operator's own file")

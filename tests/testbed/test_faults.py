@@ -9,9 +9,9 @@ import pytest
 from kafka import KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from linkwatch.testbed import faults
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.load import ensure_topic, partition_leaders
+from testbed import faults
+from testbed.cluster import ClusterState
+from testbed.load import ensure_topic, partition_leaders
 
 
 def _process_state(pid: int) -> str:

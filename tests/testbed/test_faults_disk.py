@@ -1,4 +1,4 @@
-"""The disk-write cap (:func:`linkwatch.testbed.faults.throttle_disk_writes`) on a real process and
+"""The disk-write cap (:func:`testbed.faults.throttle_disk_writes`) on a real process and
 the real cgroup v1 blkio controller: that process's fsyncs wait for their turn, and once reverted
 it is back in its own cgroup and the cap's cgroup is gone."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from linkwatch.errors import SetupError
-from linkwatch.testbed import faults
+from testbed import faults
 
 # A process that, for each line it reads, appends and fsyncs FSYNCS times and prints the seconds
 # that took: the same system calls as a broker's flush per append.

@@ -16,9 +16,9 @@ from kafka.admin import NewTopic
 
 from linkwatch.errors import SetupError
 from linkwatch.sketch import exact_quantile
-from linkwatch.testbed import faults
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.load import ProducerLoad, partition_leaders
+from testbed import faults
+from testbed.cluster import ClusterState
+from testbed.load import ProducerLoad, partition_leaders
 from tests.agent.traffic import create_topic
 
 MARKER = " Completed request:"

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkwatch.errors import ConfigError
-from linkwatch.testbed.load import KeyDistribution, LoadStats, ProducerLoad, p99_ms
+from testbed.load import KeyDistribution, LoadStats, ProducerLoad, p99_ms
 
 
 def _draw(spec: str, n: int = 50_000, keys: int = 100) -> Counter[bytes | None]:

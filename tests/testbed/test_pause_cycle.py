@@ -1,5 +1,5 @@
 """The pause duty cycle on a real target process (a ``sleep``), in its own process
-(linkwatch.testbed.pause_cycle: paused on schedule, always left running, also when its caller
+(testbed.pause_cycle: paused on schedule, always left running, also when its caller
 dies) and in a thread of the caller."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from linkwatch.testbed import faults
-from linkwatch.testbed.pause_cycle import main
+from testbed import faults
+from testbed.pause_cycle import main
 
 
 def _state(pid: int) -> str:
@@ -69,7 +69,7 @@ def test_the_target_is_left_running_when_the_caller_is_killed(target: subprocess
     # A caller that starts a 60 s pause and is then SIGKILLed: no stop(), no revert_all().
     code = (
         "import sys, time\n"
-        "from linkwatch.testbed.faults import PauseDutyCycle\n"
+        "from testbed.faults import PauseDutyCycle\n"
         f"PauseDutyCycle({target.pid}, pause_ms=60_000, period_ms=60_001, own_process=True).start()\n"
         "print('started', flush=True)\n"
         "time.sleep(120)\n"
@@ -96,11 +96,38 @@ def test_the_target_is_left_running_when_the_caller_is_killed(target: subprocess
         (["1", "2"], "usage"),
         (["1", "0", "100"], "pause_ms=0"),
         (["1", "100", "100"], "pause_ms=100"),
+        (["1", "100", "200", "1.5"], "jitter=1.5"),
+        (["1", "2", "3", "4", "5", "6"], "usage"),
     ],
 )
 def test_bad_arguments_are_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.timing
+def test_jittered_pauses_keep_the_duty_cycle_and_lose_the_period(target: subprocess.Popen) -> None:
+    """Aperiodic pauses: the stopped share stays near pause/period, while the moments the target
+    is stopped no longer repeat with the period (an observer probing every period_ms would see
+    the stopped state at some phases and not others)."""
+    period_s, samples = 0.2, []
+    with faults.PauseDutyCycle(
+        target.pid, pause_ms=100, period_ms=200, own_process=True, jitter=0.6, seed=3
+    ) as pause:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 4.0:
+            samples.append((time.monotonic() - t0, _state(target.pid) == "T"))
+            time.sleep(0.005)
+    stopped = sum(s for _, s in samples) / len(samples)
+    assert 0.3 <= stopped <= 0.7, stopped
+    assert pause.cycles >= 12
+    # A probe every period lands at the same phase each time: with fixed periods it would see
+    # the same state every time; with jitter it sees both.
+    for phase in (0.05, 0.15):
+        seen = {s for t, s in samples if abs((t - phase) % period_s) < 0.006}
+        assert seen == {True, False}, (phase, seen)
+    with pytest.raises(ValueError, match="jitter"):
+        faults.PauseDutyCycle(target.pid, jitter=0.3)  # the thread's schedule has none
 
 
 def test_a_target_that_is_gone_ends_the_cycle(target: subprocess.Popen) -> None:

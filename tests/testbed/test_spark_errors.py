@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from linkwatch.cli import main
+from cli.main import main
 from linkwatch.errors import SetupError
-from linkwatch.testbed.spark import (
+from testbed.spark import (
     STATE_FILE,
     SparkClusterSpec,
     SparkStandalone,

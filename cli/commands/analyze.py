@@ -1,0 +1,46 @@
+"""``linkwatch analyze``: stream samples, run the detectors, publish findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from analyzer.registry import load_detectors
+from analyzer.service import AnalyzerConfig, run_continuously
+from cli.commands import stop_on_signals
+from linkwatch import reach
+from linkwatch.config import load_config
+from linkwatch.kafka_client import security_kwargs
+
+
+def app(
+    config: Path = typer.Option(
+        None, "--config", "-c", help="YAML config (`linkwatch init DIR` writes a sample, DIR/analyzer.yaml)."
+    ),
+    bootstrap: str = typer.Option(None, help="Kafka bootstrap servers (overrides the config)."),
+    cluster: str = typer.Option(None, help="Cluster name the samples carry (overrides the config)."),
+) -> None:
+    """Run the streaming analysis until Ctrl-C; findings go to linkwatch.findings, /metrics and here."""
+    cfg = load_config(config, AnalyzerConfig, env_prefix="LINKWATCH_ANALYZER_")
+    updates: dict[str, Any] = {"cluster": cluster} if cluster else {}
+    if bootstrap:
+        updates["kafka"] = cfg.kafka.model_copy(update={"bootstrap_servers": bootstrap})
+    cfg = cfg.model_copy(update=updates)
+    # Everything the config alone can refuse is refused before any wait for the cluster.
+    load_detectors(cfg.detectors)
+    # SIGTERM (systemctl stop) ends the run like Ctrl-C: the streaming query stops cleanly.
+    stop = stop_on_signals()
+    # Spark starts once the cluster answers: until then the cause is said once and retried.
+    key = "--bootstrap" if bootstrap else "kafka.bootstrap_servers"
+    kafka = cfg.kafka
+    if reach.connect(
+        lambda: True,
+        kafka.servers,
+        reach.KafkaReach("analyze"),
+        stop,
+        key=key,
+        client_options=security_kwargs(kafka),
+    ):
+        run_continuously(cfg, stop)

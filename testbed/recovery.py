@@ -1,0 +1,141 @@
+"""Time a paused leader's recovery: fault onset → finding → demotion → producers back under the
+line, and leadership restored after the fault.
+
+Shared by ``bench/remediation_recover.py`` (which times it over rounds, or over the fault
+matrix's random draws with :func:`fault_round`) and ``tests/remediation/test_recover_cluster.py``
+(which asserts it once, with bounds). The pieces
+under test are the demo's (``testbed.demo``): the agents, the Spark analyzer and its
+findings pipeline with the demo's remediation config (demote on ``slow_broker``, executed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from testbed import faults
+from testbed.load import ProducerLoad, brokers_leading, p99_ms, partition_leaders
+
+P99_LINE_MS = 300.0
+CALM_S = 3.0  # the producer's p99 must stay under the line this long to count as recovered
+SETTLE_S = 10.0  # the first seconds of a fault still hold acks from before it
+# The paused leader's pause per second. 400 ms puts the leaders' acks=all p99 (waiting on the
+# paused follower) at 300-390 ms, on the slow-broker line itself (300 ms), once the pauses come
+# on time (bench/results/remediation.md, 2026-11-24): a fault at the threshold is found in some
+# rounds and not others. 500 ms is a broker clearly past the line.
+PAUSE_MS = 500
+
+
+def one_round(
+    admin: Any,
+    serve: ProducerLoad,
+    active: Callable[[], bool],
+    victim: int,
+    pid: int,
+    fault_s: float,
+    topics: Sequence[str] = (),
+    pause_ms: int = PAUSE_MS,
+) -> dict[str, Any]:
+    """Pause ``pid`` (broker ``victim``) ``pause_ms`` of every 1000 ms for at most ``fault_s`` and return
+    the seconds from the onset to: ``finding`` (``active()`` first true), ``demoted`` (the victim
+    leads no partition of ``serve``'s topic nor of ``topics``), ``recovered`` (the start of
+    ``CALM_S`` seconds in a row with ``serve``'s ack p99 over the last 5 s under
+    ``P99_LINE_MS``); None for a step not reached. Also ``peak_p99_ms``, and ``onset_ms`` and
+    ``removed_ms`` (wall clock, ms: to line the round up with the agents' windows), and
+    ``pause_cycles`` / ``pause_max_late_ms`` (the fault as it was applied). The fault is
+    removed on return (recovered, or ``fault_s`` over)."""
+    watched = [serve.topic, *topics]
+    t: dict[str, float | None] = {"finding": None, "demoted": None, "recovered": None}
+    calm_since = None
+    peak = 0.0
+    onset, onset_ms = time.monotonic(), int(time.time() * 1000)
+    with faults.PauseDutyCycle(pid, pause_ms, 1000, own_process=True) as pause:
+        while (elapsed := time.monotonic() - onset) < fault_s:
+            if t["finding"] is None and active():
+                t["finding"] = elapsed
+            if t["demoted"] is None:
+                leading = brokers_leading(admin, watched)  # None: metadata unread, not "demoted"
+                if leading is not None and victim not in leading:
+                    t["demoted"] = elapsed
+            p99 = p99_ms((lat for lat, _ in serve.stats.recent(5.0)), min_samples=20)
+            if p99 is not None:
+                peak = max(peak, p99)
+            slow = p99 is None or p99 >= P99_LINE_MS
+            if elapsed > SETTLE_S and not slow:
+                calm_since = calm_since if calm_since is not None else elapsed
+                if elapsed - calm_since >= CALM_S:
+                    t["recovered"] = calm_since
+                    break
+            else:
+                calm_since = None
+            time.sleep(0.5)
+    return {
+        **t,
+        "peak_p99_ms": peak,
+        "onset_ms": onset_ms,
+        "removed_ms": int(time.time() * 1000),
+        "pause_cycles": pause.cycles,
+        "pause_max_late_ms": pause.max_late_ms,
+    }
+
+
+def wait_restored(admin: Any, topic: str, victim: int, timeout_s: float) -> float | None:
+    """Seconds until ``victim`` leads a partition of ``topic`` again (None: not within
+    ``timeout_s``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if victim in partition_leaders(admin, topic).values():
+            return time.monotonic() - start
+        time.sleep(1.0)
+    return None
+
+
+def worst_p99_ms(loads: Sequence[ProducerLoad], window_s: float = 5.0) -> float | None:
+    """The worst ack p99 (ms) over ``loads`` in the last ``window_s`` (None: too few acks)."""
+    got = [p99_ms((lat for lat, _ in load.stats.recent(window_s)), min_samples=20) for load in loads]
+    known = [p for p in got if p is not None]
+    return max(known) if known else None
+
+
+def fault_round(
+    admin: Any,
+    loads: Callable[[], Sequence[ProducerLoad]],
+    active: Callable[[], bool],
+    victims: Sequence[int],
+    fault: Any,
+    fault_s: float,
+    topics: Sequence[str] = (),
+) -> dict[str, Any]:
+    """As :func:`one_round` for any fault: ``fault`` is a context manager that applies it (a
+    drawn scenario of ``bench/fault_matrix.py``), ``loads()`` the producers running beside it
+    (their worst ack p99 is the line's), ``victims`` the brokers it hits. Returns the seconds
+    from the onset to ``finding``, ``demoted`` (no victim leads a partition of ``topics``),
+    ``crossed`` (the p99 first at or over the line) and ``recovered`` (the start of ``CALM_S``
+    seconds under the line after it crossed, or after ``SETTLE_S`` if it never did); None for a
+    step not reached; ``peak_p99_ms``."""
+    t: dict[str, float | None] = {"finding": None, "demoted": None, "crossed": None, "recovered": None}
+    calm_since, peak = None, 0.0
+    onset = time.monotonic()
+    with fault:
+        while (elapsed := time.monotonic() - onset) < fault_s:
+            if t["finding"] is None and active():
+                t["finding"] = elapsed
+            if t["demoted"] is None and topics:
+                leading = brokers_leading(admin, topics)
+                if leading is not None and not set(victims) & leading:
+                    t["demoted"] = elapsed
+            p99 = worst_p99_ms(loads())
+            peak = max(peak, p99 or 0.0)
+            slow = p99 is None or p99 >= P99_LINE_MS
+            if slow and p99 is not None and t["crossed"] is None:
+                t["crossed"] = elapsed
+            if elapsed > SETTLE_S and not slow:
+                calm_since = calm_since if calm_since is not None else elapsed
+                if elapsed - calm_since >= CALM_S:
+                    t["recovered"] = calm_since
+                    break
+            else:
+                calm_since = None
+            time.sleep(0.5)
+    return {**t, "peak_p99_ms": peak}
