@@ -9,5 +9,5 @@
 * ``pagecache_http.py`` — ``GET /page-cache`` (the check itself: :mod:`linkwatch.pagecache`).
 * ``capture.py`` — capture policy (slow-only log4j2 filter, BROKER_LOGGER capture windows).
 * ``config.py`` — the validated config; ``runner.py`` — :class:`agent.runner.Agent` (agents for
-  a test cluster: :mod:`linkwatch.testbed.agents`).
+  a test cluster: :mod:`testbed.agents`).
 """

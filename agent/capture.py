@@ -57,7 +57,7 @@ def slow_only_regex(threshold_ms: int) -> str:
 
 def slow_only_filter_yaml(threshold_ms: int, indent: int = 8) -> str:
     """The filter block for the request appender of a log4j2 YAML config (``indent`` spaces, the
-    appender's own property level; :class:`linkwatch.testbed.cluster.ClusterSpec` takes it as
+    appender's own property level; :class:`testbed.cluster.ClusterSpec` takes it as
     ``request_filter_yaml``)."""
     regex = slow_only_regex(threshold_ms).replace("\\", "\\\\").replace('"', '\\"')
     pad = " " * indent
@@ -246,7 +246,10 @@ class CaptureScheduler:
       (the switches are only logged, so the broker logs what its config says); the stride when
       every slice of the window was switched on and off inside the window as planned, ``None``
       otherwise (a window the agent did not plan, e.g. the one it started in, or one with a
-      failed switch: its counts would mean nothing, so the caller drops it and counts the drop).
+      failed switch: the broker's own admin API answers late or not at all exactly when the
+      broker stalls). The caller keeps such a window's lines, scaled by
+      :meth:`planned_stride` and marked inexact: the windows that show a broker sick must not
+      need its cooperation to be kept.
     * ``observe(lines, window_start_ms)`` reports how many lines that window's slices had; the
       next windows' stride follows the broker's request rate from it.
     * State is bounded: the last ``keep_windows`` windows' slices.
@@ -331,6 +334,13 @@ class CaptureScheduler:
             return 1 if on <= window_start_ms and off >= end_ms else None
         inside = all(window_start_ms <= on <= off <= end_ms for on, off in c.spans)
         return c.stride if inside else None
+
+    def planned_stride(self, window_start_ms: int) -> int:
+        """The stride that window was planned at (now's stride for a window never planned, e.g.
+        the one the agent started in)."""
+        with self._lock:
+            c = self._captured.get(window_start_ms)
+        return c.stride if c is not None else self.stride
 
     def observe(self, lines: int, window_start_ms: int) -> None:
         """The captured slices of that window held ``lines`` request lines."""

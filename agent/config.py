@@ -1,19 +1,20 @@
 """The agent's configuration (one YAML file, validated at load; defaults live here).
 
 Load with :func:`load_agent_config`; environment overrides use the prefix ``LINKWATCH_AGENT_``
-(e.g. ``LINKWATCH_AGENT_PROMETHEUS__PORT=9200``). ``config/agent.sample.yaml`` documents every key.
+(e.g. ``LINKWATCH_AGENT_METRICS__PORT=9200``). ``config/agent.sample.yaml`` documents every key.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
-from linkwatch.config import DirLocation, FileLocation, StrictModel, load_config
+from linkwatch.config import DirLocation, FileLocation, StrictModel, load_config, rename_keys
+from linkwatch.kafka_client import KafkaClientConfig
 from linkwatch.metrics_server import MetricsServerConfig, Port
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, SAMPLES_TOPIC
 
@@ -65,8 +66,9 @@ class CaptureConfig(StrictModel):
     """
 
     policy: Literal["broker", "sampled"] = "broker"
-    # This broker's own listener, for the BROKER_LOGGER switch (only this broker is switched).
-    bootstrap_servers: str = ""
+    # This broker's own listener, for the BROKER_LOGGER switch (only this broker is switched):
+    # the monitored cluster, usually not the one records go to (the agent's kafka section).
+    kafka: KafkaClientConfig = KafkaClientConfig()
     idle_level: Literal["WARN", "ERROR", "OFF"] = "WARN"
     # The broker's extra CPU per request allowed for the request log, and what logging every
     # request costs it: measured +15 % and +21.5 % (medians of two runs, rounds from +8 % to
@@ -81,24 +83,34 @@ class CaptureConfig(StrictModel):
     min_slice_s: float = Field(0.5, gt=0)
     dry_run: bool = False  # log the switches instead of making them (the broker logs as configured)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return rename_keys(data, {"bootstrap_servers": "kafka.bootstrap_servers"}, "capture")
+
     @model_validator(mode="after")
     def _needs_servers(self) -> CaptureConfig:
-        if self.policy == "sampled" and not self.bootstrap_servers:
+        if self.policy == "sampled" and not self.kafka.bootstrap_servers:
             raise ValueError(
-                "capture.bootstrap_servers (this broker's listener) is required when capture.policy is sampled"
+                "capture.kafka.bootstrap_servers (this broker's listener) is required when capture.policy is sampled"
             )
         return self
 
 
-class PrometheusConfig(MetricsServerConfig):
-    port: Port = 9108  # 0: any free port (tests)
+class AgentMetricsConfig(MetricsServerConfig):
+    port: Port = 9308  # 0: any free port (tests)
 
 
-class KafkaOutputConfig(StrictModel):
+PrometheusConfig = AgentMetricsConfig  # its name before the section was called metrics
+
+
+class KafkaOutputConfig(KafkaClientConfig):
+    """The ``kafka`` section: the shared client keys (where records go: usually a separate
+    monitoring cluster) and the sink's own."""
+
     enabled: bool = False
-    bootstrap_servers: str = ""
     topic: str = SAMPLES_TOPIC
-    client_id: str = "linkwatch-agent"
+    client_id: str | None = None  # the producer's whole client id; None: <client_id_prefix>-agent
     spool_dir: DirLocation = Path("/var/lib/linkwatch/spool")
     spool_max_bytes: int = Field(256 << 20, ge=64 << 10)
     segment_bytes: int = Field(4 << 20, ge=4 << 10)
@@ -169,7 +181,7 @@ class AgentConfig(StrictModel):
     poll_interval_s: float = Field(0.5, gt=0, le=10)
     request_log: RequestLogConfig = RequestLogConfig()
     capture: CaptureConfig = CaptureConfig()
-    prometheus: PrometheusConfig = PrometheusConfig()
+    metrics: AgentMetricsConfig = AgentMetricsConfig()
     kafka: KafkaOutputConfig = KafkaOutputConfig()
     jmx: JmxConfig = JmxConfig()
     log_dirs: LogDirsConfig = LogDirsConfig()
@@ -177,6 +189,11 @@ class AgentConfig(StrictModel):
     otlp: OtlpConfig = OtlpConfig()
     page_cache: PageCacheEndpointConfig = PageCacheEndpointConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return rename_keys(data, {"prometheus": "metrics"})
 
     @field_validator("cluster")
     @classmethod

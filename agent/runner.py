@@ -5,7 +5,7 @@ outputs, ``step`` does one poll round and never raises for bad data or an unreac
 ``run`` loops until asked to stop, ``stop`` flushes what can be flushed. Each source and output
 is isolated: one failing is counted and logged and the others go on.
 
-Agents for the nodes of a local test cluster are started by :mod:`linkwatch.testbed.agents`.
+Agents for the nodes of a local test cluster are started by :mod:`testbed.agents`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from agent.exporters.prometheus import AgentMetrics, make_registry
 from agent.health import Health
 from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
+from linkwatch.errors import SetupError
+from linkwatch.kafka_client import kafka_python_kwargs
 from linkwatch.metrics_server import serve_metrics
 from linkwatch.records import Record
 
@@ -66,7 +68,12 @@ class Agent:
         self._add_disk_and_host()
         self.tracer = None
         if config.otlp.endpoint:
-            from agent.output.otlp import SlowRequestTracer, make_exporter
+            try:
+                from agent.output.otlp import SlowRequestTracer, make_exporter
+            except ImportError as e:  # the [tracing] extra is not installed
+                raise SetupError(
+                    f"otlp.endpoint is set but {e.name} is not installed: install linkwatch[agent,tracing]"
+                ) from None
 
             self.tracer = SlowRequestTracer(
                 make_exporter(config.otlp.endpoint, config.otlp.timeout_s),
@@ -101,9 +108,12 @@ class Agent:
         def admin():  # made on first switch, again after a failed one (agent.capture)
             from kafka import KafkaAdminClient
 
-            return KafkaAdminClient(
-                bootstrap_servers=cap.bootstrap_servers, client_id="linkwatch-agent-capture"
-            )
+            from linkwatch.reach import check_kafka
+
+            # A broker that does not answer fails in seconds with one line naming the key (reported
+            # through on_error, rate-limited), not after a 30 s bootstrap and the client's retries.
+            check_kafka(cap.kafka, "capture.kafka.bootstrap_servers")
+            return KafkaAdminClient(**kafka_python_kwargs(cap.kafka, "agent-capture"))
 
         switch = BrokerLoggerSwitch(
             admin, [self.config.broker_id], idle_level=cap.idle_level, dry_run=cap.dry_run
@@ -173,7 +183,7 @@ class Agent:
         # /metrics and /page-cache on one aiohttp server (agent.exporters.http).
         page_cache = self.page_cache.handle if self.page_cache is not None else None
         self.http_server = serve_metrics(
-            cfg.prometheus,
+            cfg.metrics,
             self.registry,
             lambda registry, host, port: AgentHttpServer(registry, host, port, page_cache=page_cache),
         )
@@ -210,16 +220,19 @@ class Agent:
         return closed
 
     def _scale_sampled(self, closed: list[ClosedWindow]) -> list[ClosedWindow]:
-        """Sampled capture: each window's counts times its stride; a window whose capture
-        slice did not happen as planned is dropped (its counts would mean nothing), counted
-        under ``capture_unplanned`` with the lines it had."""
+        """Sampled capture: each window's counts times its stride. A window whose capture slice
+        did not happen as planned (the switch through the broker's own admin API failed or was
+        late: a stalled broker, the very windows that show it) is kept: its lines' quantiles
+        are real, its counts the planned stride's estimate, its sketches marked
+        ``capture_exact=False``, and its lines counted under ``capture_inexact``."""
         out = []
         for win in closed:
             lines = win.requests_seen
             factor = self.capture.factor(win.start_ms)
             if factor is None:
                 if lines:
-                    self.health.drop("capture_unplanned", f"window {win.start_ms}: {lines} lines", n=lines)
+                    self.health.capture_inexact += lines
+                    out.append(win.scaled(self.capture.planned_stride(win.start_ms), exact=False))
                 continue
             self.capture.observe(lines, win.start_ms)
             self.health.capture_ratio = 1 / factor

@@ -10,10 +10,12 @@ Three steps, kept apart:
   the same data). Optionally it also exports gauges (:attr:`Detector.gauges`) and says what the
   batch report draws for it (:meth:`Detector.charts`), so no other module special-cases one
   detector.
-* **decide** — a :class:`Policy` maps each finding to a :class:`Verdict`
-  (IGNORE / ALERT / CHECK_LATER after a delay).
-* **act** — only the engine hands ALERT findings to sinks (Kafka topic, Prometheus, terminal).
-  Remediation is a separate subsystem and never runs from a detector.
+* **decide** — the one findings policy (:mod:`findings.policy`) maps each finding to a verdict;
+  the analyzer's own ``policy:`` section (:class:`~findings.policy.SeverityPolicyConfig`:
+  alert / check later / ignore by severity and rule) chooses what reaches its sinks.
+* **act** — only the engine hands the findings to notify to sinks (Kafka topic, Prometheus,
+  terminal). Remediation is a separate subsystem and never runs from a detector: findings reach
+  it through the findings pipeline (:mod:`findings.pipeline`).
 
 Detectors are plugins registered as entry points in group :data:`DETECTOR_GROUP`; the
 built-ins are registered the same way (see ``pyproject.toml``) and chosen by name in config.
@@ -21,13 +23,10 @@ built-ins are registered the same way (see ``pyproject.toml``) and chosen by nam
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar, cast
-
-from pydantic import Field
 
 from linkwatch.aggregates import Aggregates
 from linkwatch.config import StrictModel
@@ -151,66 +150,12 @@ class Detector(ABC, Generic[C]):
         )
 
 
-# --- decide ---------------------------------------------------------------------------------
-
-
-class Decision(enum.Enum):
-    IGNORE = "ignore"
-    ALERT = "alert"
-    CHECK_LATER = "check_later"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    decision: Decision
-    recheck_after_s: float = 0.0  # only for CHECK_LATER
-    reason: str = ""
-
-
-class Policy(ABC):
-    """Maps a finding to a verdict. Pure: it may read the finding and its own config only.
-
-    It never calls sinks or remediation; an exception from it is treated as ALERT (a broken
-    policy must not hide findings) and logged by the engine.
-    """
-
-    @abstractmethod
-    def decide(self, finding: Finding) -> Verdict: ...
-
-
-class PolicyConfig(StrictModel):
-    """By default warnings and criticals alert, infos are re-checked later; per-rule overrides."""
-
-    by_severity: dict[str, Decision] = Field(
-        default_factory=lambda: {
-            "info": Decision.CHECK_LATER,
-            "warning": Decision.ALERT,
-            "critical": Decision.ALERT,
-        }
-    )
-    by_rule: dict[str, Decision] = Field(default_factory=dict)
-    recheck_after_s: float = 60.0
-
-
-class SeverityPolicy(Policy):
-    def __init__(self, config: PolicyConfig | None = None) -> None:
-        self.config = config or PolicyConfig()
-
-    def decide(self, finding: Finding) -> Verdict:
-        decision = self.config.by_rule.get(finding.rule)
-        reason = f"rule {finding.rule}"
-        if decision is None:
-            decision = self.config.by_severity.get(finding.severity, Decision.ALERT)
-            reason = f"severity {finding.severity}"
-        delay = self.config.recheck_after_s if decision is Decision.CHECK_LATER else 0.0
-        return Verdict(decision, delay, reason)
-
-
 # --- act (the only part with side effects) ---------------------------------------------------
 
 
 class FindingSink(ABC):
-    """Receives findings the policy chose to ALERT on, and their clearing.
+    """Receives findings the policy chose to notify of (the analyzer's word: alert), and their
+    clearing.
 
     ``emit`` gets a finding when it appears or changes, and the same finding with
     ``active=False`` when it clears. It may do I/O; it must not block for long (bounded

@@ -1,68 +1,25 @@
 """Runs detectors, applies the policy, tracks which findings are active, and feeds sinks.
 
 This is the only place in the analyzer with side effects. Detector and sink failures are
-isolated: logged, counted in :attr:`Engine.errors`, and the others go on.
+isolated: logged, counted in :attr:`Engine.errors`, and the others go on. The policy is the one
+findings policy (:mod:`findings.policy`), the tracker the one findings tracker
+(:mod:`findings.tracker`) in its evaluation mode: a finding absent from an evaluation clears,
+and a provisional one is not raised new.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from analyzer.base import Decision, Detector, FindingSink, GaugeValues, Policy, SeverityPolicy
+from analyzer.base import Detector, FindingSink, GaugeValues
+from findings.policy import Action, FindingPolicyConfig, SeverityPolicyConfig, decide
+from findings.tracker import Changes, FindingTracker
 from linkwatch.aggregates import Aggregates
 from linkwatch.records import Finding
 
 log = logging.getLogger(__name__)
-
-# Bound on tracked findings; beyond it new subjects are dropped (and counted) rather than
-# letting a flapping rule grow memory without limit.
-MAX_ACTIVE = 10_000
-
-
-@dataclass
-class Changes:
-    appeared: list[Finding] = field(default_factory=list)
-    cleared: list[Finding] = field(default_factory=list)
-    ongoing: list[Finding] = field(default_factory=list)
-
-
-class FindingTracker:
-    """Which (rule, subject) pairs are active; turns successive evaluations into changes.
-
-    A finding absent from an evaluation clears: it is re-emitted with ``active=False``. A
-    finding whose evidence has the key ``provisional`` (a detector is not yet sure, e.g. the
-    slow-broker rule while the latest window reads cluster-wide) is not raised new — it is
-    counted in :attr:`held` — but keeps an already active finding active.
-    """
-
-    def __init__(self, max_active: int = MAX_ACTIVE) -> None:
-        self.active: dict[tuple[str, str], Finding] = {}
-        self.max_active = max_active
-        self.dropped = 0
-        self.held = 0
-
-    def update(self, findings: Sequence[Finding], now_ms: int) -> Changes:
-        changes = Changes()
-        seen: dict[tuple[str, str], Finding] = {}
-        for f in findings:
-            ident = (f.rule, f.subject)
-            if ident not in self.active and f.evidence.get("provisional"):
-                self.held += 1
-                continue
-            if ident not in self.active and len(self.active) + len(changes.appeared) >= self.max_active:
-                self.dropped += 1
-                continue
-            seen[ident] = f
-            (changes.ongoing if ident in self.active else changes.appeared).append(f)
-        for ident, old in self.active.items():
-            if ident not in seen:
-                changes.cleared.append(dataclasses.replace(old, active=False, ts_ms=now_ms))
-        self.active = seen
-        return changes
 
 
 class Engine:
@@ -72,12 +29,12 @@ class Engine:
         self,
         detectors: Sequence[Detector],
         sinks: Sequence[FindingSink] = (),
-        policy: Policy | None = None,
+        policy: FindingPolicyConfig | None = None,
     ) -> None:
         self.detectors = list(detectors)
         self.sinks = list(sinks)
-        self.policy = policy or SeverityPolicy()
-        self.tracker = FindingTracker()
+        self.policy = policy if policy is not None else SeverityPolicyConfig().as_policy()
+        self.tracker = FindingTracker(hold_provisional=True)
         self.errors: Counter[str] = Counter()
         self.check_later: list[Finding] = []
 
@@ -106,18 +63,20 @@ class Engine:
         return values
 
     def decide(self, findings: Sequence[Finding]) -> list[Finding]:
+        """The findings to act on (notify); CHECK_LATER ones are kept in :attr:`check_later`.
+        The engine remediates nothing (``can_remediate=False``: REMEDIATE is told as NOTIFY)."""
         alerts, later = [], []
         for f in findings:
             try:
-                verdict = self.policy.decide(f)
-            except Exception:
+                verdict = decide(f, self.policy, can_remediate=False)
+            except Exception:  # a broken policy must not hide findings
                 self.errors["policy"] += 1
                 log.exception("policy failed on %s %s; alerting", f.rule, f.subject)
                 alerts.append(f)
                 continue
-            if verdict.decision is Decision.ALERT:
+            if verdict.action is Action.NOTIFY:
                 alerts.append(f)
-            elif verdict.decision is Decision.CHECK_LATER:
+            elif verdict.action is Action.CHECK_LATER:
                 later.append(f)
         self.check_later = later
         return alerts

@@ -25,6 +25,7 @@ from typing import TypeVar
 from kafka.errors import KafkaError
 
 from linkwatch.aggregates import HotKey
+from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from linkwatch.lossy_counting import LossyCounter
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def catch_up_skips(backlog: Mapping[P, int], budget: int) -> dict[P, int]:
 class KeySampler:
     def __init__(
         self,
-        bootstrap: str,
+        kafka: KafkaClientConfig | str,
         topics: list[str],
         support: float = 0.05,
         epsilon: float = 0.005,
@@ -70,8 +71,7 @@ class KeySampler:
         self.catch_up_failures = 0  # polls whose offsets could not be read in time
         self._read_per_s: float | None = None  # the reading speed seen, for the next budget
         self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            client_id="linkwatch-key-sampler",
+            **kafka_python_kwargs(kafka, "key-sampler"),
             enable_auto_commit=False,
             auto_offset_reset="earliest" if from_beginning else "latest",
             group_id=None,

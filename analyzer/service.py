@@ -3,12 +3,12 @@
 :class:`AnalysisService` wires the parts: the Spark stream (Kafka → dedup → Parquet archive),
 the key sampler, the engine (detectors → policy → sinks) and the metric gauges. Each
 :meth:`AnalysisService.tick` evaluates the last ``lookback_windows`` windows at ``now``: with
-``evaluation: incremental`` from the in-driver :class:`~analyzer.window_state.WindowState`
+``evaluation: incremental`` from the in-driver :class:`~aggregation.window_state.WindowState`
 that a second stream feeds once per micro-batch (rebuilt from the archive at start), with no
 Spark job per evaluation (the default); with ``evaluation: reread`` by reading the archive
 again with the batch transforms. :func:`run_continuously` is the entry point
 for the CLI and ``spark-submit`` (the demo runs the service through
-``linkwatch.testbed.demo.analyzer``).
+``testbed.demo.analyzer``).
 """
 
 from __future__ import annotations
@@ -19,26 +19,29 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, StrictStr, StringConstraints, field_validator
+from pydantic import Field, StrictStr, StringConstraints, field_validator, model_validator
 
-from analyzer.base import FindingSink, PolicyConfig, SeverityPolicy
-from analyzer.engine import Changes, Engine
+from aggregation.window_state import KINDS as STATE_KINDS
+from aggregation.window_state import WindowState
+from analyzer.base import FindingSink
+from analyzer.engine import Engine
 from analyzer.registry import load_detectors
 from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
-from analyzer.window_state import KINDS as STATE_KINDS
-from analyzer.window_state import WindowState
+from findings.pipeline import FindingPipeline, PipelineConfig
+from findings.policy import FindingPolicyConfig, SeverityPolicyConfig
+from findings.tracker import Changes
 from linkwatch.aggregates import Aggregates
-from linkwatch.config import DirLocation, FileLocation, StrictModel
-from linkwatch.metrics_server import MetricsServer, Port
+from linkwatch.config import DirLocation, FileLocation, StrictModel, rename_keys
+from linkwatch.kafka_client import KafkaClientConfig
+from linkwatch.metrics_server import MetricsServer, MetricsServerConfig, Port
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
-from remediation.pipeline import FindingPipeline, PipelineConfig
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from spark_metrics.streaming import StreamOptions
+    from spark_metrics.streaming import EventTimeBounds, StreamOptions
 
 log = logging.getLogger(__name__)
 
@@ -53,34 +56,51 @@ class HotKeySampling(StrictModel):
     max_records_per_tick: int = Field(20_000, ge=1)
 
 
-class PrometheusConfig(StrictModel):
-    """The analyzer's ``/metrics`` endpoint (``linkwatch.metrics_server``); ``listen`` is its
-    host: loopback unless configured."""
+class AnalyzerMetricsConfig(MetricsServerConfig):
+    """The analyzer's ``/metrics`` endpoint (``linkwatch.metrics_server``)."""
 
-    enabled: bool = True
-    listen: str = "127.0.0.1"
-    port: Port = 9309
+    port: Port = 9310
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return rename_keys(data, {"listen": "host"}, "metrics")
+
+
+PrometheusConfig = AnalyzerMetricsConfig  # its name before the section was called metrics
 
 
 # A SparkSession setting's name: Spark's own namespace only, so a typo of another key is caught.
 SparkKey = Annotated[str, StringConstraints(pattern=r"^spark\.[A-Za-z0-9_.-]+$", max_length=200)]
 
 
+class AnalyzerKafkaConfig(KafkaClientConfig):
+    bootstrap_servers: str = Field("127.0.0.1:9092", min_length=1)
+
+
 class AnalyzerConfig(StrictModel):
     cluster: str = "local"
-    bootstrap: str = "127.0.0.1:9092"
+    # The cluster holding samples_topic (and receiving findings_topic and hot_keys' topics).
+    kafka: AnalyzerKafkaConfig = Field(default_factory=lambda: AnalyzerKafkaConfig())
     samples_topic: str = SAMPLES_TOPIC
     findings_topic: str = FINDINGS_TOPIC
     publish_findings: bool = True
     window_s: int = Field(10, ge=1)
-    # × window_s must exceed the pipeline latency (docs). 30: the slow-broker rules judge the last
-    # history_windows (12), each against a baseline of up to attribute_lookback_windows (18)
-    # windows before it (Rule 12); with 18, the older windows judged had a shorter baseline than
-    # the replay's, and fault-matrix run 11's live analyzer let a stalled follower clear one
-    # window before the leader folded into it, which surfaced as a slow broker for 10 s.
+    # × window_s must exceed the pipeline latency (docs). 30: the slow-broker model reads the
+    # last history_windows (12), each against a baseline of up to baseline_windows (18) windows
+    # before it; fewer would judge the older windows against a shorter baseline than a replay.
     lookback_windows: int = Field(30, ge=1)
     interval_s: float = Field(5.0, gt=0)
     watermark: str = "2 minutes"
+    # The stream drops (and counts, linkwatch_analyzer_stream_dropped_total{reason}) a record
+    # whose event time lies outside [processing time − max_event_age, processing time +
+    # max_event_lead] before any watermark or state sees it: one clock-skewed agent must not move
+    # the archive's watermark (kept in its checkpoint) past everyone's records. The lead must be
+    # shorter than the watermark (checked); the age bounds what a restart re-archives from the
+    # topic's backlog (docs/analyzer.md, "A stream no producer can stop").
+    max_event_age: str = "1 day"
+    max_event_lead: str = "30 seconds"
+    max_record_bytes: int = Field(1 << 20, ge=1024)  # larger records are dropped unparsed (oversize)
     # incremental (the default): windows kept in memory, fed once per micro-batch; reread: the
     # archive read again at every evaluation (the earlier path, seconds of Spark jobs per
     # evaluation; kept for comparison and where the driver's memory is the constraint).
@@ -100,11 +120,22 @@ class AnalyzerConfig(StrictModel):
     spark_conf: dict[SparkKey, StrictStr] = Field(default_factory=dict)
     spark_log: FileLocation | None = None  # Spark's log and the JVM's stderr, appended (None: stderr)
     detectors: dict[str, dict | None] = Field(default_factory=lambda: dict(DEFAULT_DETECTORS))
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    policy: SeverityPolicyConfig = Field(default_factory=SeverityPolicyConfig)
     hot_keys: HotKeySampling = Field(default_factory=HotKeySampling)
-    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
+    metrics: AnalyzerMetricsConfig = Field(default_factory=AnalyzerMetricsConfig)
     # The findings pipeline (policy, notifiers, remediator). Absent: notify only, as before.
     remediation: PipelineConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return rename_keys(data, {"bootstrap": "kafka.bootstrap_servers", "prometheus": "metrics"})
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _any_client_section(cls, v: Any) -> Any:
+        # another part's section (a plain KafkaClientConfig) is taken key by key, validated here
+        return dict(v) if isinstance(v, KafkaClientConfig) else v
 
     @field_validator("state_dir")
     @classmethod
@@ -116,11 +147,28 @@ class AnalyzerConfig(StrictModel):
     def _master(cls, v: str) -> str:
         return check_master_url(v)
 
-    @field_validator("watermark")
+    @field_validator("watermark", "max_event_age", "max_event_lead")
     @classmethod
     def _interval(cls, v: str) -> str:
         interval_ms(v)
         return v
+
+    @model_validator(mode="after")
+    def _lead_within_watermark(self) -> AnalyzerConfig:
+        lead, delay = interval_ms(self.max_event_lead), interval_ms(self.watermark)
+        if lead >= delay:
+            raise ValueError(
+                f"max_event_lead {self.max_event_lead!r} must be shorter than watermark {self.watermark!r}: "
+                "a record stamped max_event_lead ahead moves the archive's watermark to now + "
+                "max_event_lead − watermark, and every record older than that is dropped as late"
+            )
+        return self
+
+    @property
+    def event_time_bounds(self) -> EventTimeBounds:
+        from spark_metrics.streaming import EventTimeBounds
+
+        return EventTimeBounds(interval_ms(self.max_event_age), interval_ms(self.max_event_lead))
 
     @property
     def state_horizon_ms(self) -> int:
@@ -157,7 +205,7 @@ def interval_ms(text: str) -> int:
     """A Spark interval such as ``"2 minutes"`` or ``"1 minute 30 seconds"`` in milliseconds."""
     parts = _PART.findall(text)
     if not parts or _PART.sub("", text):
-        raise ValueError(f"watermark {text!r}: expected '<n> <unit>' pairs, unit one of {sorted(_UNITS_MS)}")
+        raise ValueError(f"{text!r}: expected '<n> <unit>' pairs, unit one of {sorted(_UNITS_MS)}")
     return sum(int(n) * _UNITS_MS[unit] for n, unit in parts)
 
 
@@ -173,7 +221,7 @@ class PipelineSink(FindingSink):
 
 class WindowStateCollector:
     """Exports the incremental state's size and what it dropped (``reason`` as in
-    :class:`~analyzer.window_state.WindowState`), read at scrape time."""
+    :class:`~aggregation.window_state.WindowState`), read at scrape time."""
 
     def __init__(self, service: AnalysisService) -> None:
         self.service = service
@@ -207,6 +255,26 @@ class WindowStateCollector:
         )
 
 
+class StreamDropsCollector:
+    """Exports what the samples stream discarded before any watermark or state saw it, by
+    reason (:data:`spark_metrics.streaming.DROP_REASONS` and ``late``), read at scrape time."""
+
+    def __init__(self, service: AnalysisService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily
+
+        dropped = CounterMetricFamily(
+            "linkwatch_analyzer_stream_dropped",
+            "records of the samples topic the stream discarded, by reason",
+            labels=["reason"],
+        )
+        for reason, n in sorted(self.service.stream_drops.counts().items()):
+            dropped.add_metric([reason], n)
+        yield dropped
+
+
 class AnalysisService:
     def __init__(
         self,
@@ -223,13 +291,13 @@ class AnalysisService:
         self.pipeline = pipeline
         if self.pipeline is None and cfg.remediation is not None:
             from alerts.hooks.findings import load_notifiers
-            from remediation.pipeline import build_pipeline
+            from findings.pipeline import build_pipeline
 
             self.pipeline = build_pipeline(cfg.remediation, load_notifiers(cfg.remediation.notifiers))
-        policy = SeverityPolicy(cfg.policy)
+        policy = cfg.policy.as_policy()
         if self.pipeline is not None:
             # The pipeline's policy decides; the engine passes every finding and its clearing on.
-            policy = SeverityPolicy(PolicyConfig(by_severity={}, recheck_after_s=cfg.policy.recheck_after_s))
+            policy = FindingPolicyConfig(rules=[], recheck_after_s=cfg.policy.recheck_after_s)
             extra.append(PipelineSink(self.pipeline))
         self.engine = Engine(self.detectors, sinks=[self.metrics, *extra], policy=policy)
         self.spark = None
@@ -245,12 +313,17 @@ class AnalysisService:
         self._window_done = threading.Event()
         self._complete_through: int | None = None
         self._window_opts: StreamOptions | None = None
+        from spark_metrics.streaming import StreamDrops
+
+        self.stream_drops = StreamDrops()
+        self._drops_listener = None
         self.metrics.registry.register(WindowStateCollector(self))
+        self.metrics.registry.register(StreamDropsCollector(self))
         self._http: MetricsServer | None = None
 
     @property
     def metrics_port(self) -> int | None:
-        """The ``/metrics`` port as bound (``prometheus.port: 0`` picks a free one), once started."""
+        """The ``/metrics`` port as bound (``metrics.port: 0`` picks a free one), once started."""
         return self._http.server_port if self._http is not None else None
 
     @property
@@ -259,7 +332,7 @@ class AnalysisService:
 
     def start(self) -> AnalysisService:
         from spark_metrics.session import spark_session
-        from spark_metrics.streaming import StreamOptions, start_archive_stream
+        from spark_metrics.streaming import StreamDropsListener, StreamOptions, start_archive_stream
 
         self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
         self.spark = spark_session(
@@ -273,35 +346,59 @@ class AnalysisService:
             log_file=self.cfg.spark_log,
         )
         opts = StreamOptions(
-            bootstrap=self.cfg.bootstrap,
+            kafka=self.cfg.kafka,
             archive_dir=self.archive_dir,
             checkpoint_dir=self.cfg.state_dir / "checkpoint",
             topic=self.cfg.samples_topic,
             watermark=self.cfg.watermark,
             trigger_s=self.cfg.trigger_s,
+            bounds=self.cfg.event_time_bounds,
+            max_record_bytes=self.cfg.max_record_bytes,
         )
+        self._check_checkpoint(opts.checkpoint_dir)
+        self._drops_listener = StreamDropsListener(self.stream_drops)
+        self.spark.streams.addListener(self._drops_listener)
         self.query = start_archive_stream(self.spark, opts)
         if self.cfg.evaluation == "incremental":
             self._start_state(opts)
         if self.cfg.publish_findings:
-            self.engine.sinks.append(KafkaFindingSink(self.cfg.bootstrap, self.cfg.findings_topic))
+            self.engine.sinks.append(KafkaFindingSink(self.cfg.kafka, self.cfg.findings_topic))
         if self.cfg.hot_keys.topics:
             from analyzer.key_sampler import KeySampler
 
             hk = self.cfg.hot_keys
             self.sampler = KeySampler(
-                self.cfg.bootstrap,
+                self.cfg.kafka,
                 hk.topics,
                 hk.support,
                 hk.epsilon,
                 hk.sample_every,
                 hk.max_records_per_tick,
             )
-        if self.cfg.prometheus.enabled:
+        if self.cfg.metrics.enabled:
             self._http = MetricsServer(
-                self.metrics.registry, self.cfg.prometheus.listen, self.cfg.prometheus.port
+                self.metrics.registry, self.cfg.metrics.host, self.cfg.metrics.port
             ).start()
         return self
+
+    def _check_checkpoint(self, checkpoint_dir: Path) -> None:
+        """Say so when the archive's checkpoint resumes with a watermark ahead of the clock:
+        a record stamped in the future reached it before the event-time bound existed (or with
+        a wider ``max_event_lead``), and the archive drops every record older than it as late
+        until the clock catches up. Only a new checkpoint clears it."""
+        from spark_metrics.streaming import checkpoint_watermark_ms
+
+        mark = checkpoint_watermark_ms(checkpoint_dir)
+        now_ms = int(self.clock() * 1000)
+        if mark is not None and mark > now_ms + interval_ms(self.cfg.max_event_lead):
+            log.error(
+                "the archive's checkpoint %s resumes with a watermark %.0f s ahead of now: every record "
+                "older than it is dropped as late (reason=late). Stop the analyzer and move the "
+                "checkpoint away; the stream then starts again from the topic (the archive is kept, "
+                "and re-archived records are removed by key when it is read)",
+                checkpoint_dir,
+                (mark - now_ms) / 1000,
+            )
 
     def _start_state(self, archive: StreamOptions) -> None:
         """Rebuild the window state from the archive's horizon, then feed it from a second
@@ -311,11 +408,13 @@ class AnalysisService:
         now_ms = int(self.clock() * 1000)
         self.state = self.rebuild_state(now_ms)
         opts = self._window_opts = StreamOptions(
-            bootstrap=archive.bootstrap,
+            kafka=archive.kafka,
             archive_dir=archive.archive_dir,
             checkpoint_dir=self.cfg.state_dir / "window-checkpoint",
             topic=archive.topic,
             trigger_s=archive.trigger_s,
+            bounds=archive.bounds,
+            max_record_bytes=archive.max_record_bytes,
         )
         self.window_query = start_window_stream(
             self.spark,
@@ -449,6 +548,11 @@ class AnalysisService:
                 query.stop()
             except Exception:
                 log.exception("stopping the stream %s failed", query.name)
+        if self._drops_listener is not None:
+            try:
+                self.spark.streams.removeListener(self._drops_listener)
+            except Exception:
+                log.exception("removing the stream's drop listener failed")
         if self.sampler is not None:
             self.sampler.close()
         self.engine.close()

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from analyzer.base import DetectorGauge, FindingSink, GaugeValues
 from linkwatch.aggregates import Aggregates
+from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from linkwatch.records import FINDINGS_TOPIC, Finding
 
 log = logging.getLogger(__name__)
@@ -25,14 +26,15 @@ MAX_SERIES = 5000  # bound on label sets per gauge; beyond it series are dropped
 class KafkaFindingSink(FindingSink):
     """Publishes every finding (and its clearing) as a record keyed by rule/subject."""
 
-    def __init__(self, bootstrap: str, topic: str = FINDINGS_TOPIC, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, kafka: KafkaClientConfig | str, topic: str = FINDINGS_TOPIC, timeout_s: float = 5.0
+    ) -> None:
         from kafka import KafkaProducer
 
         self.topic = topic
         self.timeout_s = timeout_s
         self._producer = KafkaProducer(
-            bootstrap_servers=bootstrap,
-            client_id="linkwatch-analyzer",
+            **kafka_python_kwargs(kafka, "analyzer"),
             acks="all",
             max_block_ms=int(timeout_s * 1000),
             linger_ms=50,
@@ -51,7 +53,8 @@ class KafkaFindingSink(FindingSink):
 def finding_labels(f: Finding) -> dict[str, str]:
     ev = f.evidence
     kind, _, ident = f.subject.partition(":")
-    broker = ident if kind == "broker" else str(ev.get("broker", "") or "")
+    # Broker 0 is a broker: only a missing (None) broker is no label.
+    broker = ident if kind == "broker" else "" if ev.get("broker") is None else str(ev["broker"])
     topic = ident if kind == "topic" else str(ev.get("topic", "") or "")
     return {
         "cluster": f.cluster,
@@ -61,7 +64,7 @@ def finding_labels(f: Finding) -> dict[str, str]:
         "broker": broker,
         "stage": str(ev.get("stage") or ""),
         # The follower a leader's replication waits on (stage remote), or the stalled follower.
-        "follower": str(ev.get("slow_follower") or ""),
+        "follower": "" if ev.get("slow_follower") is None else str(ev["slow_follower"]),
         "topic": topic,
         "group": ident if kind == "group" else "",
     }
@@ -103,9 +106,9 @@ class PrometheusSink(FindingSink):
         self.dropped = 0
         # The label values each active finding (rule, subject) set, so a change of labels while
         # it is active (its severity rising to critical, its stage or follower named anew) and
-        # its clearing remove the series it set, not only the clearing's own: fault-matrix run 8
-        # left a finding raised as warning and cleared after it had become critical at 1 for the
-        # rest of the run, its alert firing throughout. One entry per active finding.
+        # its clearing remove the series it set, not only the clearing's own: else a finding raised
+        # as warning and cleared after it became critical stays at 1, its alert firing for good.
+        # One entry per active finding.
         self._series: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def emit(self, finding: Finding) -> None:

@@ -1,8 +1,12 @@
 """Async-fetch consumer (on kafka-python): background fetching from every broker into a bounded
 buffer, processed-offset commits, a transactional SQLite sink, client-side timings.
 
-* :mod:`.async_fetch` — :class:`AsyncFetchConsumer`, :class:`ConsumerConfig`
-* :mod:`.buffer` — the bounded buffer between the fetch pump and the application
+* :mod:`.async_fetch` — :class:`AsyncFetchConsumer`: what the application calls (poll, ack, fail,
+  commit), the deliveries' timings and spans
+* :mod:`.fetch_loop` — :class:`FetchLoop`: the pump thread fetching from every broker into the
+  buffer, the assignment and rebalances, the commits it makes
+* :mod:`.config` — :class:`ConsumerConfig`
+* :mod:`.buffer` — the bounded buffer between the fetch loop and the application
 * :mod:`.dead_letter` — writes exhausted records to the dead-letter topic
 * :mod:`.topic_watch` — notices a consumed topic that was deleted
 * :mod:`.kafka_compat` — every kafka-python internal the consumer touches, guarded by its version

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from kafka import KafkaProducer
 
+from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
+
 log = logging.getLogger(__name__)
 
 ERROR_HEADER_MAX_BYTES = 1000
@@ -27,8 +29,10 @@ class DeadLetterWriter:
     ``on_result(key)`` is called with ``"dead_lettered"`` or ``"dead_letter_failed"`` after each
     attempt (the consumer's stats)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str | None, on_result: Callable[[str], None]) -> None:
-        self._bootstrap = bootstrap_servers.split(",")
+    def __init__(
+        self, kafka: KafkaClientConfig | str, topic: str | None, on_result: Callable[[str], None]
+    ) -> None:
+        self._kafka = kafka
         self._topic = topic
         self._on_result = on_result
         self._lock = threading.Lock()
@@ -57,7 +61,9 @@ class DeadLetterWriter:
         try:
             with self._lock:
                 if self._producer is None:
-                    self._producer = KafkaProducer(bootstrap_servers=self._bootstrap, acks="all")
+                    self._producer = KafkaProducer(
+                        **kafka_python_kwargs(self._kafka, "dead-letter"), acks="all"
+                    )
             self._producer.send(topic, value=value, key=key, headers=headers).get(timeout=30)
         except Exception as e:
             log.error(

@@ -19,6 +19,7 @@ from kafka import KafkaProducer
 
 from consumer.async_fetch import AsyncFetchConsumer, Delivery
 from consumer.sink import SqliteSink
+from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 
 
 class Output(Protocol):
@@ -53,9 +54,11 @@ class PrintOutput:
 
 
 class ForwardOutput:
-    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+    def __init__(self, kafka: KafkaClientConfig | str, topic: str) -> None:
         self.topic = topic
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","), acks="all", linger_ms=5)
+        self.producer = KafkaProducer(
+            **kafka_python_kwargs(kafka, "consumer-forward"), acks="all", linger_ms=5
+        )
 
     def handle(self, consumer: AsyncFetchConsumer, batch: list[Delivery]) -> None:
         futures = [

@@ -2,7 +2,7 @@
 
 After a crash at any point, either a record's output *and* its offset were written, or
 neither was; on restart the consumer starts each partition at the stored offset (the sink is
-its :class:`~consumer.async_fetch.OffsetStore`). A record delivered again anyway (a
+its :class:`~consumer.fetch_loop.OffsetStore`). A record delivered again anyway (a
 rebalance moved the partition, an ack raced a revoke) is skipped because its offset is below the
 stored one — so the output holds every record exactly once.
 

@@ -36,10 +36,11 @@ from typing import Any, Literal
 from urllib.parse import urlencode, urlsplit
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from lag.collector import PassResult
-from linkwatch.config import StrictModel
+from linkwatch.config import StrictModel, rename_keys
+from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from linkwatch.records import SAMPLES_TOPIC, Finding, HostStats, RecordError, decode
 
 log = logging.getLogger(__name__)
@@ -51,17 +52,22 @@ class ColdReadConfig(StrictModel):
     windows_from: Literal["samples", "static", "proc"] = "samples"
     static_windows_s: dict[int, float] = Field(default_factory=dict)
     samples_topic: str = SAMPLES_TOPIC
-    bootstrap_servers: str | None = None  # defaults to the collector's
+    kafka: KafkaClientConfig | None = None  # the cluster samples_topic is on; None: the collector's
     max_host_age_s: float = Field(120.0, gt=0)
     confirm: Literal["none", "local", "agent"] = "none"
     log_dirs: dict[int, list[str]] = Field(default_factory=dict)  # confirm: local
-    agent_urls: dict[int, str] = Field(default_factory=dict)  # confirm: agent, e.g. http://broker-1:9108
+    agent_urls: dict[int, str] = Field(default_factory=dict)  # confirm: agent, e.g. http://broker-1:9308
     agent_timeout_s: float = Field(2.0, gt=0, le=30)  # per request
     confirm_budget_s: float = Field(10.0, gt=0)  # all confirmations of one pass
     span_bytes: int = Field(1024 * 1024, ge=4096)
     skip_bytes: int = Field(256 * 1024, ge=0)  # what our own read of the record may have loaded
     resident_ratio_below: float = Field(0.5, gt=0, le=1)
     max_confirmations: int = Field(50, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return rename_keys(data, {"bootstrap_servers": "kafka.bootstrap_servers"}, "cold_read")
 
     @field_validator("agent_urls")
     @classmethod
@@ -199,16 +205,15 @@ def cold_read_risks(
 class HostStatsFeed:
     """Latest ``HostStats`` per broker from the samples topic (bounded poll per pass)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+    def __init__(self, kafka: KafkaClientConfig | str, topic: str) -> None:
         from kafka import KafkaConsumer
 
         self._consumer = KafkaConsumer(
             topic,
-            bootstrap_servers=bootstrap_servers,
+            **kafka_python_kwargs(kafka, "lag-hoststats"),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="latest",
-            client_id="linkwatch-lag-hoststats",
         )
         self.latest: dict[int, HostStats] = {}
         self.dropped = 0

@@ -27,6 +27,14 @@ Per-item problems (group vanished, topic deleted, partition without leader, offs
 failure) become ERR items with the reason; the pass goes on. State kept between passes (the
 observation windows and the offset→time history) is bounded by ``max_partitions`` and
 forgotten for partitions no longer committed.
+
+Evaluation is per topic, as arrays: every (group, partition) pair of a topic is one column of
+that topic's observation windows (:class:`TopicWindows`), decided at once by
+:mod:`lag.array_rules` (the rules of :mod:`lag.rules`, equal to them by a property test). A
+:class:`PartitionLag` with its verdict's words is built only when a reader asks for it
+(:class:`PartitionLags`): a pass over 40,000 pairs formats nothing but the groups' verdicts.
+The offset→time history takes every point a pass learns (end offsets, records read) before
+any estimate, so a pair's lag in seconds does not depend on the order groups are evaluated in.
 """
 
 from __future__ import annotations
@@ -34,20 +42,43 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from kafka import TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import UnknownTopicOrPartitionError
 from pydantic import Field, field_validator
 
-from lag import rules
-from lag.rules import GroupVerdict, Observation, Status, Thresholds, Verdict
-from lag.timestamps import FoundRecord, OffsetTimeHistory, TimestampReader, lag_seconds
+from lag import array_rules, rules
+from lag.pairs import (
+    NOT_IN_META,
+    Found,
+    GroupColumns,
+    PartitionLag,
+    PartitionLags,
+    TopicResult,
+    TopicView,
+    TopicWindows,
+    column_keys,
+    fit,
+    found_at,
+    topic_views,
+    unique_pairs,
+)
+from lag.rules import GroupVerdict, Status, Thresholds
+from lag.timestamps import (
+    METHOD_CODE,
+    UNKNOWN,
+    FoundRecord,
+    OffsetTimeHistory,
+    TimestampReader,
+    lag_seconds_array,
+)
 from linkwatch.config import StrictModel
+from linkwatch.records import OWN_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +91,8 @@ class CollectorConfig(StrictModel):
     """What to evaluate and how (defaults here are the documented defaults)."""
 
     include: list[str] = Field(default_factory=lambda: [".*"])
-    exclude: list[str] = Field(default_factory=lambda: ["^linkwatch-"])
+    # Default: linkwatch's own groups (the probe's commit groups, lease groups), one shared pattern.
+    exclude: list[str] = Field(default_factory=lambda: [OWN_NAMES])
     window_s: float = Field(300.0, gt=0)
     min_evaluations: int = Field(5, ge=2)
     allowed_lag: int = Field(0, ge=0)
@@ -86,29 +118,11 @@ class CollectorConfig(StrictModel):
 
 
 @dataclass
-class PartitionLag:
-    group: str
-    topic: str
-    partition: int
-    committed: int
-    end: int
-    lag_messages: int
-    lag_seconds: float | None
-    method: str
-    leader: int | None
-    verdict: Verdict
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-
-@dataclass
 class GroupLag:
     group: str
     state: str
     members_active: bool
-    partitions: list[PartitionLag]
+    partitions: Sequence[PartitionLag]
     verdict: GroupVerdict
     lag_max: int = 0
     lag_sum: int = 0
@@ -145,12 +159,11 @@ class LagCollector:
         self._include = [re.compile(p) for p in config.include]
         self._exclude = [re.compile(p) for p in config.exclude]
         self.history = OffsetTimeHistory(config.history_points, config.max_partitions)
-        self._windows: dict[tuple[str, str, int], deque[Observation]] = {}
+        self._windows: dict[str, TopicWindows] = {}
+        self._gids: dict[str, int] = {}  # group -> its id in the windows' column keys (never reused)
+        self._next_gid = 0
         self._known_groups: dict[str, str] = {}
         self._group_topics: dict[str, frozenset[str]] = {}  # topics each group committed last pass
-        # Last time each (group, tp) advanced or was caught up: STOP/STALL need to look back
-        # further than the few observations kept per partition.
-        self._progress: dict[tuple[str, str, int], float] = {}
         self.clamped_total = 0
         self._calls = 0
 
@@ -184,58 +197,20 @@ class LagCollector:
         self._known_groups = dict(states)
         committed, group_errors, never = self._committed_offsets(sorted(states))
         meta = self._metadata(result)
-        uncommitted = self._uncommitted(committed, meta)
-        tps = {tp for offsets in committed.values() for tp in offsets}
-        tps |= {tp for missing in uncommitted.values() for tp in missing}
-        ends, end_errors = self._end_offsets(tps, meta)
+        topics = topic_views(meta)
+        columns = self._columns(states, committed, group_errors, never, topics)
+        self._budget(result, states, columns)
+        self._fresh_end_offsets(columns, meta, topics)
         now_s = self.clock()
         result.ts_s = now_s
-        starts = self._start_offsets(result, committed, uncommitted, ends)
-        # Where each group reads next: its commit, or the log start if that is higher (and for
-        # a partition without a commit, the log start).
-        read_from = {
-            g: {tp: max(off, starts.get(tp, -1)) for tp, off in offsets.items()}
-            | {tp: starts[tp] for tp in uncommitted.get(g, ()) if tp in starts}
-            for g, offsets in committed.items()
-        }
-        found = self._read_timestamps(read_from, ends)
-        seen: set[tuple[str, str, int]] = set()
-        budget = self.config.max_partitions
-        for group, state in states.items():
-            active = state not in INACTIVE_STATES
-            if group in never and active:
-                verdict = GroupVerdict(
-                    Status.OK,
-                    f"group has members (state {state}) but has not committed an offset yet: just "
-                    "started, or its consumers keep their offsets elsewhere; no lag to measure",
-                    {"partitions": 0, "committed": False},
-                )
-                result.groups[group] = GroupLag(group, state, active, [], verdict)
-                continue
-            if group in group_errors:
-                verdict = GroupVerdict(Status.ERR, group_errors[group], {"partitions": 0})
-                result.groups[group] = GroupLag(group, state, active, [], verdict)
-                continue
-            parts: list[PartitionLag] = []
-            todo = committed.get(group, {}) | dict.fromkeys(uncommitted.get(group, ()), -1)
-            for tp, off in sorted(todo.items()):
-                if budget <= 0:
-                    result.errors.append(
-                        f"group {group}: partition budget {self.config.max_partitions} spent"
-                    )
-                    break
-                budget -= 1
-                key = (group, tp.topic, tp.partition)
-                seen.add(key)
-                at = (starts.get(tp, -1), read_from[group].get(tp, off))
-                parts.append(
-                    self._partition(result, key, off, at, ends, end_errors, meta, found, active, now_s)
-                )
-            result.groups[group] = self._group(group, state, active, parts)
+        self._start_offsets(result, columns, topics)
+        found = self._read_timestamps(columns, topics)
+        by_topic = self._evaluate(result, columns, topics, found, states, now_s)
+        self._group_lags(result, states, group_errors, never, by_topic)
         self._group_topics = {
             g: frozenset(tp.topic for tp in offs) for g, offs in committed.items() if offs
         } | {g: t for g, t in self._group_topics.items() if g in group_errors and g in states}
-        self._forget(seen)
+        self._forget(by_topic, states)
         result.admin_calls = self._calls
         result.call_seconds = self._call_seconds
         result.duration_s = time.monotonic() - started
@@ -332,53 +307,6 @@ class LagCollector:
                 meta[(t["name"], p["partition_index"])] = p
         return meta
 
-    @staticmethod
-    def _uncommitted(
-        committed: dict[str, dict[TopicPartition, int]], meta: dict[tuple[str, int], dict[str, Any]]
-    ) -> dict[str, set[TopicPartition]]:
-        """Per group, the partitions of the topics it commits on that have no commit of their own
-        (their messages are read by nobody, or by a consumer that does not commit)."""
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in meta:
-            by_topic.setdefault(topic, []).append(partition)
-        out: dict[str, set[TopicPartition]] = {}
-        for g, offsets in committed.items():
-            for topic in {tp.topic for tp in offsets}:
-                missing = {TopicPartition(topic, p) for p in by_topic.get(topic, ())} - offsets.keys()
-                if missing:
-                    out.setdefault(g, set()).update(missing)
-        return out
-
-    def _start_offsets(
-        self,
-        result: PassResult,
-        committed: dict[str, dict[TopicPartition, int]],
-        uncommitted: dict[str, set[TopicPartition]],
-        ends: dict[TopicPartition, int],
-    ) -> dict[TopicPartition, int]:
-        """Log start offsets of the partitions where they can matter: behind, or without a
-        commit and not empty. One call; if it fails, lag is counted from the commit as before
-        and the pass says why."""
-        ask = {
-            tp: OffsetSpec.EARLIEST
-            for offsets in committed.values()
-            for tp, off in offsets.items()
-            if ends.get(tp, -1) > off
-        }
-        ask |= {
-            tp: OffsetSpec.EARLIEST
-            for missing in uncommitted.values()
-            for tp in missing
-            if ends.get(tp, 0) > 0
-        }
-        if not ask:
-            return {}
-        try:
-            return {tp: o.offset for tp, o in self._call(self.admin.list_partition_offsets, ask).items()}
-        except Exception as e:
-            result.errors.append(f"log start offsets unavailable: {type(e).__name__}: {e}")
-            return {}
-
     def _end_offsets(
         self, tps: set[TopicPartition], meta: dict[tuple[str, int], dict[str, Any]]
     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, str]]:
@@ -414,120 +342,389 @@ class LagCollector:
                 errors.update({tp: f"end offset unavailable: {type(e).__name__}: {e}" for tp in part})
         return ends, errors
 
+    def _start_offsets(
+        self,
+        result: PassResult,
+        columns: dict[str, list[GroupColumns]],
+        topics: dict[str, TopicView],
+    ) -> None:
+        """Log start offsets (into ``topics``) of the partitions where they can matter: behind,
+        or without a commit and not empty. One call; if it fails, lag is counted from the commit
+        as before and the pass says why."""
+        ask: dict[TopicPartition, int] = {}
+        for topic, cols in columns.items():
+            end = topics[topic].end
+            behind = np.zeros(len(end), bool)
+            for c in cols:
+                e = end[c.partition]
+                behind[c.partition[np.where(c.committed >= 0, e > c.committed, e > 0)]] = True
+            ask |= {TopicPartition(topic, int(p)): OffsetSpec.EARLIEST for p in np.flatnonzero(behind)}
+        if not ask:
+            return
+        try:
+            answer = self._call(self.admin.list_partition_offsets, ask)
+        except Exception as e:
+            result.errors.append(f"log start offsets unavailable: {type(e).__name__}: {e}")
+            return
+        for tp, o in answer.items():
+            t = topics.get(tp.topic)
+            if t is not None and tp.partition < len(t.start):
+                t.start[tp.partition] = o.offset
+
     def _read_timestamps(
-        self, committed: dict[str, dict[TopicPartition, int]], ends: dict[TopicPartition, int]
-    ) -> dict[tuple[TopicPartition, int], FoundRecord]:
-        """The first record at or after each offset in ``committed`` (group -> tp -> offset)
-        that is below its end offset; most-behind first within ``max_timestamp_reads``."""
+        self, columns: dict[str, list[GroupColumns]], topics: dict[str, TopicView]
+    ) -> dict[tuple[str, int, int], FoundRecord]:
+        """The first record at or after the offset each group reads next, where that is below
+        its end offset; one read per distinct (partition, offset), most-behind first within
+        ``max_timestamp_reads``. Keyed (topic, partition, offset)."""
         if self.reader is None or self.config.max_timestamp_reads == 0:
             return {}
-        behind: dict[tuple[TopicPartition, int], int] = {}
-        for offsets in committed.values():
-            for tp, off in offsets.items():
-                end = ends.get(tp)
-                if end is not None and end > off:
-                    behind[(tp, off)] = max(behind.get((tp, off), 0), end - off)
-        # Most-behind first: they matter most when the budget cuts the list.
-        chosen = sorted(behind, key=lambda k: -behind[k])[: self.config.max_timestamp_reads]
+        candidates: list[tuple[int, str, int, int]] = []  # (-behind, topic, partition, offset)
+        for topic, cols in columns.items():
+            t = topics[topic]
+            p = np.concatenate([c.partition for c in cols])
+            pos = np.maximum(np.concatenate([c.committed for c in cols]), t.start[p])
+            behind = t.end[p] - pos
+            keep = (pos >= 0) & (behind > 0)
+            p, pos, behind = p[keep], pos[keep], behind[keep]
+            parts, offsets, inverse = unique_pairs(p, pos)
+            most = np.zeros(len(parts), np.int64)
+            np.maximum.at(most, inverse, behind)
+            candidates += [
+                (-b, topic, q, off)
+                for b, q, off in zip(most.tolist(), parts.tolist(), offsets.tolist(), strict=True)
+            ]
+        candidates.sort()
         by_tp: dict[TopicPartition, list[int]] = {}
-        for tp, off in chosen:
-            by_tp.setdefault(tp, []).append(off)
-        found: dict[tuple[TopicPartition, int], FoundRecord] = {}
+        for _, topic, p, off in candidates[: self.config.max_timestamp_reads]:
+            by_tp.setdefault(TopicPartition(topic, p), []).append(off)
+        found: dict[tuple[str, int, int], FoundRecord] = {}
         # One read per (tp, offset); several groups at different offsets need several rounds.
         while by_tp:
             round_ = {tp: offs.pop() for tp, offs in by_tp.items()}
             by_tp = {tp: offs for tp, offs in by_tp.items() if offs}
             try:
-                got = self.reader.read(round_, {tp: ends[tp] for tp in round_})
+                got = self.reader.read(round_, {tp: int(topics[tp.topic].end[tp.partition]) for tp in round_})
             except Exception as e:
                 log.warning("timestamp read failed: %s", e)
                 break
             for tp, rec in got.items():
-                found[(tp, round_[tp])] = rec
+                found[(tp.topic, tp.partition, round_[tp])] = rec
         return found
 
     # -- evaluation -----------------------------------------------------------------------
 
-    def _partition(
+    def _columns(
+        self,
+        states: dict[str, str],
+        committed: dict[str, dict[TopicPartition, int]],
+        group_errors: dict[str, str],
+        never: set[str],
+        topics: dict[str, TopicView],
+    ) -> dict[str, list[GroupColumns]]:
+        """Per topic, in group order, each evaluated group's partitions of it: those it committed
+        and, of a topic it commits on, those it has not (judged with ``committed=-1``)."""
+        out: dict[str, list[GroupColumns]] = {}
+        live = set(states)
+        for g in [g for g in self._gids if g not in live]:
+            del self._gids[g]
+        for group, state in states.items():
+            if (group in never and state not in INACTIVE_STATES) or group in group_errors:
+                continue
+            if group not in self._gids:
+                self._gids[group] = self._next_gid
+                self._next_gid += 1
+            gid = self._gids[group]
+            per_topic: dict[str, list[tuple[int, int]]] = {}
+            for tp, off in committed.get(group, {}).items():
+                per_topic.setdefault(tp.topic, []).append((tp.partition, off))
+            for topic, pairs in per_topic.items():
+                done = np.array(pairs, np.int64).reshape(-1, 2)
+                t = topics[topic] = fit(topics.get(topic), int(done[:, 0].max()) + 1)
+                known = np.flatnonzero(t.leader != NOT_IN_META)
+                parts = np.union1d(done[:, 0], known)
+                offs = np.full(len(parts), -1, np.int64)
+                offs[np.searchsorted(parts, done[:, 0])] = done[:, 1]
+                out.setdefault(topic, []).append(GroupColumns(group, gid, parts, offs))
+        return dict(sorted(out.items()))
+
+    def _budget(
+        self, result: PassResult, states: dict[str, str], columns: dict[str, list[GroupColumns]]
+    ) -> None:
+        """At most ``max_partitions`` columns, in group order then (topic, partition): the rest
+        are not evaluated (and forgotten), and each group cut says so in the pass's errors."""
+        budget = self.config.max_partitions
+        sizes: dict[str, int] = {}
+        for cols in columns.values():
+            for c in cols:
+                sizes[c.group] = sizes.get(c.group, 0) + len(c.partition)
+        if sum(sizes.values()) <= budget:
+            return
+        allowed: dict[str, int] = {}
+        for group in states:
+            if group in sizes:
+                allowed[group] = max(0, min(sizes[group], budget))
+                budget -= allowed[group]
+                if allowed[group] < sizes[group]:
+                    result.errors.append(
+                        f"group {group}: partition budget {self.config.max_partitions} spent"
+                    )
+        for topic in list(columns):
+            kept = []
+            for c in columns[topic]:
+                n = min(len(c.partition), allowed[c.group])
+                allowed[c.group] -= n
+                if n:
+                    kept.append(GroupColumns(c.group, c.gid, c.partition[:n], c.committed[:n]))
+            if kept:
+                columns[topic] = kept
+            else:
+                del columns[topic]
+
+    def _fresh_end_offsets(
+        self,
+        columns: dict[str, list[GroupColumns]],
+        meta: dict[tuple[str, int], dict[str, Any]],
+        topics: dict[str, TopicView],
+    ) -> None:
+        """End offsets of every partition evaluated (into ``topics``, with the reason where none)."""
+        tps = {
+            TopicPartition(topic, p)
+            for topic, cols in columns.items()
+            for p in np.unique(np.concatenate([c.partition for c in cols])).tolist()
+        }
+        ends, errors = self._end_offsets(tps, meta)
+        for tp, off in ends.items():
+            topics[tp.topic].end[tp.partition] = off
+        for tp, why in errors.items():
+            topics[tp.topic].errors[tp.partition] = why
+
+    def _evaluate(
         self,
         result: PassResult,
-        key: tuple[str, str, int],
-        committed: int,
-        at: tuple[int, int],
-        ends: dict[TopicPartition, int],
-        end_errors: dict[TopicPartition, str],
-        meta: dict[tuple[str, int], dict[str, Any]],
-        found: dict[tuple[TopicPartition, int], FoundRecord],
-        active: bool,
+        columns: dict[str, list[GroupColumns]],
+        topics: dict[str, TopicView],
+        found: dict[tuple[str, int, int], FoundRecord],
+        states: dict[str, str],
         now_s: float,
-    ) -> PartitionLag:
-        """One (group, partition); ``committed`` is -1 without a commit. ``at``: the log start
-        (-1 if not read) and the offset the group reads next (the timestamp read's key)."""
-        group, topic, partition = key
-        start, pos = at
-        tp = TopicPartition(topic, partition)
-        leader = meta.get((topic, partition), {}).get("leader_id")
-        end = ends.get(tp)
-        window = self._windows.setdefault(key, deque(maxlen=self._history_len()))
-        if end is None:
-            reason = end_errors.get(tp, "end offset missing from the answer")
-            window.append(Observation(now_s, committed, -1, error=reason))
-            verdict = rules.evaluate_partition(window, now_s, active, self.config.thresholds())
-            return PartitionLag(group, topic, partition, committed, -1, 0, None, "unknown", leader, verdict)
-        if end < committed:
-            self.clamped_total += 1
-            result.clamped += 1
-        rec = found.get((tp, pos))
-        # Offsets before the first record at or after ``pos`` are no message (markers, aborted
-        # or removed records); an ``is_end`` answer means none up to the end.
-        first = rec.offset if rec is not None and rec.offset > pos else -1
-        obs = Observation(now_s, committed, end, start=start, first=first)
-        lag = obs.lag
-        now_ms = int(now_s * 1000)
-        self.history.add(topic, partition, end, now_ms)
-        if rec is not None and rec.ts_ms >= 0:
-            self.history.add(topic, partition, rec.offset, rec.ts_ms)
-        # Lag seconds of a commit below the log start stay those of the commit (interpolated).
-        seconds_of = committed if committed >= 0 else pos
-        seconds, method = lag_seconds(
-            now_ms, seconds_of, lag, rec, self.history.estimate(topic, partition, seconds_of)
-        )
-        prev = next((o for o in reversed(window) if o.error is None), None)
-        if prev is None or prev.committed != committed or lag <= self.config.allowed_lag:
-            self._progress[key] = now_s
-        window.append(obs)
-        th = self.config.thresholds()
-        verdict = rules.evaluate_partition(window, now_s, active, th, self._progress.get(key, now_s))
-        return PartitionLag(group, topic, partition, committed, end, lag, seconds, method, leader, verdict)
+    ) -> dict[str, tuple[list[GroupColumns], TopicResult]]:
+        """Every topic's columns observed, their windows moved on by one and decided; per topic
+        its groups' columns (in the result's column order) and the result."""
+        return {
+            topic: self._evaluate_topic(result, topic, cols, topics[topic], found, states, now_s)
+            for topic, cols in columns.items()
+        }
 
-    def _group(self, group: str, state: str, active: bool, parts: list[PartitionLag]) -> GroupLag:
-        verdict = rules.evaluate_group({p.name: p.verdict for p in parts}, active)
-        lags = [p.lag_messages for p in parts]
-        secs = [p.lag_seconds for p in parts if p.lag_seconds is not None]
-        return GroupLag(
-            group,
-            state,
-            active,
-            parts,
-            verdict,
-            lag_max=max(lags, default=0),
-            lag_sum=sum(lags),
-            lag_seconds_max=max(secs) if secs else None,
+    def _evaluate_topic(
+        self,
+        result: PassResult,
+        topic: str,
+        cols: list[GroupColumns],
+        t: TopicView,
+        found: dict[tuple[str, int, int], FoundRecord],
+        states: dict[str, str],
+        now_s: float,
+    ) -> tuple[list[GroupColumns], TopicResult]:
+        cols = sorted(cols, key=lambda c: c.gid)  # the windows' column order: group id, partition
+        p = np.concatenate([c.partition for c in cols])
+        gid = np.concatenate([np.full(len(c.partition), c.gid, np.int64) for c in cols])
+        committed = np.concatenate([c.committed for c in cols])
+        active = np.concatenate(
+            [np.full(len(c.partition), states[c.group] not in INACTIVE_STATES) for c in cols]
         )
+        end, start = t.end[p], t.start[p]
+        failed = end < 0
+        pos = np.maximum(committed, start)  # where each group reads next
+        rec = found_at(found, topic, p, pos)
+        first = np.where(rec.found & (rec.offset > pos), rec.offset, -1)
+        lag = np.where(failed, 0, np.maximum(0, end - np.maximum(pos, np.maximum(first, 0))))
+        clamped = int((~failed & (end < committed)).sum())
+        self.clamped_total += clamped
+        result.clamped += clamped
+        seconds, method = self._lag_seconds(
+            topic, int(now_s * 1000), np.where(committed >= 0, committed, pos), lag, end, rec
+        )
+        method[failed], seconds[failed] = METHOD_CODE[UNKNOWN], np.nan
+        errors = {
+            j: t.errors.get(int(p[j]), "end offset missing from the answer")
+            for j in np.flatnonzero(failed).tolist()
+        }
+        win = self._observe(
+            topic, column_keys(gid, p), now_s, committed, np.where(failed, -1, end), lag, failed
+        )
+        decisions = array_rules.evaluate(
+            np.broadcast_to(win.ts[:, None], win.committed.shape),
+            win.committed,
+            win.end,
+            win.lag,
+            win.state,
+            start,
+            now_s,
+            active,
+            self.config.thresholds(),
+            np.where(np.isnan(win.progress), now_s, win.progress),
+            errors,
+        )
+        end_out = np.where(failed, -1, end)
+        return cols, TopicResult(topic, p, committed, end_out, lag, seconds, method, t.leader[p], decisions)
+
+    def _observe(
+        self,
+        topic: str,
+        keys: np.ndarray,
+        now_s: float,
+        committed: np.ndarray,
+        end: np.ndarray,
+        lag: np.ndarray,
+        failed: np.ndarray,
+    ) -> TopicWindows:
+        """The topic's windows with this pass's observation appended, and each column's progress
+        time moved to now where its consumer advanced or is caught up (STOP/STALL's clock)."""
+        win = self._windows.get(topic)
+        if win is None:
+            win = TopicWindows.blank(np.zeros(self._history_len()), 0)
+        win = self._windows[topic] = win.aligned(keys)
+        had, prev_committed = win.newest_observed()
+        moved = ~failed & (~had | (prev_committed != committed) | (lag <= self.config.allowed_lag))
+        win.progress[moved] = now_s
+        win.append(now_s, committed, end, lag, failed)
+        return win
+
+    def _lag_seconds(
+        self, topic: str, now_ms: int, at: np.ndarray, lag: np.ndarray, end: np.ndarray, rec: Found
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Lag in seconds of the record each column reads next (at ``at``). The history takes
+        this pass's points first: the end offsets now and the records read."""
+        known = end >= 0
+        parts, first = np.unique(rec.partition[known], return_index=True)
+        for p, e in zip(parts.tolist(), end[known][first].tolist(), strict=True):
+            self.history.add(topic, p, e, now_ms)
+        for p, off, ts in rec.points():
+            self.history.add(topic, p, off, ts)
+        need = lag > 0
+        est_ts = np.zeros(len(at), np.int64)
+        est_method = np.full(len(at), METHOD_CODE[UNKNOWN], np.uint8)
+        if need.any():
+            parts, offsets, inverse = unique_pairs(rec.partition[need], at[need])
+            ts_u = np.zeros(len(parts), np.int64)
+            m_u = np.full(len(parts), METHOD_CODE[UNKNOWN], np.uint8)
+            for i, (p, off) in enumerate(zip(parts.tolist(), offsets.tolist(), strict=True)):
+                ts, m = self.history.estimate(topic, p, off)
+                if ts is not None:
+                    ts_u[i], m_u[i] = ts, METHOD_CODE[m]
+            est_ts[need], est_method[need] = ts_u[inverse], m_u[inverse]
+        return lag_seconds_array(
+            now_ms, at, lag, rec.found, rec.offset, rec.ts_ms, rec.is_end, est_ts, est_method
+        )
+
+    def _group_lags(
+        self,
+        result: PassResult,
+        states: dict[str, str],
+        group_errors: dict[str, str],
+        never: set[str],
+        by_topic: dict[str, tuple[list[GroupColumns], TopicResult]],
+    ) -> None:
+        """Every listed group's :class:`GroupLag`, in group order: its partitions' counts,
+        worst partition and lag aggregates taken over all topics at once."""
+        order = list(states)
+        index = {g: i for i, g in enumerate(order)}
+        results = [res for _, res in by_topic.values()]
+        slices: dict[str, list[tuple[TopicResult, int, int]]] = {}
+        gidx_parts, offsets = [], [0]
+        for cols, res in by_topic.values():
+            lo = 0
+            for c in cols:
+                slices.setdefault(c.group, []).append((res, lo, lo + len(c.partition)))
+                gidx_parts.append(np.full(len(c.partition), index[c.group], np.int64))
+                lo += len(c.partition)
+            offsets.append(offsets[-1] + lo)
+        cat = lambda f: np.concatenate([f(r) for r in results]) if results else np.zeros(0, np.int64)  # noqa: E731
+        gidx = np.concatenate(gidx_parts) if gidx_parts else np.zeros(0, np.int64)
+        status = cat(lambda r: r.decisions.status).astype(np.int64)
+        summary = array_rules.summarize_groups(
+            gidx,
+            status,
+            cat(lambda r: r.decisions.numbers_lag),
+            cat(lambda r: r.decisions.uncommitted),
+            cat(lambda r: r.decisions.trace),
+            len(order),
+        )
+        lag = cat(lambda r: r.lag)
+        lag_max = np.zeros(len(order), np.int64)
+        np.maximum.at(lag_max, gidx, lag)
+        lag_sum = np.zeros(len(order), np.int64)
+        np.add.at(lag_sum, gidx, lag)
+        seconds = cat(lambda r: r.seconds).astype(float)
+        sec_max = np.full(len(order), np.nan)
+        np.fmax.at(sec_max, gidx, seconds)
+
+        def at(i: int) -> tuple[TopicResult, int]:
+            k = int(np.searchsorted(offsets, i, side="right")) - 1
+            return results[k], i - offsets[k]
+
+        reprocessed: dict[int, dict[str, int]] = {}
+        for i in summary.reprocessed.tolist():
+            res, j = at(i)
+            reprocessed.setdefault(int(gidx[i]), {})[f"{res.topic}-{int(res.partition[j])}"] = int(
+                res.decisions.reprocessed[j]
+            )
+        for group, state in states.items():
+            active = state not in INACTIVE_STATES
+            if group in never and active:
+                verdict = GroupVerdict(
+                    Status.OK,
+                    f"group has members (state {state}) but has not committed an offset yet: just "
+                    "started, or its consumers keep their offsets elsewhere; no lag to measure",
+                    {"partitions": 0, "committed": False},
+                )
+                result.groups[group] = GroupLag(group, state, active, [], verdict)
+                continue
+            if group in group_errors:
+                verdict = GroupVerdict(Status.ERR, group_errors[group], {"partitions": 0})
+                result.groups[group] = GroupLag(group, state, active, [], verdict)
+                continue
+            g = index[group]
+            worst = int(summary.worst[g])
+            if worst < 0:
+                result.groups[group] = GroupLag(group, state, active, [], rules.evaluate_group({}, active))
+                continue
+            res, j = at(worst)
+            verdict = summary.verdict(
+                g,
+                f"{res.topic}-{int(res.partition[j])}",
+                res.decisions.verdict(j),
+                reprocessed.get(g, {}),
+                active,
+            )
+            secs = float(sec_max[g])
+            result.groups[group] = GroupLag(
+                group,
+                state,
+                active,
+                PartitionLags(group, slices.get(group, [])),
+                verdict,
+                lag_max=int(lag_max[g]),
+                lag_sum=int(lag_sum[g]),
+                lag_seconds_max=None if np.isnan(secs) else secs,
+            )
 
     def _history_len(self) -> int:
-        # WARN and REWIND look at the last few evaluations only; STOP/STALL use _progress.
+        # WARN and REWIND look at the last few evaluations only; STOP/STALL use the progress time.
         return max(self.config.min_evaluations * 2, 8)
 
-    def _forget(self, seen: set[tuple[str, str, int]]) -> None:
-        for key in [k for k in self._windows if k not in seen]:
-            del self._windows[key]
-            self._progress.pop(key, None)
-        self.history.forget({(t, p) for _, t, p in seen})
+    def _forget(self, by_topic: dict[str, Any], states: dict[str, str]) -> None:
+        """Windows and history of what this pass did not evaluate."""
+        for topic in [t for t in self._windows if t not in by_topic]:
+            del self._windows[topic]
+        self.history.forget(
+            (topic, int(p)) for topic, (_, res) in by_topic.items() for p in np.unique(res.partition).tolist()
+        )
 
     @property
     def tracked_partitions(self) -> int:
-        return len(self._windows)
+        """(group, partition) pairs whose windows are kept."""
+        return sum(len(w.keys) for w in self._windows.values())
 
 
 def _gone(tp: TopicPartition) -> str:

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
+from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
+
 METADATA_MAX_AGE_MS = 5_000
 TOPIC_WAIT_S = 10.0
 
@@ -46,7 +48,7 @@ class AlwaysHeld:
 class GroupLease:
     def __init__(
         self,
-        bootstrap_servers: str,
+        kafka: KafkaClientConfig | str,
         topic: str = "linkwatch.lag.lease",
         group_id: str = "linkwatch-lag-lease",
         instance: str = "",
@@ -56,9 +58,8 @@ class GroupLease:
         self.topic = topic
         self._tp = TopicPartition(topic, 0)
         self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap_servers,
+            **kafka_python_kwargs(kafka, f"lag-{instance}" if instance else "lag"),
             group_id=group_id,
-            client_id=f"linkwatch-lag-{instance}" if instance else "linkwatch-lag",
             enable_auto_commit=False,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(500, session_timeout_ms // 5),

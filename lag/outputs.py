@@ -4,22 +4,24 @@
   in ``docs/metrics.md``), so a group or partition that disappears stops being exported instead
   of keeping its last value.
 * :func:`lag_records` turns a pass into ``ConsumerLag`` records for ``linkwatch.samples``.
-* :class:`FindingTracker` turns group statuses into ``Finding`` s: one when a group enters a
+* :class:`LagFindings` turns group statuses into ``Finding`` s: one when a group enters a
   non-OK status (an *episode*), a closing one (``active=False``) when it returns to OK, and a
   repeat of each open episode every ``refresh_s`` so a late reader learns what is active. It
   never emits on a pass where nothing changed. The finding's ``ts_ms`` is the episode start, so
-  every message about one episode carries the same record key.
+  every message about one episode carries the same record key. The episodes are kept by the
+  findings tracker (:mod:`findings.tracker`).
+* :class:`StatusChanges` is what ``lag run --print`` shows: statuses at first, then changes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from findings.tracker import FindingTracker
 from lag.collector import GroupLag, PassResult
 from lag.rules import GroupVerdict, Status
 from linkwatch.records import ConsumerLag, Finding
@@ -130,56 +132,62 @@ def lag_records(result: PassResult, cluster: str, source: str) -> Iterator[Consu
             )
 
 
-@dataclass
-class _Episode:
-    status: Status
-    start_ms: int
-    last_sent_ms: int
+def _status(f: Finding) -> str:
+    return str(f.evidence["status"])
 
 
-class FindingTracker:
-    """Group status → findings, only on change (and a bounded-rate refresh while active).
+class LagFindings:
+    """Group status → ``consumer_lag`` findings, only on change (and a bounded-rate repeat while
+    an episode lasts).
 
-    Bounded: one entry per group with an open episode; groups that disappear while in an
-    episode get a closing finding ("group no longer listed").
+    Each group in a non-OK status is one finding per pass; the findings tracker
+    (:class:`findings.tracker.FindingTracker`) keeps the episodes: a status is an episode
+    (``phase``), an open one is repeated every ``refresh_s`` (``repeat_after_ms``), and every
+    message about it carries the ``ts_ms`` of its start (``keep_opened_ts``). One entry per group
+    with an open episode; a group that disappears while in one gets a closing finding ("group
+    no longer listed"), unless the pass could not list groups at all.
     """
 
     def __init__(self, cluster: str, source: str, refresh_s: float = 300.0) -> None:
         self.cluster = cluster
         self.source = source
-        self.refresh_ms = int(refresh_s * 1000)
-        self._open: dict[str, _Episode] = {}
+        self.tracker = FindingTracker(
+            max_tracked=None,
+            hold_provisional=False,
+            repeat_after_ms=int(refresh_s * 1000),
+            phase=_status,
+            keep_opened_ts=True,
+        )
 
     def update(self, result: PassResult) -> list[Finding]:
+        """The findings of this pass: episodes closed (first), opened and repeated."""
         now_ms = int(result.ts_s * 1000)
-        out: list[Finding] = []
-        for name, g in result.groups.items():
-            st = g.verdict.status
-            ep = self._open.get(name)
-            if st is Status.OK:
-                if ep is not None:
-                    out.append(self._finding(g, ep, now_ms, active=False))
-                    del self._open[name]
-                continue
-            if ep is None or ep.status is not st:
-                if ep is not None:
-                    out.append(self._finding(g, ep, now_ms, active=False))
-                ep = _Episode(st, now_ms, now_ms)
-                self._open[name] = ep
-                out.append(self._finding(g, ep, now_ms, active=True))
-            elif now_ms - ep.last_sent_ms >= self.refresh_ms:
-                ep.last_sent_ms = now_ms
-                out.append(self._finding(g, ep, now_ms, active=True))
+        current = [
+            self._finding(g, g.verdict.status, now_ms, now_ms, active=True)
+            for g in result.groups.values()
+            if g.verdict.status is not Status.OK
+        ]
         # A pass that could not even list groups says nothing about which groups are gone.
-        if result.groups or not result.errors:
-            for name in [n for n in self._open if n not in result.groups]:
-                ep = self._open.pop(name)
-                gone = GroupLag(name, "", False, [], GroupVerdict(Status.OK, "group no longer listed", {}))
-                out.append(self._finding(gone, ep, now_ms, active=False))
-        return out
+        listed = bool(result.groups) or not result.errors
+        changes = self.tracker.update(current, now_ms, complete=listed)
+        closed = [
+            self._finding(self._group(f, result), Status(_status(f)), f.ts_ms, now_ms, active=False)
+            for f in changes.cleared
+        ]
+        repeated = [
+            self._finding(self._group(f, result), Status(_status(f)), f.ts_ms, now_ms, active=True)
+            for f in changes.ongoing
+        ]
+        return [*closed, *changes.appeared, *repeated]
 
-    def _finding(self, g: GroupLag, ep: _Episode, now_ms: int, active: bool) -> Finding:
-        st = ep.status
+    @staticmethod
+    def _group(f: Finding, result: PassResult) -> GroupLag:
+        name = f.subject.removeprefix("group:")
+        gone = GroupLag(name, "", False, [], GroupVerdict(Status.OK, "group no longer listed", {}))
+        return result.groups.get(name, gone)
+
+    def _finding(self, g: GroupLag, st: Status, start_ms: int, now_ms: int, active: bool) -> Finding:
+        """The finding about ``g``'s episode in status ``st`` that started at ``start_ms``."""
         evidence: dict[str, Any] = {
             "status": st.value,
             "current_status": g.verdict.status.value,
@@ -188,7 +196,7 @@ class FindingTracker:
             "lag_messages_max": g.lag_max,
             "lag_messages_sum": g.lag_sum,
             "lag_seconds_max": g.lag_seconds_max,
-            "episode_start_ms": ep.start_ms,
+            "episode_start_ms": start_ms,
             "decided_ms": now_ms,
             "group_state": g.state,
         }
@@ -196,7 +204,7 @@ class FindingTracker:
         return Finding(
             cluster=self.cluster,
             source=self.source,
-            ts_ms=ep.start_ms,
+            ts_ms=start_ms,
             rule=RULE,
             subject=f"group:{g.group}",
             severity=SEVERITY.get(st, "warning") if active else "info",
@@ -208,4 +216,34 @@ class FindingTracker:
 
     @property
     def open_episodes(self) -> dict[str, Status]:
-        return {k: v.status for k, v in self._open.items()}
+        return {f.subject.removeprefix("group:"): Status(_status(f)) for f in self.tracker.active.values()}
+
+
+class StatusChanges:
+    """What ``lag run --print`` shows, a pass at a time: every group's status at the first
+    pass, then only the groups whose status changed since the pass before (with the status it
+    had), the groups that are gone, pass errors and the findings sent. A pass that changed
+    nothing shows nothing: statuses are visible without Prometheus, and quiet while steady."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, Status] | None = None
+
+    def lines(self, result: PassResult, sent: list[Finding], stamp: str) -> list[str]:
+        now = {g: lag.verdict.status for g, lag in result.groups.items()}
+        before = self._last
+        self._last = now
+        out = []
+        for g in sorted(result.groups):
+            lag = result.groups[g]
+            was = None if before is None else before.get(g)
+            if before is not None and was is now[g]:
+                continue
+            change = f"{was.value} -> {now[g].value}" if was is not None else now[g].value
+            secs = f"{lag.lag_seconds_max:.1f}s" if lag.lag_seconds_max is not None else "?"
+            out.append(f"{stamp} {g} {change}: lag max {lag.lag_max} ({secs}); {lag.verdict.reason}")
+        out += [
+            f"{stamp} {g} gone (was {was.value})" for g, was in sorted((before or {}).items()) if g not in now
+        ]
+        out += [f"{stamp} pass error: {e}" for e in result.errors]
+        out += [f"{stamp} finding [{f.severity}] {f.rule} {f.subject}: {f.summary}" for f in sent]
+        return out

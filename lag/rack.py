@@ -16,12 +16,12 @@ from pydantic import Field
 
 from lag.collector import PassResult
 from linkwatch.config import StrictModel
-from linkwatch.records import Finding
+from linkwatch.records import Finding, is_own
 
 
 class RackConfig(StrictModel):
     enabled: bool = True
-    include_internal: bool = False  # __consumer_offsets etc.
+    include_internal: bool = False  # __consumer_offsets etc., and linkwatch's own topics
     single_replica_is_finding: bool = True  # RF=1 means one rack by definition
     racks: dict[int, str] = Field(default_factory=dict)  # override/fill the brokers' broker.rack
     max_partitions_listed: int = Field(20, ge=1, le=1000)
@@ -75,7 +75,7 @@ def rack_map(brokers: Iterable[dict[str, Any]], overrides: dict[int, str]) -> di
 def spread(parts: Iterable[PartitionPlacement], racks: dict[int, str], cfg: RackConfig) -> SpreadReport:
     r = SpreadReport()
     for p in parts:
-        if p.internal and not cfg.include_internal:
+        if (p.internal or is_own(p.topic)) and not cfg.include_internal:
             continue
         if p.leader < 0 or not p.isr:
             r.offline.setdefault(p.topic, []).append(p.partition)

@@ -150,17 +150,16 @@ def rule_deleted_unread(last: Observation) -> Verdict | None:
     deleted = last.deleted_unread
     if deleted <= 0:
         return None
+    return deleted_unread_verdict(last.committed, last.start, last.end, last.lag)
+
+
+def deleted_unread_verdict(committed: int, start: int, end: int, lag: int) -> Verdict:
+    deleted = start - committed
     return Verdict(
         Status.ERR,
-        f"committed offset {last.committed} is below the log start {last.start}: {deleted} messages "
-        f"were deleted unread (retention or delete_records); {last.lag} messages remain to read",
-        {
-            "committed": last.committed,
-            "start": last.start,
-            "end": last.end,
-            "lag": last.lag,
-            "deleted_unread": deleted,
-        },
+        f"committed offset {committed} is below the log start {start}: {deleted} messages "
+        f"were deleted unread (retention or delete_records); {lag} messages remain to read",
+        {"committed": committed, "start": start, "end": end, "lag": lag, "deleted_unread": deleted},
     )
 
 
@@ -179,17 +178,23 @@ def rule_uncommitted(
     only after a full window, as for committed partitions.
     """
     last = run[-1]
-    n = last.lag
-    numbers = {"committed": -1, "start": last.start, "end": last.end, "lag": n, "uncommitted": True}
-    if n <= th.allowed_lag:
-        what = "holds no message" if n == 0 else f"holds {n} messages (allowed lag {th.allowed_lag})"
-        return Verdict(
-            Status.OK, f"no committed offset; the partition {what} (end offset {last.end})", numbers
-        )
+    if last.lag <= th.allowed_lag:
+        return uncommitted_verdict(last.start, last.end, last.lag, th, members_active, None)
     since = progress_since if progress_since is not None else progress_ts(run, th.allowed_lag)
     idle_s = now_s - (since if since is not None else run[0].ts_s)
+    return uncommitted_verdict(last.start, last.end, last.lag, th, members_active, idle_s)
+
+
+def uncommitted_verdict(
+    start: int, end: int, n: int, th: Thresholds, members_active: bool, idle_s: float | None
+) -> Verdict:
+    """The words and numbers of :func:`rule_uncommitted` (``idle_s`` None: within the allowed lag)."""
+    numbers: dict[str, Any] = {"committed": -1, "start": start, "end": end, "lag": n, "uncommitted": True}
+    if idle_s is None:
+        what = "holds no message" if n == 0 else f"holds {n} messages (allowed lag {th.allowed_lag})"
+        return Verdict(Status.OK, f"no committed offset; the partition {what} (end offset {end})", numbers)
     numbers["no_progress_s"] = round(idle_s, 1)
-    words = f"no committed offset on this partition while {n} messages wait (end offset {last.end})"
+    words = f"no committed offset on this partition while {n} messages wait (end offset {end})"
     if idle_s <= th.window_s:
         return Verdict(
             Status.OK,
@@ -229,7 +234,10 @@ def with_rewind_trace(verdict: Verdict, window: Sequence[Observation]) -> Verdic
     passed = rewind_passed(window) if verdict.status is not Status.REWIND else None
     if passed is None:
         return verdict
-    high, low = passed
+    return rewind_trace(verdict, *passed)
+
+
+def rewind_trace(verdict: Verdict, high: int, low: int) -> Verdict:
     return Verdict(
         verdict.status,
         f"{verdict.reason}; the committed offset moved back from {high} to {low} and has since "
@@ -247,10 +255,14 @@ def rule_rewind(window: Sequence[Observation]) -> Verdict | None:
     last = window[-1]
     if high is None or last.committed >= high:
         return None
+    return rewind_verdict(high, last.committed, last.lag)
+
+
+def rewind_verdict(high: int, committed: int, lag: int) -> Verdict:
     return Verdict(
         Status.REWIND,
-        f"committed offset moved back from {high} to {last.committed} and has not recovered",
-        {"from_offset": high, "committed": last.committed, "lag": last.lag},
+        f"committed offset moved back from {high} to {committed} and has not recovered",
+        {"from_offset": high, "committed": committed, "lag": lag},
     )
 
 
@@ -258,14 +270,18 @@ def rule_caught_up(last: Observation, th: Thresholds) -> Verdict | None:
     """Rule 2: lag within ``allowed_lag`` against the fresh end offset."""
     if last.lag > th.allowed_lag:
         return None
+    return caught_up_verdict(last.committed, last.end, last.lag)
+
+
+def caught_up_verdict(committed: int, end: int, lag: int) -> Verdict:
     # Offsets between the commit and the end that hold no message: transaction markers (an
     # exactly-once application commits the offset of its transaction's marker) or removed records.
-    gap = last.end - last.committed - last.lag
-    tail = f" (the {gap} offsets between hold no message)" if gap > 0 and last.lag == 0 else ""
+    gap = end - committed - lag
+    tail = f" (the {gap} offsets between hold no message)" if gap > 0 and lag == 0 else ""
     return Verdict(
         Status.OK,
-        f"caught up: committed {last.committed}, end {last.end}{tail}",
-        {"committed": last.committed, "end": last.end, "lag": last.lag},
+        f"caught up: committed {committed}, end {end}{tail}",
+        {"committed": committed, "end": end, "lag": lag},
     )
 
 
@@ -297,24 +313,30 @@ def rule_no_progress(
     if idle_s <= th.window_s:
         return None
     last = window[-1]
+    return no_progress_verdict(last.committed, last.end, last.lag, idle_s, th, members_active)
+
+
+def no_progress_verdict(
+    committed: int, end: int, lag: int, idle_s: float, th: Thresholds, members_active: bool
+) -> Verdict:
     numbers = {
-        "committed": last.committed,
-        "end": last.end,
-        "lag": last.lag,
+        "committed": committed,
+        "end": end,
+        "lag": lag,
         "no_progress_s": round(idle_s, 1),
         "window_s": th.window_s,
     }
     if members_active:
         return Verdict(
             Status.STALL,
-            f"group has members but committed offset {last.committed} has not moved for "
-            f"{idle_s:.0f}s (window {th.window_s:.0f}s) while lag is {last.lag}",
+            f"group has members but committed offset {committed} has not moved for "
+            f"{idle_s:.0f}s (window {th.window_s:.0f}s) while lag is {lag}",
             numbers,
         )
     return Verdict(
         Status.STOP,
         f"no member and no commit progress for {idle_s:.0f}s (window {th.window_s:.0f}s) while "
-        f"{last.lag} messages wait (end offset {last.end}, committed {last.committed})",
+        f"{lag} messages wait (end offset {end}, committed {committed})",
         numbers,
     )
 
@@ -329,18 +351,30 @@ def rule_growing(window: Sequence[Observation], th: Thresholds) -> Verdict | Non
     if min(lags) <= th.allowed_lag:
         return None
     first, last = window[0], window[-1]
-    span = max(last.ts_s - first.ts_s, 1e-9)
+    return growing_verdict(
+        (first.ts_s, first.committed, first.end, first.lag),
+        (last.ts_s, last.committed, last.end, last.lag),
+        len(window),
+    )
+
+
+def growing_verdict(
+    first: tuple[float, int, int, int], last: tuple[float, int, int, int], evaluations: int
+) -> Verdict:
+    """``first`` and ``last``: (ts_s, committed, end, lag) of the window's first and last evaluation."""
+    (t0, c0, e0, lag0), (t1, c1, e1, lag1) = first, last
+    span = max(t1 - t0, 1e-9)
     return Verdict(
         Status.WARN,
-        f"lag grew at every one of the last {len(window)} evaluations, from {lags[0]} to "
-        f"{lags[-1]} in {span:.0f}s: consuming {(last.committed - first.committed) / span:.1f}/s, "
-        f"producing {(last.end - first.end) / span:.1f}/s",
+        f"lag grew at every one of the last {evaluations} evaluations, from {lag0} to "
+        f"{lag1} in {span:.0f}s: consuming {(c1 - c0) / span:.1f}/s, "
+        f"producing {(e1 - e0) / span:.1f}/s",
         {
-            "lag_first": lags[0],
-            "lag_last": lags[-1],
-            "evaluations": len(window),
-            "consume_rate": round((last.committed - first.committed) / span, 2),
-            "produce_rate": round((last.end - first.end) / span, 2),
+            "lag_first": lag0,
+            "lag_last": lag1,
+            "evaluations": evaluations,
+            "consume_rate": round((c1 - c0) / span, 2),
+            "produce_rate": round((e1 - e0) / span, 2),
         },
     )
 
@@ -351,20 +385,39 @@ def rule_progressing(
     """Rule 6: behind, but not (yet) long enough without progress to say more."""
     last = window[-1]
     lags = [o.lag for o in window]
-    numbers = {"committed": last.committed, "end": last.end, "lag": last.lag, "evaluations": len(window)}
     since = progress_since if progress_since is not None else progress_ts(window, th.allowed_lag)
+    idle = None
     if since is not None and all(o.committed == last.committed for o in window) and now_s - since > 0:
         idle = now_s - since
+    return progressing_verdict(
+        last.committed, last.end, last.lag, len(window), min(lags), max(lags), idle, th
+    )
+
+
+def progressing_verdict(
+    committed: int,
+    end: int,
+    lag: int,
+    evaluations: int,
+    lag_min: int,
+    lag_max: int,
+    idle_s: float | None,
+    th: Thresholds,
+) -> Verdict:
+    """``idle_s``: how long the committed offset has been unchanged, when it has been throughout
+    the window (None: it moved)."""
+    numbers = {"committed": committed, "end": end, "lag": lag, "evaluations": evaluations}
+    if idle_s is not None:
         return Verdict(
             Status.OK,
-            f"behind by {last.lag}; committed offset unchanged for {idle:.0f}s so far "
+            f"behind by {lag}; committed offset unchanged for {idle_s:.0f}s so far "
             f"(STOP/STALL only after the {th.window_s:.0f}s window)",
-            {**numbers, "no_progress_s": round(idle, 1)},
+            {**numbers, "no_progress_s": round(idle_s, 1)},
         )
-    trend = "not growing throughout the window" if len(lags) > 1 else "first evaluation"
+    trend = "not growing throughout the window" if evaluations > 1 else "first evaluation"
     return Verdict(
         Status.OK,
-        f"behind by {last.lag} but progressing ({trend}; lag over window {min(lags)}..{max(lags)})",
+        f"behind by {lag} but progressing ({trend}; lag over window {lag_min}..{lag_max})",
         numbers,
     )
 
@@ -386,32 +439,49 @@ def evaluate_group(partitions: dict[str, Verdict], members_active: bool) -> Grou
     worst_name, worst = max(
         partitions.items(), key=lambda kv: (SEVERITY[kv[1].status], kv[1].numbers.get("lag", 0))
     )
-    numbers = {"partitions": len(partitions), "by_status": counts, "worst_partition": worst_name}
-    notes = _group_notes(partitions, numbers)
+    behind = sum(1 for v in partitions.values() if v.numbers.get("lag", 0) > 0)
+    uncommitted = sum(1 for v in partitions.values() if v.numbers.get("uncommitted"))
+    reprocessed = {
+        name: v.numbers["reprocessed"] for name, v in partitions.items() if "reprocessed" in v.numbers
+    }
+    return group_verdict(
+        len(partitions), counts, worst_name, worst, behind, uncommitted, reprocessed, members_active
+    )
+
+
+def group_verdict(
+    n: int,
+    counts: dict[str, int],
+    worst_name: str,
+    worst: Verdict,
+    behind: int,
+    uncommitted: int,
+    reprocessed: dict[str, int],
+    members_active: bool,
+) -> GroupVerdict:
+    """The words and numbers of :func:`evaluate_group` from what it counts over the partitions:
+    ``counts`` per status value, ``behind`` (lag > 0), ``uncommitted`` (without a commit) and
+    the messages ``reprocessed`` per partition name after a passed rewind."""
+    numbers: dict[str, Any] = {"partitions": n, "by_status": counts, "worst_partition": worst_name}
+    notes = _group_notes(uncommitted, reprocessed, numbers)
     if worst.status is Status.OK:
-        behind = sum(1 for v in partitions.values() if v.numbers.get("lag", 0) > 0)
         tail = f" ({behind} behind; worst {worst_name}: {worst.reason})" if behind else ""
-        return GroupVerdict(Status.OK, f"all {len(partitions)} partitions OK{tail}{notes}", numbers)
-    n = counts[worst.status.value]
+        return GroupVerdict(Status.OK, f"all {n} partitions OK{tail}{notes}", numbers)
     members = "has members" if members_active else "has no active member"
     return GroupVerdict(
         worst.status,
-        f"{worst.status.value} on {n} of {len(partitions)} partitions; group {members}; "
+        f"{worst.status.value} on {counts[worst.status.value]} of {n} partitions; group {members}; "
         f"worst {worst_name}: {worst.reason}{notes}",
         numbers,
     )
 
 
-def _group_notes(partitions: dict[str, Verdict], numbers: dict[str, Any]) -> str:
+def _group_notes(uncommitted: int, reprocessed: dict[str, int], numbers: dict[str, Any]) -> str:
     """Facts a worst-partition summary would hide: partitions without a commit, reprocessing."""
     notes = []
-    uncommitted = sum(1 for v in partitions.values() if v.numbers.get("uncommitted"))
     if uncommitted:
         numbers["uncommitted"] = uncommitted
         notes.append(f"{uncommitted} without a committed offset")
-    reprocessed = {
-        name: v.numbers["reprocessed"] for name, v in partitions.items() if "reprocessed" in v.numbers
-    }
     if reprocessed:
         numbers["reprocessed"] = sum(reprocessed.values())
         names = ", ".join(sorted(reprocessed)[:5]) + (", ..." if len(reprocessed) > 5 else "")

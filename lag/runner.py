@@ -17,18 +17,26 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer
 from prometheus_client import CollectorRegistry
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from findings.pipeline import FindingPipeline, PipelineConfig
 from lag.coldread import ColdReadConfig, ColdReadWatch, HostStatsFeed
 from lag.collector import CollectorConfig, LagCollector, PassResult
 from lag.lease import AlwaysHeld, GroupLease, Lease, ensure_lease_topic
-from lag.outputs import FindingTracker, LagMetrics, lag_records
+from lag.outputs import LagFindings, LagMetrics, lag_records
 from lag.rack import RackConfig, RackWatch
 from lag.timestamps import TimestampReader
-from linkwatch.config import StrictModel
+from linkwatch.config import StrictModel, rename_keys
+from linkwatch.errors import UnreachableError
+from linkwatch.kafka_client import (
+    BOOTSTRAP_TIMEOUT_MS,
+    KafkaClientConfig,
+    explained_connect_errors,
+    kafka_python_kwargs,
+)
 from linkwatch.metrics_server import MetricsServer, MetricsServerConfig, Port
+from linkwatch.reach import KafkaReach, is_unreachable, unreachable
 from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
-from remediation.pipeline import FindingPipeline, PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +65,12 @@ class HaConfig(StrictModel):
     dry_run: bool = True
 
 
+class LagKafkaConfig(KafkaClientConfig):
+    bootstrap_servers: str = Field(min_length=1)  # the cluster watched: required
+
+
 class LagConfig(StrictModel):
-    bootstrap_servers: str
+    kafka: LagKafkaConfig
     cluster: str = "default"
     instance: str = Field(default_factory=socket.gethostname)
     interval_s: float = Field(10.0, gt=0)
@@ -70,6 +82,13 @@ class LagConfig(StrictModel):
     rack: RackConfig = Field(default_factory=RackConfig)
     # The findings pipeline (policy, notifiers, remediator). Absent: findings are only published.
     remediation: PipelineConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        data = rename_keys(data, {"bootstrap_servers": "kafka.bootstrap_servers"})
+        # absent, the section's own error names the key: kafka.bootstrap_servers: required
+        return {"kafka": {}, **data} if isinstance(data, dict) else data
 
 
 class LagService:
@@ -83,31 +102,33 @@ class LagService:
         self.pipeline = pipeline
         if pipeline is None and config.remediation is not None:
             from alerts.hooks.findings import load_notifiers
-            from remediation.pipeline import build_pipeline
+            from findings.pipeline import build_pipeline
 
             self.pipeline = build_pipeline(config.remediation, load_notifiers(config.remediation.notifiers))
-        self.admin = KafkaAdminClient(bootstrap_servers=config.bootstrap_servers, client_id="linkwatch-lag")
+        with explained_connect_errors(config.kafka):  # the first connection: a wrong password shows here
+            self.admin = KafkaAdminClient(
+                **kafka_python_kwargs(config.kafka, "lag"), bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS
+            )
         c = config.collector
         reader = TimestampReader(
-            config.bootstrap_servers, timeout_s=c.timestamp_timeout_s, cache_size=c.timestamp_cache_size
+            config.kafka, timeout_s=c.timestamp_timeout_s, cache_size=c.timestamp_cache_size
         )
         self.collector = LagCollector(self.admin, reader, c)
         self.reader = reader
         self.metrics = LagMetrics(config.cluster)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(self.metrics)
-        self.tracker = FindingTracker(config.cluster, config.instance, config.publish.finding_refresh_s)
+        self.lag_findings = LagFindings(config.cluster, config.instance, config.publish.finding_refresh_s)
         cr = config.cold_read
         self.feed: HostStatsFeed | None = None
         if cr.enabled and cr.windows_from == "samples":
-            self.feed = HostStatsFeed(cr.bootstrap_servers or config.bootstrap_servers, cr.samples_topic)
+            self.feed = HostStatsFeed(cr.kafka or config.kafka, cr.samples_topic)
         self.cold = ColdReadWatch(cr, config.cluster, config.instance, self.feed)
         self.rack = RackWatch(config.rack, config.cluster, config.instance)
         self.producer: KafkaProducer | None = None
         if config.publish.samples or config.publish.findings:
             self.producer = KafkaProducer(
-                bootstrap_servers=config.bootstrap_servers,
-                client_id=f"linkwatch-lag-{config.instance}",
+                **kafka_python_kwargs(config.kafka, f"lag-{config.instance}"),
                 linger_ms=50,
                 # Bounded: each pass flushes (with a timeout) before the next, and a send that
                 # cannot get metadata gives up after max_block_ms (counted in publish_errors).
@@ -119,7 +140,7 @@ class LagService:
             if ha.create_topic:
                 log.info(ensure_lease_topic(self.admin, ha.lease_topic, ha.replication_factor, ha.dry_run))
             self.lease = GroupLease(
-                config.bootstrap_servers,
+                config.kafka,
                 ha.lease_topic,
                 ha.lease_group,
                 config.instance,
@@ -137,7 +158,7 @@ class LagService:
         cold = self.cold.update(result)
         self.metrics.cold_read = self.cold.at_risk
         self.metrics.update(result, self.collector.clamped_total)
-        findings = [*self.tracker.update(result), *cold, *self.rack.update(result)]
+        findings = [*self.lag_findings.update(result), *cold, *self.rack.update(result)]
         pub = self.config.publish
         if pub.samples:
             for rec in lag_records(result, self.config.cluster, self.config.instance):
@@ -178,16 +199,35 @@ class LagService:
         return self._http.server_port
 
     def run(
-        self, stop: threading.Event, on_pass: Callable[[PassResult, list[Finding]], Any] | None = None
+        self,
+        stop: threading.Event,
+        on_pass: Callable[[PassResult, list[Finding]], Any] | None = None,
+        reach: KafkaReach | None = None,
     ) -> None:
+        """Pass after pass until ``stop``. A pass that cannot reach the cluster (it lists no
+        group, or the client says so) goes to ``reach``: said once, counted, retried at the next
+        pass; any other failure is logged with its traceback and the loop goes on."""
+        reach = reach or KafkaReach("lag", registry=None, logger=log)
         while not stop.is_set():
             started = time.monotonic()
             try:
                 result, sent = self.step()
+                lost = next((e for e in result.errors if e.startswith("cannot list groups")), None)
+                if lost is None:
+                    reach.reached()
+                else:
+                    reach.failed(
+                        UnreachableError("kafka.bootstrap_servers", self.config.kafka.bootstrap_servers, lost)
+                    )
                 if on_pass is not None:
                     on_pass(result, sent)
-            except Exception:
-                log.exception("lag pass failed; next pass in %.0fs", self.config.interval_s)
+            except Exception as e:
+                if not is_unreachable(e):
+                    log.exception("lag pass failed; next pass in %.0fs", self.config.interval_s)
+                else:
+                    reach.failed(
+                        unreachable(self.config.kafka.bootstrap_servers, "kafka.bootstrap_servers", e)
+                    )
             stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - started)))
 
     def close(self) -> None:

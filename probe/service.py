@@ -2,8 +2,10 @@
 
 :class:`ProbeService` owns its Kafka clients. Threads:
 
-* the *probe loop* (:meth:`run`): every ``interval_ms`` one probe to every partition with an
-  online leader, attributed to that leader; read-backs from the async-fetch consumer
+* the *probe loop* (:meth:`run`): probes to every partition with an online leader, attributed
+  to that leader, each partition on its own schedule (``interval_ms`` apart on average; with
+  ``schedule: poisson`` the gaps are exponential, the standard for active measurement: a
+  periodic stall cannot hide between probes that keep the same phase); read-backs from the async-fetch consumer
   (:mod:`consumer.async_fetch`, manually assigned to every partition, starting at the end
   offsets taken before the first probe, so no probe is missed); deadlines; and every
   ``window_s`` (on wall-clock boundaries) one window per broker → metrics and ``ProbeSample``
@@ -16,7 +18,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +33,12 @@ from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig
+from linkwatch.kafka_client import (
+    BOOTSTRAP_TIMEOUT_MS,
+    client_id,
+    explained_connect_errors,
+    kafka_python_kwargs,
+)
 from linkwatch.metrics_server import MetricsServer
 from linkwatch.records import ProbeSample
 from probe.commits import CommitProber, CommitWindow
@@ -42,6 +52,13 @@ log = logging.getLogger(__name__)
 CONSUME_RETRY_S = 1.0  # after a failed read of the probed partitions' ends
 
 TP = tuple[str, int]
+
+
+def next_gap_s(schedule: str, mean_s: float, rng: random.Random) -> float:
+    """The wait before a partition's next probe: ``mean_s`` (``fixed``) or an exponential draw
+    of mean ``mean_s`` (``poisson``: memoryless, so the probes' phase against any period is
+    uniform)."""
+    return rng.expovariate(1 / mean_s) if schedule == "poisson" else mean_s
 
 
 class _EndOffsets:
@@ -91,12 +108,12 @@ class ProbeService:
     def __init__(self, config: ProbeConfig, registry: CollectorRegistry | None = None) -> None:
         self.config = config
         cfg = config
-        self.admin = KafkaAdminClient(
-            bootstrap_servers=cfg.bootstrap_servers, client_id="linkwatch-probe-admin"
-        )
+        with explained_connect_errors(cfg.kafka):  # the first connection: a wrong password shows here
+            self.admin = KafkaAdminClient(
+                **kafka_python_kwargs(cfg.kafka, "probe-admin"), bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS
+            )
         self.producer = KafkaProducer(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=f"linkwatch-probe-{cfg.instance}",
+            **kafka_python_kwargs(cfg.kafka, f"probe-{cfg.instance}"),
             acks=1 if cfg.acks == "leader" else "all",
             linger_ms=0,
             max_block_ms=1000,  # a send never holds the loop longer (metadata unavailable: send_error)
@@ -117,6 +134,9 @@ class ProbeService:
         self._consume_retry_at = 0.0  # monotonic: no new try to (re)assign the consumer before
         self.consumer_retries = 0  # reads of the probed partitions' ends that failed and were retried
         self._seq = time.time_ns() // 1000  # unique per run: an earlier run's probes never match
+        self._ends_admin: KafkaAdminClient | None = None
+        self._rng = random.Random()
+        self._due: dict[int, float] = {}  # partition -> monotonic time of its next probe
         self._http: MetricsServer | None = None
         self._keeper: threading.Thread | None = None
         self.commits: CommitProber | None = None
@@ -124,7 +144,7 @@ class ProbeService:
         if cfg.commit.enabled:
             # its own admin client: commits run on their own thread, beside the topic keeper's calls
             self._commit_admin = KafkaAdminClient(
-                bootstrap_servers=cfg.bootstrap_servers, client_id=f"linkwatch-probe-commit-{cfg.instance}"
+                **kafka_python_kwargs(cfg.kafka, f"probe-commit-{cfg.instance}")
             )
             self.commits = CommitProber(
                 self._commit_admin,
@@ -179,33 +199,36 @@ class ProbeService:
     # --- the probe loop ----------------------------------------------------------------------
 
     def _ensure_consumer(self, partitions: frozenset[int]) -> None:
-        """(Re)assign the consumer when the probed partitions change, starting at their ends."""
+        """(Re)assign the consumer when the probed partitions change, starting at their ends.
+        The consumer in place keeps reading back until the new one can start: a leader moving
+        (a broker restarted) must not leave the probe reading nothing."""
         if partitions == self._consumed or time.monotonic() < self._consume_retry_at:
             return
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-        self._consumed = partitions
         if not partitions:
+            self._close_consumer()
+            self._consumed = partitions
             return
         topic = self.config.topic.name
         try:
-            ends = self.admin.list_partition_offsets(
+            ends = self._ends_client().list_partition_offsets(
                 {TopicPartition(topic, p): OffsetSpec.LATEST for p in partitions}
             )
         except KafkaError as e:
             # Just after the topic was created (or a partition moved) a broker may not know it
-            # yet (UnknownTopicOrPartition): try again a second later instead of ending the loop.
-            self._consumed = frozenset()
+            # yet (UnknownTopicOrPartition); after a broker restarted, this client's metadata may
+            # not know the broker (UnknownBrokerId): a fresh client, a second later.
+            self._drop_ends_client()
             self._consume_retry_at = time.monotonic() + CONSUME_RETRY_S
             self.consumer_retries += 1
             log.warning(
                 "probe: reading the ends of %s failed (%s); retrying in %.0f s", topic, e, CONSUME_RETRY_S
             )
             return
+        self._close_consumer()
+        self._consumed = partitions
         cc = ConsumerConfig(
-            bootstrap_servers=self.config.bootstrap_servers,
-            client_id=f"linkwatch-probe-{self.config.instance}",
+            kafka=self.config.kafka,
+            client_id=client_id(self.config.kafka, f"probe-{self.config.instance}"),
             cluster=self.config.cluster,
             auto_offset_reset="latest",
             fetch_max_wait_ms=200,
@@ -216,12 +239,65 @@ class ProbeService:
             offset_store=_EndOffsets({(tp.topic, tp.partition): o.offset for tp, o in ends.items()}),
         ).start()
 
-    def send_round(self, now_s: float) -> int:
-        """One probe to every partition with a leader; returns how many were sent."""
+    def _ends_client(self) -> KafkaAdminClient:
+        """The admin client that reads the probed partitions' ends (not the topic keeper's: it
+        is replaced after a failure, and the keeper runs in its own thread)."""
+        if self._ends_admin is None:
+            self._ends_admin = KafkaAdminClient(**kafka_python_kwargs(self.config.kafka, "probe-ends"))
+        return self._ends_admin
+
+    def _drop_ends_client(self) -> None:
+        admin, self._ends_admin = self._ends_admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
+    def _close_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    def leader_now(self, part: int, mapped: int) -> int:
+        """The broker this partition's probe goes to: the producer's own metadata, which it
+        refreshes at once when a leader moves (NOT_LEADER), else the topic keeper's map (read
+        every ``topic.check_interval_s``). A probe is attributed to the broker that served it,
+        not to one its leadership left: a broker shut down for a restart is not probed as slow."""
+        try:
+            leader = self.producer._metadata.leader_for_partition(
+                TopicPartition(self.config.topic.name, part)
+            )
+        except Exception:  # the client's internals moved: the keeper's map is still right within a check
+            return mapped
+        return leader if isinstance(leader, int) and leader >= 0 else mapped
+
+    def next_gap_s(self) -> float:
+        return next_gap_s(self.config.schedule, self.config.interval_ms / 1000, self._rng)
+
+    def send_due(self, now_s: float) -> float:
+        """Probe every partition whose time has come (a partition seen for the first time is due
+        after a random part of one gap, so the partitions do not start in step); returns the
+        monotonic time the next one is due."""
+        leaders = self.leaders()
+        for part in list(self._due):
+            if part not in leaders:
+                del self._due[part]  # bounded by the partitions that have a leader
+        for part in leaders:
+            if part not in self._due:
+                self._due[part] = now_s + self._rng.uniform(0, self.config.interval_ms / 1000)
+        due = {p: b for p, b in leaders.items() if self._due[p] <= now_s}
+        self.send_round(now_s, due)
+        for part in due:
+            self._due[part] = max(self._due[part] + self.next_gap_s(), now_s)
+        return min(self._due.values(), default=now_s + self.config.interval_ms / 1000)
+
+    def send_round(self, now_s: float, leaders: Mapping[int, int] | None = None) -> int:
+        """One probe to every partition of ``leaders`` (partition → leader; default: every one
+        with a leader); returns how many were sent."""
         cfg = self.config
         padding = "x" * cfg.payload_bytes
         sent = 0
-        for part, broker in sorted(self.leaders().items()):
+        for part, mapped in sorted((self.leaders() if leaders is None else leaders).items()):
+            broker = self.leader_now(part, mapped)
             self._seq += 1
             seq = self._seq
             if not self.ledger.sent(seq, broker, now_s):
@@ -267,13 +343,15 @@ class ProbeService:
             tracker.mark_committed(tracker.committable())
         return len(got)
 
-    def close_window(self, window_start_ms: int) -> dict[int, BrokerWindow]:
+    def close_window(self, window_start_ms: int, publish: bool = True) -> dict[int, BrokerWindow]:
+        """End a window: metrics, and its ``ProbeSample`` records on the samples topic unless
+        ``publish`` is False."""
         windows = self.ledger.take_windows()
         self.metrics.update(windows, self.ledger.dropped, self.ledger.pending)
         commits = self.commits.take_windows() if self.commits is not None else {}
         self.metrics.update_commits(commits)
         self.last_commits = commits
-        if self.config.publish_samples:
+        if self.config.publish_samples and publish:
             for rec in probe_records(windows, self.config, window_start_ms, commits):
                 try:
                     self.producer.send(
@@ -305,19 +383,20 @@ class ProbeService:
             self._committer.start()
         window_ms = cfg.window_s * 1000
         window_start = int(time.time() * 1000) // window_ms * window_ms
-        next_send = time.monotonic()
+        first = True
         try:
             while not stop.is_set():
                 self._ensure_consumer(frozenset(self.leaders()))
-                now = time.monotonic()
-                if now >= next_send:
-                    self.send_round(now)
-                    next_send = max(next_send + cfg.interval_ms / 1000, now)
+                next_send = self.send_due(time.monotonic())
                 self.read_back(max(0.0, min(next_send - time.monotonic(), 0.2)))
                 self.ledger.expire(time.monotonic())
                 wall_ms = int(time.time() * 1000)
                 if wall_ms >= window_start + window_ms:
-                    windows = self.close_window(window_start)
+                    # The first window is partial and holds the clients' connection set-up and
+                    # first metadata reads: the analyzer would judge the leaders by it. Shown, not
+                    # published.
+                    windows = self.close_window(window_start, publish=not first)
+                    first = False
                     if on_window is not None:
                         on_window(window_start, windows)
                     window_start = wall_ms // window_ms * window_ms
@@ -332,7 +411,7 @@ class ProbeService:
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
-        closers = [lambda: self.producer.close(timeout=5), self.admin.close]
+        closers = [lambda: self.producer.close(timeout=5), self.admin.close, self._drop_ends_client]
         if self._committer is not None:  # stopped with the loop; its last commit may be in flight
             self._committer.join(timeout=10)
         if self._commit_admin is not None:

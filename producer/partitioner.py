@@ -22,15 +22,26 @@ kafka-python 3.x takes an instance (``KafkaProducer(partitioner=SkewAwarePartiti
 ``(key_bytes, all_partitions, available)``, which :meth:`SkewAwarePartitioner.__call__` serves.
 Acks come back through :meth:`SkewAwarePartitioner.watch` (``partitioner.watch(producer.send(...))``)
 or :meth:`SkewAwarePartitioner.on_ack`.
+
+Cost on the producer's hot path (``send`` runs the partitioner in the caller's thread, acks run
+in the producer's I/O thread, and both share one GIL): a cold key costs what Kafka's default
+costs (one murmur2) plus one lossy-counting step and one load update, under one lock; a hot key's
+candidate list is computed once per counting window, not per record; load comparisons need no
+decay (:mod:`producer.load`); and :meth:`SkewAwarePartitioner.watch` accounts acks per *batch*:
+when kafka-python completes a batch, its I/O thread (the one that sends the batches) only appends
+it to a queue, without a lock, instead of running two callbacks and taking the lock per record;
+the next placement takes the queue into the loads.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.partitioner import Partitioner, murmur2
@@ -82,10 +93,66 @@ def hot_key_candidates(share: float, num_partitions: int) -> int:
     return num_partitions if share * num_partitions >= 1 else max(2, num_partitions // 5)
 
 
+# How long the partitions with a leader are taken as read for hot keys' candidates: a leader
+# change shows within this (kafka-python's default partitioner ignores availability for keyed
+# records altogether).
+AVAILABILITY_TTL_S = 0.1
+
+
 @dataclass
 class _Topic:
     tracker: HotKeyTracker
     load: PartitionLoad
+    max_cached: int  # keys each cache below holds at most (it is emptied when full)
+    n: int = 0  # the partition count the caches below are for
+    ordered: list[int] = field(default_factory=list)  # sorted partitions (Kafka indexes into them)
+    window: int = -1  # the tracker's window the candidate lists were computed in
+    up: frozenset[int] = frozenset()  # partitions with a leader, as last read
+    up_at: float = -math.inf
+    # (key, d) -> (candidates, those with a leader): for the window and availability read last
+    candidates: dict[tuple[bytes, int], tuple[list[int], list[int]]] = field(default_factory=dict)
+    homes: dict[bytes, int] = field(default_factory=dict)  # key -> its home partition
+
+    def home(self, key: bytes) -> int:
+        """Kafka's partition for ``key`` (murmur2, the default partitioner's cost, paid once per
+        key while it stays in the cache)."""
+        p = self.homes.get(key)
+        if p is None:
+            if len(self.homes) >= self.max_cached:
+                self.homes.clear()
+            p = self.homes[key] = self.ordered[murmur2_partition(key, self.n)]
+        return p
+
+    def partitions(self, all_partitions: Sequence[int] | set[int]) -> list[int]:
+        """The sorted partitions (cached while the count stays: Kafka only ever adds partitions)."""
+        if len(all_partitions) != self.n:
+            self.ordered = sorted(all_partitions)
+            self.n = len(self.ordered)
+            self.candidates.clear()
+            self.homes.clear()
+        return self.ordered
+
+    def candidates_of(
+        self, key: bytes, d: int, available: Callable[[], Sequence[int]], now: float
+    ) -> tuple[list[int], list[int]]:
+        """The key's candidate partitions (home first) and those of them with a leader (all,
+        when none is known to have one), cached for the counting window; the partitions with a
+        leader are read again every :data:`AVAILABILITY_TTL_S`."""
+        if now - self.up_at > AVAILABILITY_TTL_S or now < self.up_at:
+            up = frozenset(available())
+            self.up_at = now
+            if up != self.up:
+                self.up = up
+                self.candidates.clear()
+        if self.window != self.tracker.windows or len(self.candidates) >= self.max_cached:
+            self.candidates.clear()
+            self.window = self.tracker.windows
+        cached = self.candidates.get((key, d))
+        if cached is None:
+            cands = [self.ordered[i] for i in candidate_partitions(key, self.n, d)]
+            usable = [c for c in cands if c in self.up] if self.up else cands
+            cached = self.candidates[(key, d)] = (cands, usable)
+        return cached
 
 
 class SkewAwarePartitioner(Partitioner):
@@ -134,6 +201,7 @@ class SkewAwarePartitioner(Partitioner):
         self._in_flight_weight = in_flight_weight
         self.candidates = candidates
         self.max_topics = max_topics
+        self.max_tracked_keys = max_tracked_keys
         self.load_unit = load_unit
         self.broker_latency_s = broker_latency_s
         self.latency_scale_s = latency_scale_s
@@ -148,6 +216,8 @@ class SkewAwarePartitioner(Partitioner):
             "ack_errors": 0,
         }
         self.dropped_topics = 0
+        self._batches: dict[Any, int] = {}  # a batch's future -> its records watched (acked together)
+        self._done: deque[tuple[Any, TopicPartition, float]] = deque()  # completed, not yet taken
 
     # kafka-python 3.x entry point
     def partition(
@@ -162,21 +232,22 @@ class SkewAwarePartitioner(Partitioner):
         parts = cluster.partitions_for_topic(topic)
         if not parts:
             raise ValueError(f"Topic {topic} not found in ClusterMetadata")
-        all_partitions = sorted(parts)
-        available = cluster.available_partitions_for_topic(topic) or ()
         size = _size(serialized_key) + _size(serialized_value)
+
+        def available() -> Sequence[int]:
+            return cluster.available_partitions_for_topic(topic) or ()
 
         def leader_of(p: int) -> int | None:
             leader = cluster.leader_for_partition(TopicPartition(topic, p))
             return leader if isinstance(leader, int) and leader >= 0 else None
 
-        return self.choose(topic, serialized_key, all_partitions, available, size, leader_of)
+        return self._choose(topic, serialized_key, parts, available, size, leader_of)
 
     # kafka-python 2.x entry point: partitioner(key_bytes, all_partitions, available)
     def __call__(
         self, key_bytes: bytes | None, all_partitions: Sequence[int], available: Sequence[int]
     ) -> int:
-        return self.choose("", key_bytes, sorted(all_partitions), available, _size(key_bytes), None)
+        return self.choose("", key_bytes, all_partitions, available, _size(key_bytes), None)
 
     def choose(
         self,
@@ -189,56 +260,77 @@ class SkewAwarePartitioner(Partitioner):
     ) -> int:
         """The partition for one record (every client adapter ends here).
 
-        ``all_partitions`` sorted ascending (Kafka indexes into the sorted list); ``available`` are
+        ``all_partitions`` in any order (Kafka indexes into them sorted); ``available`` are
         those with a leader now (empty: unknown, all are taken as available)."""
+        return self._choose(topic, key_bytes, all_partitions, lambda: available, size, leader_of)
+
+    def _choose(
+        self,
+        topic: str,
+        key_bytes: bytes | None,
+        all_partitions: Sequence[int] | set[int],
+        available: Callable[[], Sequence[int]],
+        size: int,
+        leader_of: Callable[[int], int | None] | None,
+    ) -> int:
+        """:meth:`choose` with ``available`` read only when needed (a hot key or no key)."""
         if not all_partitions:
             raise ValueError(f"no partitions for topic {topic!r}")
         amount = 1 if self.load_unit == "records" else max(size, 1)
         if key_bytes is None:
-            p = random.choice(list(available) or list(all_partitions))
             with self._lock:
+                ordered = self._topic(topic).partitions(all_partitions)
+            p = random.choice(list(available()) or ordered)
+            with self._lock:
+                if self._done:
+                    self._take_acks_locked()
                 self._topic(topic).load.sent(p, amount, self._clock())
                 self.counts["unkeyed"] += 1
             return p
         key_bytes = bytes(key_bytes)
-        n = len(all_partitions)
+        # One lock for a record: count its key, place it, add its load. A latency signal is read
+        # outside the lock (its contract), so a hot key with one takes the lock twice.
         with self._lock:
-            tracker = self._topic(topic).tracker
-            hot = tracker.observe(key_bytes)
-            share = tracker.share(key_bytes) if hot else 0.0
-        home = all_partitions[murmur2_partition(key_bytes, n)]
-        p = self._least_loaded(topic, key_bytes, all_partitions, available, share, leader_of) if hot else home
-        self._record(topic, p, amount, moved=p != home)
-        return p
-
-    def _least_loaded(
-        self,
-        topic: str,
-        key_bytes: bytes,
-        all_partitions: Sequence[int],
-        available: Sequence[int],
-        share: float,
-        leader_of: Callable[[int], int | None] | None,
-    ) -> int:
-        """KG2: the candidate with the least load (ties: the earlier one); home if none is available."""
-        n = len(all_partitions)
-        d = self.candidates if self.candidates is not None else hot_key_candidates(share, n)
-        cands = [all_partitions[i] for i in candidate_partitions(key_bytes, n, d)]
-        up = set(available)
-        usable = [c for c in cands if c in up] if up else cands
-        if not usable:
-            return cands[0]
+            if self._done:
+                self._take_acks_locked()
+            t = self._topic(topic)
+            ordered = t.partitions(all_partitions)
+            now = self._clock()
+            if not t.tracker.observe(key_bytes):
+                home = t.home(key_bytes)
+                t.load.sent(home, amount, now)
+                self.counts["home"] += 1
+                return home
+            share = t.tracker.share(key_bytes) if self.candidates is None else 0.0
+            d = self.candidates if self.candidates is not None else hot_key_candidates(share, t.n)
+            cands, usable = t.candidates_of(key_bytes, d, available, now)
+            if self.broker_latency_s is None or leader_of is None or len(usable) < 2:
+                return self._place(t, cands, usable, _NO_FACTORS, amount, now)
         factors = self._latency_factors(usable, leader_of)
         with self._lock:
-            now, load = self._clock(), self._topic(topic).load
-            scores = [load.score(c, now) * f for c, f in zip(usable, factors, strict=True)]
-        return usable[scores.index(min(scores))]
+            return self._place(self._topic(topic), cands, usable, factors, amount, self._clock())
+
+    def _place(
+        self, t: _Topic, cands: list[int], usable: list[int], factors: list[float], amount: float, now: float
+    ) -> int:
+        """KG2: the usable candidate with the least load (ties: the earlier one), home when none
+        is usable; its load added. Under the lock."""
+        if usable:
+            scores = t.load.relative_scores(usable)
+            if factors is not _NO_FACTORS:
+                scores = [s * f for s, f in zip(scores, factors, strict=True)]
+            p = usable[scores.index(min(scores))]
+        else:
+            p = cands[0]
+        t.load.sent(p, amount, now)
+        self.counts["moved" if p != cands[0] else "home"] += 1
+        return p
 
     def _latency_factors(
         self, parts: list[int], leader_of: Callable[[int], int | None] | None
     ) -> list[float]:
         if self.broker_latency_s is None or leader_of is None:
-            return [1.0] * len(parts)
+            return _NO_FACTORS
         out = []
         for p in parts:
             try:
@@ -249,11 +341,6 @@ class SkewAwarePartitioner(Partitioner):
             out.append(1.0 + max(0.0, lat) / self.latency_scale_s if lat is not None else 1.0)
         return out
 
-    def _record(self, topic: str, p: int, amount: float, moved: bool) -> None:
-        with self._lock:
-            self._topic(topic).load.sent(p, amount, self._clock())
-            self.counts["moved" if moved else "home"] += 1
-
     def _topic(self, topic: str) -> _Topic:
         """Per-topic state, created on first use; past ``max_topics`` the oldest is dropped (counted)."""
         t = self._topics.get(topic)
@@ -262,31 +349,78 @@ class SkewAwarePartitioner(Partitioner):
                 del self._topics[next(iter(self._topics))]
                 self.dropped_topics += 1
             t = self._topics[topic] = _Topic(
-                self._new_tracker(), PartitionLoad(self._half_life_s, self._in_flight_weight)
+                self._new_tracker(),
+                PartitionLoad(self._half_life_s, self._in_flight_weight),
+                self.max_tracked_keys,
             )
         return t
 
     def on_ack(self, topic: str, partition: int, size: int = 0) -> None:
         """One record acked by the broker. Acks for a partition this producer never sent to are
         ignored and counted (``counts["acks_ignored"]``), so bad input cannot grow memory."""
-        amount = 1 if self.load_unit == "records" else max(size, 1)
+        self._acked(topic, partition, 1 if self.load_unit == "records" else max(size, 1))
+
+    def _acked(self, topic: str, partition: int, amount: float) -> None:
         with self._lock:
-            t = self._topics.get(topic)
-            if t is None or not t.load.knows(partition):
-                self.counts["acks_ignored"] += 1
-                return
-            t.load.acked(partition, amount, self._clock())
+            self._acked_locked(topic, partition, amount)
+
+    def _acked_locked(self, topic: str, partition: int, amount: float) -> None:
+        t = self._topics.get(topic)
+        if t is None or not t.load.knows(partition):
+            self.counts["acks_ignored"] += 1
+            return
+        t.load.acked(partition, amount, self._clock())
 
     def watch(self, future: Any) -> Any:
-        """Feed the ack of a kafka-python ``send()`` future into the load; returns the future."""
+        """Feed the ack of a kafka-python ``send()`` future into the load; returns the future.
 
-        def ok(md: Any) -> None:
-            size = max(md.serialized_key_size, 0) + max(md.serialized_value_size, 0)
-            self.on_ack(md.topic, md.partition, size)
-
-        future.add_callback(ok)
-        future.add_errback(lambda _exc: self.on_ack_error())
+        Counted per batch: kafka-python 3's record future carries its batch's future
+        (``_produce_future``, with its ``topic_partition``); the records watched in a batch are
+        counted here, and when the batch completes the I/O thread only appends it to a queue
+        (no lock: a lock the sending thread holds would make the I/O thread wait for the GIL
+        too, up to a switch interval, before it sends anything more); the next placement takes
+        the queue into the loads (:meth:`take_acks`). A batch that failed counts its records in
+        ``counts["ack_errors"]`` (a record the broker rejected inside an acked batch counts as
+        acked). With ``load_unit="bytes"``, or a future without a batch future, each record's
+        own callbacks are used."""
+        batch = getattr(future, "_produce_future", None)
+        tp = getattr(batch, "topic_partition", None)
+        if tp is None or self.load_unit != "records":
+            future.add_callback(self._record_acked)
+            future.add_errback(lambda _exc: self.on_ack_error())
+            return future
+        with self._lock:
+            first = batch not in self._batches
+            self._batches[batch] = self._batches.get(batch, 0) + 1
+        if first:  # a batch already done calls back at once; its records are taken then
+            batch.add_both(self._batch_done, batch, tp)
         return future
+
+    def _record_acked(self, md: Any) -> None:
+        self.on_ack(md.topic, md.partition, max(md.serialized_key_size, 0) + max(md.serialized_value_size, 0))
+
+    def _batch_done(self, batch: Any, tp: TopicPartition, _result: Any) -> None:
+        self._done.append((batch, tp, self._clock()))  # deque.append: atomic, no lock
+
+    def take_acks(self) -> None:
+        """Take the batches completed since the last call into the loads (every placement
+        does; call it before reading the loads yourself)."""
+        with self._lock:
+            self._take_acks_locked()
+
+    def _take_acks_locked(self) -> None:
+        done = self._done
+        while done:
+            batch, tp, at = done.popleft()
+            n = self._batches.pop(batch, 0)
+            if batch.exception is not None:
+                self.counts["ack_errors"] += n
+            elif n:
+                t = self._topics.get(tp.topic)
+                if t is None or not t.load.knows(tp.partition):
+                    self.counts["acks_ignored"] += n
+                else:
+                    t.load.acked(tp.partition, n, at)
 
     def on_ack_error(self) -> None:
         """One record failed; counted only: its share of "in flight" decays away (producer.load)."""
@@ -298,10 +432,19 @@ class SkewAwarePartitioner(Partitioner):
             t = self._topics.get(topic)
             return [k for k in t.tracker.hot_keys() if isinstance(k, bytes)] if t else []
 
+    def cached_keys(self) -> int:
+        """Keys held by the per-topic caches of home partitions and hot keys' candidates (each
+        at most ``max_tracked_keys`` per topic)."""
+        with self._lock:
+            return sum(len(t.homes) + len(t.candidates) for t in self._topics.values())
+
     def tracked_keys(self) -> int:
         """Keys held in memory over all topics (bounded by max_topics × (cap + 1/(s − ε)))."""
         with self._lock:
             return sum(t.tracker.tracked() for t in self._topics.values())
+
+
+_NO_FACTORS: list[float] = []  # no latency signal: the loads alone decide
 
 
 def _size(b: bytes | None) -> int:

@@ -26,7 +26,7 @@ from linkwatch.aggregates import (
     StageWindow,
 )
 from spark_metrics import transforms as tf
-from spark_metrics.sketch_merge import stage_windows
+from spark_metrics.sketch_merge import probe_windows, stage_windows
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def aggregate(
         logdirs=logdirs,
         imbalances=tf.all_imbalances(partitions, logdirs),
         client_windows=tf.client_windows(kind(R.SlowRequest), window_s),
-        probes=tf.probe_windows(kind(R.ProbeSample), window_s),
+        probes=probe_windows(kind(R.ProbeSample), window_s),
     )
 
 

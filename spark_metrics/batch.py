@@ -12,6 +12,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from linkwatch.kafka_client import KafkaClientConfig, spark_kafka_options
 from linkwatch.records import SAMPLES_TOPIC
 from spark_metrics.streaming import envelope
 
@@ -47,13 +48,13 @@ def read_archive(
 
 
 def read_kafka(
-    spark: SparkSession, bootstrap: str, from_ms: int, to_ms: int, topic: str = SAMPLES_TOPIC
+    spark: SparkSession, kafka: KafkaClientConfig | str, from_ms: int, to_ms: int, topic: str = SAMPLES_TOPIC
 ) -> DataFrame:
     """Records whose Kafka timestamp and ``ts_ms`` fall in the range, read directly from Kafka.
     Needs the connector jars (``spark_session(kafka=True)``)."""
     raw = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**spark_kafka_options(kafka))
         .option("subscribe", topic)
         .option("startingTimestamp", str(from_ms))
         .option("endingTimestamp", str(to_ms))

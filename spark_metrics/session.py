@@ -11,9 +11,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from linkwatch.errors import SetupError
+
 #: Spark's log4j2 config that writes its log to the file named by ``-Dlinkwatch.spark.log``.
 FILE_LOG_CONFIG = Path(__file__).with_name("log4j2-file.properties")
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: The connector's data source: on the driver's classpath when the session can read Kafka.
+KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
 def spark_session(
@@ -55,6 +59,7 @@ def spark_session(
     if kafka:
         from spark_metrics.jars import kafka_connector_jars
 
+        _refuse_a_driver_without_the_connector()
         builder = builder.config("spark.jars", ",".join(str(p) for p in kafka_connector_jars()))
     extra = dict(extra or {})
     # Spark splits this string like a shell (quotes kept together): the caller's part verbatim,
@@ -73,6 +78,25 @@ def spark_session(
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _refuse_a_driver_without_the_connector() -> None:
+    """The driver's classpath is fixed when its JVM starts (the first session of the process):
+    a JVM started without the connector can never read Kafka, whatever later sessions ask for,
+    and Spark says only "Failed to find data source: kafka" at the first read. Say so here."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is None:  # no JVM yet: this session starts it with the connector
+        return
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    try:
+        jvm.java.lang.Class.forName(KAFKA_SOURCE_CLASS, False, loader)
+    except Exception as exc:  # py4j's error for ClassNotFoundException
+        raise SetupError(
+            "the Spark driver in this process was started without the Kafka connector: the "
+            "first session of a process that reads Kafka must be spark_session(kafka=True)"
+        ) from exc
 
 
 @contextlib.contextmanager

@@ -5,23 +5,12 @@ Pipeline: raw Kafka-shaped rows (``value`` bytes/string, optional ``timestamp``)
 :func:`with_drop_reason` / :func:`records_of` (typed records of one kind, bad ones dropped) →
 :func:`dedup` (on the record ``key``) → aggregates:
 
-* :func:`stage_quantiles` — sketches merged per (broker, request, stage, window) by summing
-  counts per log-bucket key, then p50/p99/p999 by a cumulative sum over the keys (the same
-  arithmetic as :func:`linkwatch.sketch.quantile_from_buckets`). Percentiles are never averaged.
-* :func:`cluster_quantiles` — the same per (request, stage, window) over all brokers.
-  These two are the exploding reference: the analyzer's aggregation computes both levels in
-  one pass with :func:`spark_metrics.sketch_merge.stage_windows` (equal to 1e-9 relative,
-  tested in ``tests/spark_metrics/test_sketch_merge.py``); the probe's sketches still use
-  :func:`_quantiles` (a few rows per broker and window).
+* sketches (stage timings, the probe's) — :mod:`spark_metrics.sketch_merge`, which merges them
+  with the one implementation of the sketch arithmetic (:mod:`aggregation.sketch_math`);
+* :func:`client_windows` — the agents' slow-request exemplars per client, broker and window;
 * :func:`partition_windows`, :func:`logdir_windows` — per topic-partition size and traffic,
-  per log dir usage.
+  per log dir usage;
 * :func:`imbalance` — ``I = max/avg − 1`` of a measure over the members of a group.
-* :func:`client_windows` — the agents' slow-request exemplars per client, broker and window.
-
-Skew: sketches are exploded to (…, bucket key, count) and summed with a partial (map-side)
-aggregation, so a broker or window carrying most of the samples only adds rows to a
-per-key sum bounded by the number of log buckets (a few hundred); the window function that
-accumulates counts runs over at most that many rows per group.
 """
 
 from __future__ import annotations
@@ -30,11 +19,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from linkwatch import records as R
-from linkwatch.aggregates import NONZERO_QUANTILES, QUANTILES
-from linkwatch.sketch import _MAPPING
 from spark_metrics.schema import record_schema, required_fields
-
-STAGE_DIMS = ["broker", "request", "stage", "window_start_ms"]
 
 # --- parsing and dedup ------------------------------------------------------------------------
 
@@ -114,106 +99,7 @@ def window_start(ts_ms: Column | str, window_s: int) -> Column:
     )
 
 
-# --- sketches → quantiles ---------------------------------------------------------------------
-
-
-def key_to_value(key: Column) -> Column:
-    """Spark form of :func:`linkwatch.sketch.key_to_value` (same constants, same arithmetic)."""
-    m = _MAPPING
-    return F.pow(F.lit(2.0), (key - F.lit(m._offset)) / F.lit(m._multiplier)) * F.lit(2.0 / (1 + m.gamma))
-
-
-def logged_requests(sketch: str = "sketch", ratio: str = "capture_ratio") -> Column:
-    """Spark form of :func:`linkwatch.aggregates.logged_requests` for one StageSketch row: its
-    count (zero + bucket counts, null counts adding nothing) times ``capture_ratio`` (1.0 when
-    absent), rounded half up."""
-    count = F.coalesce(F.col(f"{sketch}.zero"), F.lit(0)) + F.aggregate(
-        F.map_values(f"{sketch}.buckets"), F.lit(0).cast("long"), lambda acc, n: acc + F.coalesce(n, F.lit(0))
-    )
-    return F.floor(count * F.coalesce(F.col(ratio), F.lit(1.0)) + F.lit(0.5)).cast("long")
-
-
-def sketch_buckets(sketches: DataFrame, window_s: int) -> tuple[DataFrame, DataFrame]:
-    """``(buckets, totals)`` per broker/request/stage/window: bucket counts summed per key, and
-    the zero count, count, sum and logged requests of the merged sketches."""
-    base = sketches.select(
-        F.col("broker"),
-        F.col("request"),
-        F.col("stage"),
-        window_start("ts_ms", window_s).alias("window_start_ms"),
-        F.col("sketch"),
-        logged_requests().alias("logged"),
-    )
-    buckets = (
-        base.select(*STAGE_DIMS, F.explode("sketch.buckets").alias("bkey", "n"))
-        .groupBy(*STAGE_DIMS, F.col("bkey").cast("int").alias("bkey"))
-        .agg(F.sum("n").alias("n"))
-    )
-    totals = base.groupBy(*STAGE_DIMS).agg(
-        F.sum("sketch.zero").alias("zero"),
-        F.sum("sketch.sum").alias("sum_ms"),
-        F.sum("logged").alias("logged"),
-    )
-    return buckets, totals
-
-
-def _passes(rank: Column):
-    # A one-argument lambda: F.filter treats a second parameter as the element index.
-    return lambda c: F.col("zero") + c["cum"] > rank
-
-
-def _quantiles(buckets: DataFrame, totals: DataFrame, dims: list[str]) -> DataFrame:
-    upto = Window.partitionBy(*dims).orderBy("bkey").rowsBetween(Window.unboundedPreceding, 0)
-    acc = buckets.withColumn("cum", F.sum("n").over(upto))
-    per_group = acc.groupBy(*dims).agg(
-        F.sum("n").alias("bucket_n"), F.collect_list(F.struct("bkey", "cum")).alias("cum")
-    )
-    out = totals.join(per_group, dims, "left").withColumn(
-        "count", (F.col("zero") + F.coalesce("bucket_n", F.lit(0))).cast("long")
-    )
-    # ``logged`` rides along where the totals carry it (stage sketches, not the probe's).
-    cols = [*dims, "count", *(["logged"] if "logged" in totals.columns else [])]
-    for name, q in QUANTILES.items():
-        rank = F.floor(F.lit(q) * (F.col("count") - 1))
-        # First key whose cumulative count (after the zeros) passes the rank.
-        hit = F.filter("cum", _passes(rank))
-        key = F.array_min(F.transform(hit, lambda c: c["bkey"]))
-        value = (
-            F.when(F.col("count") == 0, F.lit(None))
-            .when(rank < F.col("zero"), 0.0)
-            .otherwise(key_to_value(key))
-        )
-        cols.append(value.cast("double").alias(name))
-    for name, q in NONZERO_QUANTILES.items():
-        # The same over the bucket counts alone: rank floor(q · (n − 1)) of the n values above zero.
-        above = F.coalesce("bucket_n", F.lit(0))
-        rank = F.floor(F.lit(q) * (above - 1))
-        hit = F.filter("cum", lambda c: c["cum"] > rank)  # noqa: B023 (used at once)
-        key = F.array_min(F.transform(hit, lambda c: c["bkey"]))
-        value = F.when((F.col("count").isNull()) | (above <= 0), F.lit(None)).otherwise(key_to_value(key))
-        cols.append(value.cast("double").alias(name))
-    cols.append(F.when(F.col("count") > 0, F.col("sum_ms") / F.col("count")).alias("mean_ms"))
-    return out.select(*cols)
-
-
-def stage_quantiles(sketches: DataFrame, window_s: int) -> DataFrame:
-    """StageSketch records → one row per (broker, request, stage, window) with count,
-    p50/p99/p999, the p99 of the values above zero and mean in ms (columns of
-    :class:`linkwatch.aggregates.StageWindow`)."""
-    buckets, totals = sketch_buckets(sketches, window_s)
-    return _quantiles(buckets, totals, STAGE_DIMS)
-
-
-def cluster_quantiles(sketches: DataFrame, window_s: int) -> DataFrame:
-    """The same merged over all brokers per (request, stage, window); ``broker`` is null."""
-    buckets, totals = sketch_buckets(sketches, window_s)
-    dims = STAGE_DIMS[1:]
-    cb = buckets.groupBy(*dims, "bkey").agg(F.sum("n").alias("n"))
-    ct = totals.groupBy(*dims).agg(
-        F.sum("zero").alias("zero"), F.sum("sum_ms").alias("sum_ms"), F.sum("logged").alias("logged")
-    )
-    out = _quantiles(cb, ct, dims)
-    return out.select(F.lit(None).cast("long").alias("broker"), *out.columns)
+# --- exemplars -------------------------------------------------------------------------------
 
 
 def client_windows(slow: DataFrame, window_s: int) -> DataFrame:
@@ -353,65 +239,3 @@ def all_imbalances(partitions: DataFrame, logdirs: DataFrame) -> DataFrame:
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
-
-
-# --- the probe --------------------------------------------------------------------------------
-
-PROBE_DIMS = ["broker", "window_start_ms"]
-
-
-def _probe_sketch_quantiles(base: DataFrame, column: str) -> DataFrame:
-    """p50/p99 of one sketch column of probe samples merged per (broker, window)."""
-    buckets = (
-        base.select(*PROBE_DIMS, F.explode(f"{column}.buckets").alias("bkey", "n"))
-        .groupBy(*PROBE_DIMS, F.col("bkey").cast("int").alias("bkey"))
-        .agg(F.sum("n").alias("n"))
-    )
-    # A sketch that is ``{}`` or absent (commit_latency of a broker coordinating no commit, or of
-    # an older writer) parses to nulls: it counts as empty, so its quantiles are null.
-    totals = base.groupBy(*PROBE_DIMS).agg(
-        F.coalesce(F.sum(f"{column}.zero"), F.lit(0)).alias("zero"),
-        F.coalesce(F.sum(f"{column}.sum"), F.lit(0.0)).alias("sum_ms"),
-    )
-    q = _quantiles(buckets, totals, PROBE_DIMS)
-    return q.select(*PROBE_DIMS, *(F.col(n).alias(f"{column}_{n}") for n in ("p50_ms", "p99_ms")))
-
-
-def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
-    """ProbeSample records → per (leader broker, window): probes sent, ok, decided, availability,
-    p50/p99 of produce and end-to-end latency and p99 of the commits this broker coordinated,
-    from the merged sketches (columns of :class:`linkwatch.aggregates.ProbeBrokerWindow`).
-    Availability is summed counts' ratio, never an average of ratios."""
-    base = samples.select(
-        "broker",
-        window_start("ts_ms", window_s).alias("window_start_ms"),
-        "sent",
-        "ok",
-        F.aggregate(F.map_values("unavailable"), F.lit(0).cast("long"), lambda acc, x: acc + x).alias("bad"),
-        "produce",
-        "end_to_end",
-        "commit_latency",
-    )
-    counts = base.groupBy(*PROBE_DIMS).agg(
-        F.sum("sent").alias("sent"), F.sum("ok").alias("ok"), F.sum("bad").alias("bad")
-    )
-    decided = F.col("ok") + F.col("bad")
-    out = (
-        counts.join(_probe_sketch_quantiles(base, "produce"), PROBE_DIMS, "left")
-        .join(_probe_sketch_quantiles(base, "end_to_end"), PROBE_DIMS, "left")
-        .join(_probe_sketch_quantiles(base, "commit_latency"), PROBE_DIMS, "left")
-        .withColumn("decided", decided)
-    )
-    return out.select(
-        F.col("broker").cast("long").alias("broker"),
-        "window_start_ms",
-        F.col("sent").cast("long").alias("sent"),
-        F.col("ok").cast("long").alias("ok"),
-        F.col("decided").cast("long").alias("decided"),
-        F.when(F.col("decided") > 0, F.col("ok") / F.col("decided")).cast("double").alias("availability"),
-        "produce_p50_ms",
-        "produce_p99_ms",
-        "end_to_end_p50_ms",
-        "end_to_end_p99_ms",
-        F.col("commit_latency_p99_ms").alias("commit_p99_ms"),
-    )

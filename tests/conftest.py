@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from linkwatch.testbed import faults
-from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from testbed import faults
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 _ports = itertools.count()
 

@@ -1,5 +1,5 @@
-"""The import floors (core, subsystems, harness and CLI): the tree keeps them, the picture in
-docs/architecture.md is current, and the checker catches each way of breaking them."""
+"""The import floors (core, findings, subsystems, testbed and CLI): the tree keeps them, the
+picture in docs/architecture.md is current, and the checker catches each way of breaking them."""
 
 from __future__ import annotations
 
@@ -31,11 +31,18 @@ def test_the_picture_in_the_docs_is_current() -> None:
 
 def test_every_package_ships_in_the_wheel() -> None:
     wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
-    assert sorted(wheel["packages"]) == sorted(["linkwatch", *import_graph.subsystems(ROOT)])
+    assert sorted(wheel["packages"]) == import_graph.packages(ROOT)
+
+
+def test_each_floor_holds_what_it_says() -> None:
+    floors = {p: import_graph.floor(p) for p in import_graph.packages(ROOT)}
+    assert {p for p, f in floors.items() if f != "subsystem"} == {"linkwatch", "findings", "testbed", "cli"}
+    assert floors["linkwatch"] == "core" and floors["findings"] == "findings"
+    assert floors["testbed"] == floors["cli"] == "top"
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
-    for pkg in ("linkwatch", "linkwatch/testbed", "linkwatch/commands", "agent", "lag", "tests"):
+    for pkg in ("linkwatch", "findings", "testbed", "cli", "cli/commands", "agent", "lag", "tests"):
         (root / pkg).mkdir(parents=True, exist_ok=True)
         (root / pkg / "__init__.py").write_text("")
     for name, text in files.items():
@@ -46,42 +53,54 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 CASES = [
     # (id, files, expected violations)
     ("subsystem imports core", {"lag/run.py": "from linkwatch.records import X\n"}, []),
+    ("subsystem imports findings", {"lag/run.py": "from findings.pipeline import FindingPipeline\n"}, []),
+    ("findings imports core", {"findings/policy.py": "from linkwatch.records import Finding\n"}, []),
     (
-        "cli imports harness",
-        {"linkwatch/commands/lag.py": "from linkwatch.testbed import demo\nimport lag.run\n"},
+        "cli imports testbed",
+        {"cli/commands/lag.py": "from testbed import demo\nimport lag.run\n"},
         [],
     ),
-    ("harness imports subsystem", {"linkwatch/testbed/demo.py": "from agent import runner\n"}, []),
-    ("tests are no floor", {"tests/test_x.py": "from linkwatch.testbed import cluster\n"}, []),
+    ("testbed imports subsystem", {"testbed/demo.py": "from agent import runner\n"}, []),
+    ("tests are no floor", {"tests/test_x.py": "from testbed import cluster\n"}, []),
     (
         "core imports subsystem lazily",
         {"linkwatch/records.py": "def f():\n    from lag.run import g\n"},
-        ["the core (linkwatch) imports lag (subsystem)"],
+        ["linkwatch (core) imports lag (subsystem), a floor above it"],
     ),
     (
-        "core imports harness",
-        {"linkwatch/config.py": "from linkwatch import testbed\n"},
-        ["the core (linkwatch) imports linkwatch.testbed (top)"],
+        "core imports findings",
+        {"linkwatch/config.py": "from findings.tracker import FindingTracker\n"},
+        ["linkwatch (core) imports findings (findings), a floor above it"],
     ),
     (
-        "core imports harness, relative",
-        {"linkwatch/config.py": "from .testbed import cluster\n"},
-        ["the core (linkwatch) imports linkwatch.testbed (top)"],
+        "core imports testbed",
+        {"linkwatch/config.py": "import testbed\n"},
+        ["linkwatch (core) imports testbed (top), a floor above it"],
     ),
     (
-        "subsystem imports harness",
-        {"agent/run.py": "from linkwatch.testbed.cluster import ClusterState\n"},
-        ["subsystem agent imports linkwatch.testbed (harness/CLI)"],
+        "findings imports a subsystem lazily",
+        {"findings/pipeline.py": "def build():\n    from lag.run import collector\n"},
+        ["findings (findings) imports lag (subsystem), a floor above it"],
+    ),
+    (
+        "subsystem imports testbed",
+        {"agent/run.py": "from testbed.cluster import ClusterState\n"},
+        ["agent (subsystem) imports testbed (top), a floor above it"],
     ),
     (
         "subsystem imports cli",
-        {"lag/run.py": "from linkwatch.cli import main\n"},
-        ["subsystem lag imports linkwatch.cli (harness/CLI)"],
+        {"lag/run.py": "from cli.main import main\n"},
+        ["lag (subsystem) imports cli (top), a floor above it"],
     ),
     (
         "loop between subsystems",
         {"agent/a.py": "import lag.b\n", "lag/b.py": "from agent import a\n"},
         ["packages importing each other in a loop: agent, lag"],
+    ),
+    (
+        "loop between testbed and cli",
+        {"testbed/a.py": "from cli import main\n", "cli/main.py": "import testbed.a\n"},
+        ["packages importing each other in a loop: cli, testbed"],
     ),
 ]
 

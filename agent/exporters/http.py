@@ -27,6 +27,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from linkwatch.errors import ListenError
+
 JSON = "application/json"
 
 
@@ -92,6 +94,8 @@ class AgentHttpServer:
         ready.wait()
         if started[0] is not None:
             self.close()
+            if isinstance(started[0], OSError):
+                raise ListenError("the agent's /metrics", self.host, self.port, started[0]) from None
             raise started[0]
         return self
 

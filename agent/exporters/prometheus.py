@@ -153,6 +153,13 @@ class AgentMetrics(Collector):
         )
         resent.add_metric(base, health.spool_resent)
         yield resent
+        not_saved = CounterMetricFamily(
+            "linkwatch_agent_position_save_failures",
+            "Saves of the request log's position that failed (full or read-only disk); windows still published",
+            labels=["cluster", "broker"],
+        )
+        not_saved.add_metric(base, health.position_save_failures)
+        yield not_saved
         if health.request_log_scanner:
             compiled = GaugeMetricFamily(
                 "linkwatch_agent_compiled_scanner",
@@ -169,6 +176,14 @@ class AgentMetrics(Collector):
             )
             ratio.add_metric(base, health.capture_ratio)
             yield ratio
+            inexact = CounterMetricFamily(
+                "linkwatch_agent_capture_inexact_lines",
+                "Request lines of sampled windows whose capture slice did not go as planned (the logger "
+                "switch through the broker's own admin API failed or was late): kept, counts estimated",
+                labels=["cluster", "broker"],
+            )
+            inexact.add_metric(base, health.capture_inexact)
+            yield inexact
         up = GaugeMetricFamily(
             "linkwatch_agent_source_up",
             "1 if the last read of the source worked",

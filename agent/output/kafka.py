@@ -27,6 +27,7 @@ from typing import Any
 from agent.config import KafkaOutputConfig
 from agent.health import Health
 from agent.output.spool import Spool
+from linkwatch.kafka_client import kafka_python_kwargs
 from linkwatch.records import Record
 
 log = logging.getLogger("linkwatch.agent.kafka")
@@ -193,13 +194,19 @@ class KafkaSink:
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
+        from linkwatch.errors import UnreachableError
+        from linkwatch.reach import check_kafka
+
         timeout_ms = int(self.config.send_timeout_s * 1000)
         try:
+            # Seconds and one line (the source's detail, logged when it changes) for a cluster
+            # that does not answer, not a bootstrap timeout and the client's retry chatter.
+            check_kafka(self.config, "kafka.bootstrap_servers")
             # Idempotent with unbounded retries inside the delivery timeout: the broker drops
             # the producer's own re-sends, so only the sink's re-sends can duplicate a record.
+            kw = kafka_python_kwargs(self.config, "agent")
             self._producer = KafkaProducer(
-                bootstrap_servers=self.config.bootstrap_servers,
-                client_id=self.config.client_id,
+                **(kw | {"client_id": self.config.client_id} if self.config.client_id else kw),
                 acks="all",
                 enable_idempotence=True,
                 linger_ms=50,
@@ -207,7 +214,7 @@ class KafkaSink:
                 request_timeout_ms=timeout_ms,
                 delivery_timeout_ms=int(self.config.delivery_timeout_s * 1000),
             )
-        except (KafkaError, OSError) as e:
+        except (KafkaError, OSError, UnreachableError) as e:
             self._down(e)
             return None
         return self._producer

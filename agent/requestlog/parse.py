@@ -216,7 +216,7 @@ class TimestampParser:
         """Epoch ms of a zone-less ``yyyy-MM-dd HH:mm:ss``, read once and then cached; None if
         it is not a valid time or is ambiguous here (a repeated or skipped local hour: a call
         reads those, in line order). For a caller that reads the milliseconds itself:
-        :func:`agent.requestlog.source.extract`. Leaves :attr:`last_ms` alone."""
+        :func:`agent.requestlog.lines.extract`. Leaves :attr:`last_ms` alone."""
         base = self._cache.get(second)
         if base is None:
             try:

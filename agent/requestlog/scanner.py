@@ -3,7 +3,7 @@ with ctypes: one call per block reads every line's request type, stamp and stage
 reused numpy arrays (:class:`BlockScan`), no Python object per line.
 
 When the library is missing or does not load, :func:`block_scan` gives None and the agent runs the
-pure-Python path (:func:`agent.requestlog.source.ingest_block` takes either); :data:`STATUS`
+pure-Python path (:func:`agent.requestlog.ingest.ingest_block` takes either); :data:`STATUS`
 says which, and :func:`announce` logs it once per process.
 """
 

@@ -3,7 +3,7 @@
 The general parser (:meth:`agent.requestlog.parse.LineParser.parse`) reads a line's stage times
 from its tail object, the text from the line's last ``,"connection":`` to the first
 ``,"securityProtocol":`` after it, wrapped in braces and parsed by orjson. :func:`decode_tails`
-takes those same texts of a block's lines (as :func:`agent.requestlog.source._scan` slices
+takes those same texts of a block's lines (as :func:`agent.requestlog.bulk.scan_lines` slices
 them) and decodes them all with one compiled :class:`msgspec.json.Decoder` call into
 :class:`Tail` Structs that hold only the connection and the seven stage times: no token is split
 or looked up in Python, no dict is built per line.

@@ -297,16 +297,19 @@ class ClosedWindow:
         """Request lines in the window (each line is in its type's ``total`` sketch once)."""
         return sum(int(s.sketch.get("count", 0)) for s in self.sketches if s.stage == "total")
 
-    def scaled(self, factor: int) -> ClosedWindow:
+    def scaled(self, factor: int, exact: bool = True) -> ClosedWindow:
         """The window as estimated for all requests when 1 in ``factor`` was logged (sampled
         capture, :mod:`agent.capture`): every count and sum times ``factor``, ``capture_ratio``
         1/factor. Each logged request stands for ``factor``, so a quantile is still one of the
         logged requests' (at rank ``floor(q (n - 1))`` or the next), minima and maxima are
-        unchanged. Exemplars and ``values`` stay the logged requests themselves."""
-        if factor == 1:
+        unchanged. Exemplars and ``values`` stay the logged requests themselves. ``exact``
+        False marks the sketches ``capture_exact=False`` (the slice did not go as planned)."""
+        if factor == 1 and exact:
             return self
         sketches = [
-            dataclasses.replace(s, sketch=_scaled_sketch(s.sketch, factor), capture_ratio=1 / factor)
+            dataclasses.replace(
+                s, sketch=_scaled_sketch(s.sketch, factor), capture_ratio=1 / factor, capture_exact=exact
+            )
             for s in self.sketches
         ]
         return dataclasses.replace(
@@ -406,7 +409,7 @@ class WindowAggregator:
     @property
     def watermark(self) -> int:
         """The newest line timestamp accounted (ms); a caller that accounts lines itself (the
-        fast path of :func:`agent.requestlog.source.ingest_lines`) sets it before it adds or
+        fast path of :func:`agent.requestlog.ingest.ingest_lines`) sets it before it adds or
         closes, and reads it back after."""
         return self._watermark
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.requestlog.follow import FileFollower
-from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from tests.agent.traffic import create_topic, run_traffic
 
 

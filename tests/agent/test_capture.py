@@ -12,7 +12,7 @@ from kafka import KafkaProducer
 from agent.capture import BrokerLoggerSwitch, at_least_regex, slow_only_filter_yaml, slow_only_regex
 from agent.requestlog.follow import FileFollower
 from linkwatch.errors import SetupError
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 from tests.agent.traffic import create_topic
 
 

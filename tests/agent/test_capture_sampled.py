@@ -25,8 +25,8 @@ from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import Drop, LineParser
 from agent.requestlog.window import ClosedWindow, WindowAggregator
 from linkwatch.sketch import LatencySketch, key_to_value
-from linkwatch.testbed.agents import config_for_node
-from linkwatch.testbed.cluster import ClusterState
+from testbed.agents import config_for_node
+from testbed.cluster import ClusterState
 from tests.agent.traffic import create_topic, run_traffic
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kafka-request-kraft.log"
@@ -144,7 +144,7 @@ def _cfg(**capture) -> dict:
 
 
 BAD = [
-    ("sampled without a listener", _cfg(policy="sampled"), "capture.bootstrap_servers"),
+    ("sampled without a listener", _cfg(policy="sampled"), "capture.kafka.bootstrap_servers"),
     ("unknown policy", _cfg(policy="sometimes"), "capture.policy"),
     (
         "zero budget",
@@ -190,6 +190,33 @@ def test_capture_defaults_change_nothing_on_the_broker() -> None:
     assert cfg.capture.policy == "broker"
 
 
+def test_an_unreachable_capture_listener_fails_the_switch_in_seconds_naming_the_key(tmp_path: Path) -> None:
+    """Not a 30 s bootstrap and the client's retry chatter: one line, through on_error."""
+    import socket
+
+    from agent.runner import Agent
+    from linkwatch.errors import UnreachableError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends
+    cfg = AgentConfig.model_validate(
+        {
+            **_cfg(policy="sampled", bootstrap_servers=f"127.0.0.1:{port}"),
+            "request_log": {"path": str(tmp_path / "r.log"), "position_file": str(tmp_path / "pos")},
+        }
+    )
+    capture = Agent(cfg).capture
+    assert capture is not None
+    started = time.monotonic()
+    with pytest.raises(UnreachableError) as e:
+        capture.switch.set_level("DEBUG")
+    assert time.monotonic() - started < 5
+    assert str(e.value).startswith(
+        f"cannot reach Kafka at capture.kafka.bootstrap_servers 127.0.0.1:{port}: connection refused"
+    )
+
+
 class FakeSwitch:
     """A stand-in for BrokerLoggerSwitch where no broker is wanted: it records the levels it was
     asked for and can fail on demand (the real switch is tested on the cluster below)."""
@@ -228,6 +255,22 @@ def test_failed_switches_are_reported_and_no_window_is_scaled() -> None:
     assert switch.levels[0] == "WARN" and switch.levels[-1] == "WARN"
     now_s = int(time.time())
     assert all(sched.factor(s * 1000) is None for s in range(now_s - 5, now_s + 1))
+    # Such windows are kept at the stride they were planned at (a stalled broker's own admin API
+    # fails exactly while its windows show it): the planned one where planned, now's otherwise.
+    planned = sched.captured()
+    assert planned and all(sched.planned_stride(c.window_start_ms) == c.stride for c in planned)
+    assert sched.planned_stride(0) == sched.stride == 2
+
+
+def test_a_window_kept_inexact_is_marked_and_scaled_at_its_planned_stride() -> None:
+    for win in _windows(FIXTURE.read_bytes().splitlines()):
+        kept = win.scaled(3, exact=False)
+        assert kept.requests_seen == 3 * win.requests_seen
+        assert {s.capture_exact for s in kept.sketches} == {False}
+        assert all(s.capture_ratio == pytest.approx(1 / 3) for s in kept.sketches)
+        assert {s.capture_exact for s in win.scaled(3).sketches} == {True}
+        # unscaled but inexact: still marked (a full-capture window whose switch went wrong)
+        assert {s.capture_exact for s in win.scaled(1, exact=False).sketches} == {False}
 
 
 def test_dry_run_leaves_the_windows_unscaled() -> None:

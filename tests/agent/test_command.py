@@ -7,7 +7,7 @@ import urllib.request
 from pathlib import Path
 
 from agent.config import AgentConfig
-from linkwatch.testbed.agents import start_agent_process
+from testbed.agents import start_agent_process
 from tests.agent.conftest import free_port
 from tests.agent.test_parse import GOOD
 

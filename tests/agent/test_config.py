@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import load_agent_config
-from linkwatch.cli import main
+from cli.main import main
 from linkwatch.errors import ConfigError
 
 SAMPLE = Path(__file__).parents[2] / "config" / "agent.sample.yaml"
@@ -16,7 +16,7 @@ SAMPLE = Path(__file__).parents[2] / "config" / "agent.sample.yaml"
 def test_sample_config_is_valid() -> None:
     cfg = load_agent_config(SAMPLE)
     assert cfg.broker_id == 1
-    assert cfg.prometheus.host == "127.0.0.1"
+    assert cfg.metrics.host == "127.0.0.1"
 
 
 BAD = [

@@ -1,4 +1,4 @@
-"""The fast extractor (:func:`agent.requestlog.source.extract`) against the general parser.
+"""The fast extractor (:func:`agent.requestlog.lines.extract`) against the general parser.
 
 Both committed captures (tests/agent/fixtures: ``kafka-request.log``, a broker of a 3-broker
 cluster under produce and consume traffic; ``kafka-request-kraft.log``, a combined
@@ -21,8 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.health import Health
+from agent.requestlog.bulk import ingest_python
+from agent.requestlog.ingest import ingest_block, ingest_lines
+from agent.requestlog.lines import extract
 from agent.requestlog.parse import STAGE_KEYS, LineParser, stage_drop_reason
-from agent.requestlog.source import _ingest_fast, extract, ingest_block, ingest_lines
 from agent.requestlog.typed import Tail, decode_tails
 from agent.requestlog.window import ClosedWindow, WindowAggregator, row_of
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
@@ -219,7 +221,7 @@ def test_ingest_of_real_and_mutated_lines_equals_the_general_path(lines: list[by
     assert got_health.lines_read == len(lines)
 
 
-# -- the bulk path of ingest_block (_ingest_fast): whole blocks of usual lines in one window ----
+# -- the bulk path of ingest_block (bulk.ingest_python): whole blocks of usual lines in one window ----
 
 # One window holds both captures (they are two days apart): every block can take the bulk path.
 ONE_WINDOW = {"window_s": 10**6, "grace_s": 0.5, "slow_threshold_ms": 20.0, "max_exemplars": 3}
@@ -233,7 +235,7 @@ def bulk_and_general(lines: list[bytes], **options: float) -> tuple[list, list, 
     want = reference(lines, WindowAggregator(cluster="t", broker=2, clock=clock, **options), want_health)
     agg = WindowAggregator(cluster="t", broker=2, clock=clock, **options)
     block = b"".join(line + b"\n" for line in lines)
-    closed = _ingest_fast(block, LineParser(), agg, got_health)
+    closed = ingest_python(block, LineParser(), agg, got_health)
     took = closed is not None
     if closed is None:
         closed = ingest_block(block, LineParser(), agg, got_health)

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from agent.exporters.http import AgentHttpServer, HttpLimits
+from linkwatch.errors import ListenError
 
 
 @pytest.fixture
@@ -126,8 +127,11 @@ def test_port_in_use_fails_at_start() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        with pytest.raises(OSError):
-            AgentHttpServer(CollectorRegistry(), port=taken.getsockname()[1]).start()
+        port = taken.getsockname()[1]
+        with pytest.raises(
+            ListenError, match=f"cannot listen on 127.0.0.1:{port}: the address is already in use"
+        ):
+            AgentHttpServer(CollectorRegistry(), port=port).start()
 
 
 def test_scrapes_do_not_wait_behind_slow_page_cache_checks(server: AgentHttpServer) -> None:

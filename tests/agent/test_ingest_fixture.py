@@ -3,7 +3,7 @@
 traffic; made by scripts/capture_request_log.py).
 
 * every line parses, into the request types the broker served;
-* the inline ingest loop (:func:`agent.requestlog.source.ingest_lines`) gives exactly what the
+* the inline ingest loop (:func:`agent.requestlog.ingest.ingest_lines`) gives exactly what the
   general path (``WindowAggregator.add(LineParser.parse(line))`` line by line) gives — on the
   real lines, with malformed and late lines mixed in, at several thresholds and window sizes;
 * window sketches are bucket for bucket the ones ``LatencySketch.add`` builds from the same
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from agent.health import Health
+from agent.requestlog.ingest import ingest_lines
 from agent.requestlog.parse import Drop, LineParser
-from agent.requestlog.source import ingest_lines
 from agent.requestlog.window import HISTOGRAM_BOUNDS_MS, ClosedWindow, WindowAggregator
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, STAGES
 from linkwatch.sketch import LatencySketch, exact_quantile

@@ -15,7 +15,7 @@ from agent.jmx.collector import JMX_STAGES, ExporterReader, JmxCollector, Joloki
 from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import LineParser
 from linkwatch.records import PRODUCE, STAGES, BrokerGauges
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 from tests.agent.conftest import Monitoring, free_port
 from tests.agent.traffic import create_topic
 

@@ -31,8 +31,8 @@ from agent.health import Health
 from agent.output.kafka import KafkaSink
 from agent.requestlog.window import ClosedWindow
 from linkwatch.records import SAMPLES_TOPIC, BrokerGauges, decode
-from linkwatch.testbed.agents import config_for_node, start_agents_in_process
-from linkwatch.testbed.cluster import ClusterState
+from testbed.agents import config_for_node, start_agents_in_process
+from testbed.cluster import ClusterState
 from tests.agent.conftest import Monitoring
 from tests.agent.traffic import create_topic, run_traffic
 
@@ -89,7 +89,7 @@ def test_every_window_arrives_exactly_once_across_an_outage(
             cluster="test",
             poll_interval_s=0.2,
             request_log={"window_s": 2, "grace_s": 1, "slow_threshold_ms": 100},
-            prometheus={"enabled": False},
+            metrics={"enabled": False},
             jmx={"jolokia_url": None},
             log_dirs={"paths": []},  # only window records, so the expected set is exact
             host={"enabled": False},

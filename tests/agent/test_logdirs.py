@@ -11,7 +11,7 @@ import pytest
 from agent.health import Health
 from agent.logdirs import HostCollector, LogDirCollector, page_cache_bytes, parse_partition_dir
 from linkwatch.records import HostStats, LogDirUsage, PartitionSize
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 from tests.agent.conftest import Captured
 
 

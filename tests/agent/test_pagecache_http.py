@@ -14,7 +14,7 @@ import pytest
 from agent.config import AgentConfig
 from agent.runner import Agent
 from linkwatch.pagecache import PAGE
-from linkwatch.testbed.faults import evict_page_cache
+from testbed.faults import evict_page_cache
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
 from linkwatch.records import FETCH_CONSUMER
 from linkwatch.sketch import LatencySketch
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.faults import PauseDutyCycle
+from testbed.cluster import ClusterState
+from testbed.faults import PauseDutyCycle
 from tests.agent.traffic import create_topic, run_traffic
 
 # Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agent.health import Health
+from agent.requestlog.ingest import ingest_lines
 from agent.requestlog.parse import LineParser
-from agent.requestlog.source import ingest_lines
 from agent.requestlog.window import ClosedWindow, WindowAggregator
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, STAGES, StageSketch, decode
 from linkwatch.sketch import LatencySketch, exact_quantile

@@ -19,8 +19,9 @@ from agent.config import load_agent_config
 from agent.health import Health
 from agent.requestlog import follow
 from agent.requestlog.follow import MAX_POLL_BYTES, FileFollower
+from agent.requestlog.ingest import ingest_lines
 from agent.requestlog.parse import LineParser
-from agent.requestlog.source import RequestLogSource, ingest_lines
+from agent.requestlog.source import RequestLogSource
 from agent.requestlog.window import ClosedWindow, WindowAggregator
 from agent.runner import Agent
 from linkwatch.errors import ConfigError

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from agent.health import Health
 from agent.requestlog.follow import FileFollower
+from agent.requestlog.ingest import ingest_lines
 from agent.requestlog.parse import Drop, LineParser, TimestampParser
-from agent.requestlog.source import ingest_lines
 from agent.requestlog.window import MAX_OPEN_WINDOWS, WindowAggregator
 from tests.agent.test_requestlog_faults import counted, request_line
 

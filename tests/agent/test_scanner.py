@@ -20,7 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.health import Health
-from agent.requestlog import scanner, source
+from agent.requestlog import bulk, scanner, source
+from agent.requestlog import ingest as ingest_module
 from agent.requestlog.parse import Drop, LineParser
 from agent.requestlog.window import ClosedWindow, WindowAggregator, row_of
 from tests.agent.test_extract import ALL_LINES, BOUNDED, CAPTURES, SHAPES, mutated_line
@@ -136,7 +137,7 @@ def ingest(
     blocks over), with or without the compiled scanner; the windows, health and raw windows."""
     with monkeypatch.context() as m:
         if not compiled:
-            m.setattr(source, "block_scan", lambda: None)
+            m.setattr(ingest_module, "block_scan", lambda: None)
         health, agg, parser = (
             Health(),
             WindowAggregator(cluster="t", broker=2, clock=CLOCK, **options),
@@ -145,7 +146,7 @@ def ingest(
         closed: list[ClosedWindow] = []
         for i in range(0, len(lines), block_lines):
             block = b"".join(line + b"\n" for line in lines[i : i + block_lines])
-            closed += source.ingest_block(block, parser, agg, health)
+            closed += ingest_module.ingest_block(block, parser, agg, health)
         closed += agg.close_all()
     return snapshot(closed), health, closed
 
@@ -216,7 +217,7 @@ def test_a_whole_capture_takes_the_compiled_bulk_path(name: str) -> None:
     block = b"".join(line + b"\n" for line in CAPTURES[name])
     scan = scanner.block_scan()
     assert scan is not None
-    assert source._ingest_compiled(block, LineParser(), agg, Health(), scan) == []
+    assert bulk.ingest_compiled(block, LineParser(), agg, Health(), scan) == []
 
 
 def test_rows_held_past_the_bound_are_folded_to_the_same_windows(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 
 MARKER = "Completed request:"
 STAGE_KEYS = {s: f"{s}TimeMs" for s in R.STAGES}

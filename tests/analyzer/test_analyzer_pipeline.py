@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.base import Decision
 from analyzer.service import AnalysisService, AnalyzerConfig, PipelineSink
+from findings.policy import Action, decide
 from linkwatch.records import Finding
 
 
@@ -30,7 +30,7 @@ def test_without_section_behaviour_unchanged(tmp_path: Path) -> None:
     service = AnalysisService(cfg, sinks=[])
     assert service.pipeline is None
     assert not any(isinstance(s, PipelineSink) for s in service.engine.sinks)
-    assert service.engine.policy.decide(finding("info")).decision is Decision.CHECK_LATER
+    assert decide(finding("info"), service.engine.policy, can_remediate=False).action is Action.CHECK_LATER
 
 
 def test_with_section_every_finding_reaches_the_pipeline(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_with_section_every_finding_reaches_the_pipeline(tmp_path: Path) -> None
     service = AnalysisService(cfg, sinks=[])
     assert service.pipeline is not None
     # The engine passes everything on (info included); the pipeline's policy decides.
-    assert service.engine.policy.decide(finding("info")).decision is Decision.ALERT
+    assert decide(finding("info"), service.engine.policy, can_remediate=False).action is Action.NOTIFY
     service.engine.act(finding("warning"))
     service.engine.act(finding("warning", active=False))
     mem = service.pipeline.dispatcher.notifiers[0].hook

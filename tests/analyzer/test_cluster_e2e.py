@@ -31,8 +31,8 @@ from analyzer.service import AnalysisService, AnalyzerConfig, HotKeySampling, Pr
 from analyzer.slow_broker import SlowBrokerConfig
 from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
-from linkwatch.testbed import faults
-from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic
+from testbed import faults
+from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
 from tests.analyzer.request_log_feed import RequestLogFeed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
@@ -112,7 +112,7 @@ def test_restart_from_checkpoint_counts_each_window_once(cluster3, admin, tmp_pa
     ensure_topic(admin, topic, 2, 1)
     spark = spark_session(kafka=True, shuffle_partitions=2, extra=_session_extra())
     opts = StreamOptions(
-        bootstrap=cluster3.bootstrap,
+        kafka=cluster3.bootstrap,
         archive_dir=tmp_path / "archive",
         checkpoint_dir=tmp_path / "checkpoint",
         topic=topic,
@@ -175,21 +175,14 @@ class Live:
         )
 
     def causes(self, request: str = "Produce", last: int = 24) -> str:
-        """Each recent window as Rules 3, 5, 9, 10 and 12 read it (for a failure's message: the
-        rows are gone with the run)."""
-        from analyzer.slow_broker import _Table
+        """Each recent window as the blame model reads it (for a failure's message: the rows are
+        gone with the run)."""
+        from analyzer.slow_broker import explain
 
         cfg = SlowBrokerConfig(**self.service.cfg.detectors["slow_broker"])
-        table = _Table(self.service.last.broker_stages)
-        lines = []
-        for w in sorted(table.rows.get((request, "total"), {}))[-last:]:
-            c = table.cause(request, w, cfg)
-            p99 = {b: round(r.p99_ms or 0.0) for b, r in sorted(c.usable.items())}
-            lines.append(
-                f"{w}: p99 {p99} above {sorted(c.above)} waiting {list(c.waiting)} suspect {c.suspect} "
-                f"culprit {c.culprit} left_out {c.left_out} stopped {c.stopped}"
-            )
-        return "\n".join(lines)
+        data = self.service.last
+        now_ms = max((r.window_start_ms for r in data.broker_stages), default=0) + data.window_s * 1000
+        return "\n".join(explain(data, now_ms, cfg)[-last:])
 
     def slow_emitted(self, since: int = 0) -> list[str]:
         """Subjects of the slow_broker / cluster_slow findings raised from ``sink.emitted[since]``."""

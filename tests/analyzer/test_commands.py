@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from linkwatch.cli import main
+from cli.main import main
 
 
 @pytest.mark.parametrize(

@@ -7,19 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.base import (
-    DETECTOR_GROUP,
-    Decision,
-    Detector,
-    DetectorGauge,
-    GaugeValues,
-    InMemorySink,
-    PolicyConfig,
-    SeverityPolicy,
-)
+from analyzer.base import DETECTOR_GROUP, Detector, DetectorGauge, GaugeValues, InMemorySink
 from analyzer.engine import Engine
 from analyzer.registry import available, load_detectors
 from analyzer.sinks import PrometheusSink
+from findings.policy import Action, SeverityPolicyConfig, decide
 from linkwatch.aggregates import Aggregates
 from linkwatch.errors import ConfigError
 from linkwatch.records import Finding
@@ -138,15 +130,21 @@ def test_detector_gauges_reach_prometheus_and_a_failing_one_is_isolated() -> Non
 
 
 @pytest.mark.parametrize(
-    ("config", "severity", "rule", "decision"),
+    ("config", "severity", "rule", "action"),
     [
-        (PolicyConfig(), "warning", "slow_broker", Decision.ALERT),
-        (PolicyConfig(), "info", "hot_keys", Decision.CHECK_LATER),
-        (PolicyConfig(by_rule={"hot_keys": Decision.IGNORE}), "critical", "hot_keys", Decision.IGNORE),
-        (PolicyConfig(by_severity={"warning": Decision.IGNORE}), "warning", "x", Decision.IGNORE),
+        (SeverityPolicyConfig(), "warning", "slow_broker", Action.NOTIFY),
+        (SeverityPolicyConfig(), "info", "hot_keys", Action.CHECK_LATER),
+        (SeverityPolicyConfig(by_rule={"hot_keys": Action.IGNORE}), "critical", "hot_keys", Action.IGNORE),
+        (SeverityPolicyConfig(by_severity={"warning": Action.IGNORE}), "warning", "x", Action.IGNORE),
+        # by_rule wins over by_severity; a severity not listed notifies
+        (SeverityPolicyConfig(by_rule={"x": Action.NOTIFY}), "info", "x", Action.NOTIFY),
+        (SeverityPolicyConfig(by_severity={}), "info", "x", Action.NOTIFY),
+        # a rule name is matched literally, never as a glob
+        (SeverityPolicyConfig(by_rule={"h*": Action.IGNORE}), "warning", "hot_keys", Action.NOTIFY),
+        (SeverityPolicyConfig(by_rule={"h*": Action.IGNORE}), "warning", "h*", Action.IGNORE),
     ],
 )
-def test_policy(config, severity, rule, decision) -> None:
+def test_policy(config, severity, rule, action) -> None:
     f = Finding(
         cluster="c",
         source="a",
@@ -158,4 +156,4 @@ def test_policy(config, severity, rule, decision) -> None:
         evidence={},
         action="",
     )
-    assert SeverityPolicy(config).decide(f).decision is decision
+    assert decide(f, config.as_policy(), can_remediate=False).action is action

@@ -11,8 +11,8 @@ import pytest
 from analyzer.report import evaluate_range, render_html, render_json, render_table
 from analyzer.sinks import PrometheusSink, TerminalSink
 from analyzer.slow_broker import SlowBrokerDetector
+from cli.commands.report import parse_time
 from linkwatch.aggregates import Aggregates, ImbalanceWindow
-from linkwatch.commands.report import parse_time
 from linkwatch.errors import ConfigError
 from linkwatch.records import Finding
 from tests.analyzer.test_slow_broker import T0, now_after, scenario, slow_in, window
@@ -41,8 +41,9 @@ def _data() -> Aggregates:
 def test_range_reports_first_and_last_active() -> None:
     report = evaluate_range([SlowBrokerDetector()], _data(), T0, now_after(12))
     [r] = report.findings
-    # fires at the end of the 2nd slow window (window 4), clears when the score falls to 1 (window 11)
-    assert (r.finding.subject, r.first_ms, r.last_ms) == ("broker:2", now_after(5), now_after(11))
+    # fires at the end of the 2nd slow window (window 4); last active at the end of window 9, the
+    # 2nd healthy one (clear_windows: 3 healthy windows in a row clear it)
+    assert (r.finding.subject, r.first_ms, r.last_ms) == ("broker:2", now_after(5), now_after(10))
 
 
 def test_renderers() -> None:
@@ -51,10 +52,14 @@ def test_renderers() -> None:
     assert [(f["subject"], f["first_active_ms"]) for f in doc["findings"]] == [("broker:2", now_after(5))]
     assert "broker:2" in render_table(report)
     page = render_html(report)
-    # p99 Produce, stage bars, imbalance (FetchConsumer: no data); plotly.js draws each chart
+    # stage breakdown, p99 Produce, imbalance (FetchConsumer: no data); plotly.js draws each chart
     assert page.count('class="plotly-graph-div"') == 3
-    assert "FetchConsumer: p99 total time per broker: no data" in page
-    assert "threshold 300" in page and "broker:2: stage p99 above peers" in page
+    assert (
+        "FetchConsumer: p99 of the slowest stage per broker (remote, the wait by design, left out): no data"
+        in page
+    )
+    assert "threshold 300" in page and "broker:2 Produce: p99 per stage against its peers" in page
+    assert "stage p99 above peers" not in page  # the detector's summed excess: superseded
     # plotly.js is inlined; no element loads anything (the bundle itself holds URLs as text)
     assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)=\"?https?://", page), (
         "the page must not load anything"

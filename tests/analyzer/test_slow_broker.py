@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, walk_score
+from findings.policy import Action, FindingPolicyConfig, PolicyRule, decide
 from linkwatch.aggregates import Aggregates, ClientWindow, StageWindow
 from linkwatch.records import Finding
-from remediation.policy import Action, FindingPolicyConfig, PolicyRule, decide
 
 WINDOW_S = 10
 T0 = 1_700_000_000_000
@@ -485,7 +485,10 @@ CASES = [
         # The live e2e's shape on a quiet machine: broker 2 named once (Rule 9), then left out
         # below the line while 0 and 1 wait on it (its own remote too high for Rule 5's check),
         # or all three wait.
-        "paused broker 2 named once, then left out or everyone waiting: not cluster-wide",
+        # Its first window has two families of evidence against it (its own stage out of line,
+        # its peers waiting on it), which fires at once; the windows after it leave it out or
+        # have everyone waiting, and are its (held), not the cluster's.
+        "paused broker 2 named once, then left out or everyone waiting: broker 2, not cluster-wide",
         10,
         3,
         {
@@ -493,7 +496,7 @@ CASES = [
             1: {i: waiting(450.0) for i in range(2, 10)},
             2: {2: paused(2)} | {i: waiting(450.0) for i in (4, 6, 8)} | {i: LEFT_OUT for i in (3, 5, 7, 9)},
         },
-        {},
+        {("slow_broker", "broker:2"): "requestQueue"},
     ),
     (
         "named once, but the brokers left out vary (each slowed alike in turn): cluster-wide",
@@ -787,11 +790,13 @@ CASES = [
         {},
     ),
     (
-        "Rule 13 no false positive: told apart twice, two all-waiting windows between (one held)",
+        # Run 22's paused broker 2: the all-waiting windows between are its (the lookback names it
+        # alone), so its early warning holds through them; below the line, never remediated.
+        "told apart twice, two all-waiting windows between: broker 2's early warning",
         12,
         3,
         {b: waits(b, RUN22_PAUSE_400_TWICE) for b in range(3)},
-        {},
+        {("degraded_broker", "broker:2"): "remote"},
     ),
     (
         "run 22's handlers starved: request queue out of line, the total above the line then just"
@@ -845,14 +850,16 @@ CASES = [
     ),
     (
         # Its peers' median is 100 ms (the other leader's 180, broker 2's 20): it is slow by Rule 1.
-        "one leader above the line, the other's remote under the wait floor: the leader is slow itself",
+        # Leader 0 waits 370 ms, leader 1 120 ms, broker 2 3 ms: with every partition on all
+        # three, the follower both wait on is the one that does not wait (told apart), not leader 0.
+        "one leader above the line, the other waiting under the wait floor, broker 2 not: the follower is 2",
         16,
         3,
         {
             0: {i: waiting(380.0) for i in range(8, 16)},
             1: {i: waiting(180.0) | {"stage_p99": {**BUSY_STAGES, "remote": 120.0}} for i in range(8, 16)},
         },
-        {("slow_broker", "broker:0"): "remote"},
+        {("slow_broker", "broker:2"): "remote"},
     ),
     (
         "Rule 12: serving few with nobody waiting (leadership moved away) is nothing",
@@ -862,14 +869,17 @@ CASES = [
         {},
     ),
     (
-        "Rule 12: a broker that always serves a third of its peers' is not stopped",
+        # Serving a third of its peers' always is its baseline, not a stall (no serves-few
+        # evidence); its peers' acks=all requests waiting 170 ms while its own do not still tell
+        # it apart as the follower they wait on: an early warning, never remediated.
+        "a broker that always serves a third of its peers' is not stopped; told apart, it is warned of",
         16,
         3,
         {
             2: {i: {"count": 33} for i in range(16)},
             **{b: {i: waiting(180.0) for i in range(8, 16)} for b in (0, 1)},
         },
-        {},
+        {("degraded_broker", "broker:2"): "remote"},
     ),
     (
         # The fault matrix's soak (run 4): consumers of two brokers waited out their polls, and
@@ -1030,7 +1040,9 @@ CASES = [
             0: {i: waiting(840.0) for i in range(3, 10)},
             1: {i: waiting(870.0) for i in range(3, 10)},
         },
-        {("slow_broker", "broker:2"): "requestQueue"},
+        # A paused JVM holds whichever stage its requests are in: two windows each of the request
+        # and the response queue; the larger summed excess names it.
+        {("slow_broker", "broker:2"): "responseQueue"},
     ),
     (
         "every broker paused alike, all waiting in remote: one cluster-wide finding, nobody blamed",
@@ -1055,13 +1067,14 @@ CASES = [
     ),
     (
         # Also from that run: after the slowdown fired and faded, one leader waits on its
-        # followers alone for four windows. Not a finding remediation may act on (Rule 6).
-        "cluster-wide slowdown fired, then one leader alone waits in remote: held",
+        # followers alone for four windows, nobody told apart: its own finding, stage remote,
+        # follower unknown, which no remediation acts on (the policy's foreign stage).
+        "cluster-wide slowdown fired, then one leader alone waits in remote: its wait, follower unknown",
         9,
         3,
         {b: {i: waiting(450.0) for i in range(5)} for b in range(3)}
         | {2: {i: waiting(450.0) for i in range(9)}},
-        {},
+        {("slow_broker", "broker:2"): "remote"},
     ),
     (
         # The fault matrix's run 5: its warm-up read cluster-wide for two windows 90 s before a
@@ -1075,7 +1088,10 @@ CASES = [
         {("slow_broker", "broker:2"): "remote"},
     ),
     (
-        "loaded machine: one window in which one broker's request queue spikes, others waiting",
+        # One slow window of its own is one window: never remediable alone. Its peers' acks=all
+        # requests waiting 240-270 ms in every window while its own do not tell it apart as their
+        # follower: an early warning.
+        "loaded machine: one window in which one broker's request queue spikes, others waiting: warned of",
         10,
         3,
         {
@@ -1083,7 +1099,7 @@ CASES = [
             0: {i: waiting(250.0) for i in range(3, 10)},
             1: {i: waiting(280.0) for i in range(3, 10)},
         },
-        {},
+        {("degraded_broker", "broker:2"): "remote"},
     ),
     # -- Rule 7: a slow client is the client's finding --------------------------------------
     (
@@ -1129,7 +1145,7 @@ def test_rule6_holds_a_new_finding_but_never_clears_an_active_one() -> None:
     """Broker 2 found slow; then one window reads cluster-wide: the finding stays active (no
     clear-and-raise-again, which would restore and demote the broker in turn). A broker first
     flagged in such a window is not raised."""
-    from analyzer.engine import FindingTracker
+    from findings.tracker import FindingTracker
 
     detector, tracker = SlowBrokerDetector(), FindingTracker()
     alone = scenario(8, 3, {2: slow_in(range(2, 8))})
@@ -1151,16 +1167,20 @@ def test_unfinished_window_is_not_judged() -> None:
     assert [f.subject for f in SlowBrokerDetector().detect(data, now_after(8))] == ["broker:2"]
 
 
-def test_remote_stage_names_the_slowest_follower() -> None:
+def test_a_leaders_wait_goes_to_the_follower_whose_own_work_is_out_of_line() -> None:
+    """Leader 0 waits in remote; broker 1's own local is out of line (under the line itself): the
+    wait is broker 1's, its finding names the leader waiting on it, and leader 0 has none."""
     special = {0: slow_in(range(8), stage="remote"), 1: {i: {"p99": 120.0} for i in range(8)}}
-    found = SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))
-    [finding] = [f for f in found if f.rule == "slow_broker"]
-    assert (finding.subject, finding.evidence["stage"], finding.evidence["slow_follower"]) == (
-        "broker:0",
-        "remote",
+    [finding] = SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))
+    ev = finding.evidence
+    assert (finding.rule, finding.subject, ev["stage"], ev["slow_follower"], ev["leaders_waiting"]) == (
+        "slow_broker",
+        "broker:1",
+        "local",
         1,
+        [0],
     )
-    assert "broker 1" in finding.action
+    assert ev["families"] == ["own work", "peers wait on it"] and "disks of broker 1" in finding.action
 
 
 def test_folded_leader_is_named_in_the_follower_finding() -> None:
@@ -1185,18 +1205,21 @@ def test_score_rises_and_falls_with_consecutive_windows() -> None:
     cfg = SlowBrokerConfig()
     walked = [walk_score([True] * k, cfg) for k in range(1, 8)]
     assert walked == [(1, False), (2, True), (3, True), (4, True), (5, True), (5, True), (5, True)]
-    assert walk_score([True] * 6 + [False] * 3, cfg) == (2, True)  # hysteresis: still above clear_score
-    assert walk_score([True] * 6 + [False] * 4, cfg) == (1, False)
+    # Hysteresis by evidence: active until clear_windows (3) healthy windows in a row.
+    assert walk_score([True] * 6 + [False] * 2, cfg) == (3, True)
+    assert walk_score([True] * 6 + [False] * 3, cfg) == (0, False)
+    assert walk_score([True] * 6 + [False] * 2 + [True] + [False] * 2, cfg) == (2, True)  # no clear mid-fault
     assert walk_score([True, False] * 6, cfg) == (0, False)  # one noisy window at a time never fires
-    # Rule 12: a window that is no evidence either way (None) holds the score.
+    # A window that is no evidence either way (None) holds the score and the healthy streak.
     assert walk_score([True, None, None, True], cfg) == (2, True)
     assert walk_score([True, None, False, None, True], cfg) == (1, False)
-    assert walk_score([True, True, None, False, None], cfg) == (1, False)
+    assert walk_score([True, True, None, False, None], cfg) == (1, True)
+    assert walk_score([True, True, False, None, False, None, False], cfg) == (0, False)
 
 
 def test_scores_for_every_broker() -> None:
     scores = broker_scores(scenario(8, 3, {2: slow_in(range(3, 8))}), now_after(8), SlowBrokerConfig())
-    assert {k: s.score for k, s in scores.items()} == {
+    assert scores == {
         (0, "Produce"): 0,
         (1, "Produce"): 0,
         (2, "Produce"): 5,
@@ -1209,9 +1232,11 @@ def test_stalled_follower_names_the_waiting_leaders_and_clears() -> None:
     ev = f.evidence
     assert (f.subject, ev["slow_follower"], ev["leaders_waiting"]) == ("broker:2", 2, [0, 1])
     assert ev["slow_windows"] == [window(i) for i in range(2, 6)]
-    assert ev["values"]["own_p99_ms"] == [20.0] * 6 and f.to_json()
-    # Fault removed: four normal windows later the score is down to clear_score.
-    assert SlowBrokerDetector().detect(scenario(10, 3, special), now_after(10)) == []
+    assert ev["values"]["p99_ms"] == [20.0] * 6 and ev["values"]["peers_remote_p99_ms"][2:] == [785.0] * 4
+    assert f.to_json()
+    # Fault removed: clear_windows (3) healthy windows later it clears, not before.
+    assert len(SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))) == 1
+    assert SlowBrokerDetector().detect(scenario(9, 3, special), now_after(9)) == []
 
 
 def test_slow_client_names_the_slowest_client_and_is_never_remediated() -> None:
@@ -1257,7 +1282,8 @@ def test_degraded_finding_carries_the_stage_figures_and_is_never_remediated() ->
     assert (f.rule, f.subject, f.severity, ev["stage"]) == ("degraded_broker", "broker:1", "info", "local")
     assert ev["values"]["stage_p99_ms"] == [40.0] * 8
     assert ev["baseline"]["peers_median_stage_p99_ms"] == [2.2] * 8
-    assert "40 ms" in f.summary and "disks of broker 1" in f.action and f.to_json()
+    assert ev["families"] == ["own work"] and ev["signals"][-1]["signals"][0]["stage"] == "local"
+    assert "local is out of line" in f.summary and "disks of broker 1" in f.action and f.to_json()
     assert decide(f, FindingPolicyConfig(), can_remediate=True).action is not Action.REMEDIATE
     # Even a policy row asking to remediate it only notifies: its severity is below warning.
     asks = FindingPolicyConfig(rules=[PolicyRule(rule="degraded_broker", action=Action.REMEDIATE)])
@@ -1265,8 +1291,8 @@ def test_degraded_finding_carries_the_stage_figures_and_is_never_remediated() ->
 
 
 def waited_on_broker_2(f: Finding, served_few: bool) -> list[float]:
-    """Checks the early warning of Rules 12 and 13 on broker 2 (stage remote, info, never
-    remediated); returns the peers' remote p99 of the windows that named it."""
+    """Checks the early warning on broker 2 as the follower its peers wait on (stage remote, info,
+    never remediated); returns the peers' waited remote p99 of the windows that named it."""
     ev = f.evidence
     assert (f.rule, f.subject, f.severity, ev["stage"], ev["served_few"]) == (
         "degraded_broker",
@@ -1286,14 +1312,13 @@ def test_a_follower_its_peers_wait_on_says_so_and_is_never_remediated() -> None:
     )
     waited = waited_on_broker_2(f, served_few=True)
     assert waited and min(waited) >= 140.0 and f.evidence["baseline"]["own_remote_p99_ms"][-1] == 0.0
-    assert "serves few Produce requests" in f.summary and "GC or process pauses" in f.action
-    # Stopped ratio configurable: at 0.5 the broker serving 55 % of its usual is not stopped.
-    assert (
-        SlowBrokerDetector(SlowBrokerConfig(stopped_ratio=0.5)).detect(
-            scenario(16, 3, {b: stalled_below_line(b) for b in range(3)}), now_after(16)
-        )
-        == []
+    assert "serves far fewer requests" in f.summary and "JVM pauses" in f.action
+    # Stopped ratio configurable: at 0.5 the broker serving 55 % of its usual does not serve few;
+    # its peers waiting on it still tell it apart.
+    [g] = SlowBrokerDetector(SlowBrokerConfig(stopped_ratio=0.5)).detect(
+        scenario(16, 3, {b: stalled_below_line(b) for b in range(3)}), now_after(16)
     )
+    waited_on_broker_2(g, served_few=False)
 
 
 def test_no_early_warning_follows_a_cleared_slow_finding() -> None:
@@ -1302,17 +1327,17 @@ def test_no_early_warning_follows_a_cleared_slow_finding() -> None:
     line by design). The fetches' degraded score outlasts the Produce finding; within
     hold_windows of it, it is no new finding (run 22's handlers starved, replayed: a
     degraded_broker 38 s after the fault, once its slow_broker had cleared)."""
-    produce = scenario(10, 3, {2: slow_in(range(2, 6), stage="requestQueue")})
+    produce = scenario(12, 3, {2: slow_in(range(2, 6), stage="requestQueue")})
     polls = {
         b: {
             i: long_poll(498.0) | {"stage_p99": {**BUSY_STAGES, "remote": 490.0, "requestQueue": 5.0}}
-            for i in range(10)
+            for i in range(12)
         }
         for b in range(3)
     }
     for i in range(8):
         polls[2][i]["stage_p99"] = {**BUSY_STAGES, "remote": 490.0, "requestQueue": 300.0}
-    fetches = scenario(10, 3, polls)
+    fetches = scenario(12, 3, polls)
     data = Aggregates(
         cluster="c1", window_s=WINDOW_S, broker_stages=produce.broker_stages + fetches.broker_stages
     )
@@ -1320,7 +1345,10 @@ def test_no_early_warning_follows_a_cleared_slow_finding() -> None:
     assert [(f.rule, f.subject, f.evidence["stage"]) for f in during] == [
         ("slow_broker", "broker:2", "requestQueue")
     ]
-    assert SlowBrokerDetector().detect(data, now_after(10)) == []
+    # One episode: the fetches' evidence (windows 6-7) keeps it as it was, and it clears after
+    # clear_windows healthy windows; no early warning follows it.
+    assert [f.rule for f in SlowBrokerDetector().detect(data, now_after(10))] == ["slow_broker"]
+    assert SlowBrokerDetector().detect(data, now_after(11)) == []
     # The fetches alone (no slow finding before): the early warning, in their request queue.
     alone = SlowBrokerDetector().detect(fetches, now_after(10))
     assert [(f.rule, f.subject, f.evidence["stage"]) for f in alone] == [
@@ -1368,15 +1396,15 @@ def test_excess_in_a_client_stage_is_never_a_slow_broker(stage, broker, start) -
 
 
 def test_the_follower_a_degraded_remote_waits_on_is_named_and_never_remediated() -> None:
-    """Rule 13's early warning names the follower, not the leader that waits on it, and says it
-    was told apart by the waits (it does not serve few); the ratios are configurable."""
+    """The early warning names the follower, not the leader that waits on it, told apart by the
+    waits (it does not serve few); the ratios are configurable."""
     data = scenario(16, 3, {b: run10(b, RUN10_STALLED) for b in range(3)})
     [f] = SlowBrokerDetector().detect(data, now_after(16))
     waited = waited_on_broker_2(f, served_few=False)
     assert max(waited) == 268.0 and set(f.evidence["baseline"]["own_remote_p99_ms"]) <= {None, 0.0}
-    assert "is the follower its peers' Produce requests wait on" in f.summary
-    # Neither test tells broker 2 apart at these ratios: the leader keeps its degraded remote.
-    strict = SlowBrokerConfig(follower_remote_ratio=100.0, follower_few_ratio=0.5)
+    assert "wait on it as their follower" in f.summary
+    # Nothing tells broker 2 apart at these ratios: the leader keeps its degraded remote.
+    strict = SlowBrokerConfig(follower_remote_ratio=100.0, stopped_ratio=0.3)
     paused_400 = scenario(10, 3, {b: run10(b, RUN10_PAUSE_400) for b in range(3)})
     assert [f.subject for f in SlowBrokerDetector().detect(paused_400, now_after(10))] == ["broker:2"]
     [g] = SlowBrokerDetector(strict).detect(paused_400, now_after(10))
@@ -1387,16 +1415,59 @@ def test_the_follower_a_degraded_remote_waits_on_is_named_and_never_remediated()
 
 
 def test_the_follower_the_leaders_acks_all_requests_wait_on_is_named_with_their_waits() -> None:
-    """Rule 13 with no leader degraded reads the requests that waited: the finding carries the
-    leaders' lowest waited remote p99 and the follower's own; the excess floor is configurable."""
+    """The leaders' waits are read over the requests that waited (acks=all): the finding carries
+    the leaders' lowest waited remote p99 and the follower's own; the ratio is configurable."""
     data = scenario(14, 3, {b: waits(b, RUN9_PAUSE_400) for b in range(3)})
     [f] = SlowBrokerDetector().detect(data, now_after(14))
-    # As in PromQL: a window with a leader degraded (133, 268 ms mixed) carries its degraded p99
-    # and broker 2's mixed one; the others the other brokers' lowest waited p99 and its own.
-    assert waited_on_broker_2(f, served_few=False) == [392.0, 133.0, 392.0, 376.0, 268.0, 384.0]
+    assert waited_on_broker_2(f, served_few=False) == [392.0, 392.0, 392.0, 376.0, 392.0, 384.0]
     own = f.evidence["baseline"]["own_remote_p99_ms"]
-    assert [x for x in own if x is not None] == [60.0, 9.0, 27.0, 19.0, 5.0, 8.0]
-    assert "is the follower its peers' Produce requests wait on" in f.summary
-    # 400 ms of excess asked: 392 - 60 is not enough in any window, and nobody is degraded.
-    strict = SlowBrokerConfig(follower_waited_excess_ms=400.0)
-    assert SlowBrokerDetector(strict).detect(data, now_after(14)) == []
+    assert [x for x in own if x is not None] == [60.0, 56.0, 27.0, 19.0, 11.0, 8.0]
+    assert "wait on it as their follower" in f.summary
+    # At 10x asked, 392 against 60 and 56 ms does not tell it apart in the first two windows: the
+    # finding starts later, from the third.
+    strict = SlowBrokerConfig(follower_remote_ratio=10.0)
+    [g] = [x for x in SlowBrokerDetector(strict).detect(data, now_after(14)) if x.subject == "broker:2"]
+    assert g.evidence["slow_windows"] == [window(i) for i in range(10, 14)]
+
+
+def test_a_leader_waiting_on_nobody_known_is_never_remediated() -> None:
+    data = scenario(
+        9,
+        3,
+        {b: {i: waiting(450.0) for i in range(5)} for b in range(3)}
+        | {2: {i: waiting(450.0) for i in range(9)}},
+    )
+    [f] = SlowBrokerDetector().detect(data, now_after(9))
+    assert (f.evidence["stage"], f.evidence["slow_follower"]) == ("remote", None)
+    assert "no one follower explains the wait" in f.summary
+    assert (
+        decide(
+            f,
+            FindingPolicyConfig(rules=[PolicyRule(rule="slow_broker", action=Action.REMEDIATE)]),
+            can_remediate=True,
+        ).action
+        is Action.NOTIFY
+    )
+
+
+def test_a_broker_going_down_or_coming_back_holds_new_findings() -> None:
+    """A planned restart: broker 2 absent for three windows with nobody waiting on it (its
+    leadership moved away), then back and catching up, slow at its disk: nothing is raised new
+    until restart_grace_windows after it came back, and its own finding not until
+    returning_grace_windows; a finding already active stays."""
+
+    def restart(windows: int) -> dict:
+        slow = {i: SLOW | {"stage": "local"} for i in range(11, windows)}
+        return {2: {i: {"absent": True} for i in range(8, 11)} | slow}
+
+    data = scenario(14, 3, restart(14))
+    found = SlowBrokerDetector().detect(data, now_after(14))
+    assert found and all("came back" in f.evidence.get("provisional", "") for f in found)
+    mid = SlowBrokerDetector().detect(scenario(22, 3, restart(22)), now_after(22))
+    assert [f.evidence.get("provisional", "").startswith("broker 2 was down") for f in mid] == [True]
+    later = SlowBrokerDetector().detect(scenario(32, 3, restart(32)), now_after(32))
+    assert [f.subject for f in later if not f.evidence.get("provisional")] == ["broker:2"]
+    short = SlowBrokerConfig(restart_grace_windows=0, returning_grace_windows=0)
+    assert [f.evidence.get("provisional") for f in SlowBrokerDetector(short).detect(data, now_after(14))] == [
+        None
+    ]

@@ -1,13 +1,13 @@
 """The analyzer on a real Spark standalone cluster gives the same findings as in local mode.
 
 A master and two workers (1 core, 1 GiB each) run on loopback from pyspark's own
-``spark-class`` (:mod:`linkwatch.testbed.spark`); Kafka is the real 3-broker test cluster. The
+``spark-class`` (:mod:`testbed.spark`); Kafka is the real 3-broker test cluster. The
 input is one fixed set of samples on a fresh samples topic: three brokers over 12 windows of
 10 s, broker 2 slow in its ``local`` stage in the last six, and a topic whose partition 0 takes
 eight times the bytes of the others. Every Spark run is its own process, as an operator runs it:
 
 * the batch report (``--source kafka``): ``linkwatch report`` in local mode, and
-  ``spark-submit --master spark://… --jars <connector jars> linkwatch/cli.py report`` (the
+  ``spark-submit --master spark://… --jars <connector jars> cli/main.py report`` (the
   master from spark-submit, ``spark_master: ""`` in the config); the JSON outputs are equal.
 * the streaming analyzer: ``linkwatch analyze`` with ``spark_master: local[2]`` and with
   ``spark_master: spark://127.0.0.1:<port>`` (the driver in the linkwatch process, executors
@@ -42,8 +42,8 @@ import yaml
 
 from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
-from linkwatch.testbed.load import ensure_topic
-from linkwatch.testbed.spark import (
+from testbed.load import ensure_topic
+from testbed.spark import (
     SparkClusterSpec,
     SparkClusterState,
     SparkStandalone,
@@ -210,11 +210,11 @@ def _env() -> dict[str, str]:
 
 
 def _linkwatch(*args: str) -> list[str]:
-    return [sys.executable, "-m", "linkwatch.cli", *args]
+    return [sys.executable, "-m", "cli.main", *args]
 
 
 def _spark_submit(master: str, *args: str) -> list[str]:
-    import linkwatch.cli
+    import cli.main
     from spark_metrics.jars import kafka_connector_jars
 
     return [
@@ -227,7 +227,7 @@ def _spark_submit(master: str, *args: str) -> list[str]:
         ",".join(str(p) for p in kafka_connector_jars()),
         "--conf",
         "spark.driver.host=127.0.0.1",
-        linkwatch.cli.__file__,
+        cli.main.__file__,
         *args,
     ]
 

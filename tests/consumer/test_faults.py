@@ -18,8 +18,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
-from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from probe.commits import coordinator_partition
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from tests.consumer.conftest import create_topic, leaders, produce
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
@@ -172,7 +172,7 @@ def test_topic_deleted_while_consumed(cluster3, admin, mode):
         after = _collect(consumer, lambda g: sum(map(len, g.values())) >= 60, 30)
         stats = dict(consumer.stats)
         assigned = consumer.assignment()
-        fetching = {(tp.topic, tp.partition) for tp in consumer._consumer.assignment()}
+        fetching = {(tp.topic, tp.partition) for tp in consumer._loop.kafka.assignment()}
     assert sum(map(len, first.values())) == 120
     assert stats["topics_deleted"] == 1
     # The other partitions are unaffected: every new record of the kept topic arrives, in order.

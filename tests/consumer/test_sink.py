@@ -25,7 +25,7 @@ def _rows(db) -> int:
 
 
 def _consume_cmd(bootstrap: str, topic: str, group: str, db, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "linkwatch.cli", "consume", topic, "--bootstrap", bootstrap,
+    return [sys.executable, "-m", "cli.main", "consume", topic, "--bootstrap", bootstrap,
             "--group", group, "--to-sqlite", str(db), "--idle-exit", "4", *extra]  # fmt: skip
 
 

@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaProducer
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
-from linkwatch.testbed.faults import PauseDutyCycle
+from testbed.faults import PauseDutyCycle
 from tests.consumer.conftest import create_topic, leaders
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]

@@ -18,9 +18,16 @@ import yaml
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
-from dashboards.build import DASHBOARDS, SHIPPED_DIR, panel_queries, write_all
+from cli.main import main
+from dashboards.build import (
+    DASHBOARDS,
+    FINDINGS_EXPR,
+    SHIPPED_DIR,
+    annotation_queries,
+    panel_queries,
+    write_all,
+)
 from dashboards.push import push_dashboards
-from linkwatch.cli import main
 from linkwatch.errors import SetupError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,19 +99,60 @@ def test_panels_read_only_contract_metrics_and_recording_rules() -> None:
                 assert {name, base} & contract or name in recorded, f"{path.name} / {title}: {name}"
 
 
+def _panels(dash: dict) -> list[dict]:
+    return [p for p in dash["panels"] if p["type"] != "row"]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_every_panel_says_what_it_shows_and_in_what_unit(path: Path) -> None:
+    for panel in _panels(json.loads(path.read_text())):
+        assert len(panel.get("description", "")) >= 20, f"{panel['title']}: no description"
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_findings_are_annotations_on_exactly_the_latency_panels(path: Path) -> None:
+    dash = json.loads(path.read_text())
+    latency = [
+        p["id"]
+        for p in _panels(dash)
+        if p["type"] == "timeseries" and p["fieldConfig"]["defaults"]["unit"] == "s"
+    ]
+    annotations = annotation_queries(dash)
+    if not latency:
+        assert annotations == []
+        return
+    [(name, expr, ids)] = annotations
+    assert (name, expr, ids) == ("Findings", FINDINGS_EXPR, latency)
+    [raw] = [a for a in dash["annotations"]["list"] if a["name"] == "Findings"]
+    assert raw["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    assert raw["titleFormat"] == "{{rule}} {{subject}}"
+
+
+def test_the_latency_dashboards_carry_the_findings() -> None:
+    dash = {p.stem: json.loads(p.read_text()) for p in FILES}
+    for name in ("cluster-overview", "broker-latency", "slow-nodes"):
+        assert annotation_queries(dash[name]), name
+    titles = {p["id"]: p["title"] for p in dash["broker-latency"]["panels"]}
+    [(_, _, ids)] = annotation_queries(dash["broker-latency"])
+    assert "p99 per broker" in {titles[i] for i in ids}
+
+
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian prometheus missing")
 def test_every_panel_query_is_valid_promql_on_a_real_prometheus(tmp_path: Path) -> None:
-    from linkwatch.testbed.alert_stack import AlertStack
+    from testbed.alert_stack import AlertStack
 
     with AlertStack(tmp_path, targets=[], fast=True) as stack:
         for path in FILES:
-            for title, expr in panel_queries(json.loads(path.read_text())):
+            dash = json.loads(path.read_text())
+            exprs = [*panel_queries(dash), *((name, expr) for name, expr, _ in annotation_queries(dash))]
+            for title, expr in exprs:
                 assert isinstance(stack.query(substitute(expr)), list), f"{path.name} / {title}"
 
 
 class GrafanaStandIn(BaseHTTPRequestHandler):
     """A stand-in for Grafana's HTTP API (a Grafana server cannot run here): the two endpoints
-    grafana-client calls for a push, recording every request."""
+    a push calls, recording every request."""
 
     requests: ClassVar[list[dict[str, Any]]] = []
 

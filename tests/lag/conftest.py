@@ -12,7 +12,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 
 from lag.collector import CollectorConfig, LagCollector
 from lag.timestamps import TimestampReader
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 
 
 @pytest.fixture(scope="session")

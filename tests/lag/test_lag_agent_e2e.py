@@ -25,9 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from lag.runner import LagConfig, LagService
 from linkwatch.records import HostStats
 from linkwatch.segments import partition_dir
-from linkwatch.testbed.agents import config_for_node, start_agent_process
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.faults import evict_page_cache
+from testbed.agents import config_for_node, start_agent_process
+from testbed.cluster import ClusterState
+from testbed.faults import evict_page_cache
 from tests.agent.conftest import free_port
 from tests.lag.lagkit import month_old_topic, write_load
 
@@ -57,7 +57,7 @@ def running_agent(cluster3: ClusterState, tmp_path: Path, request: pytest.Fixtur
             poll_interval_s=0.2,
             request_log={"enabled": False},
             jmx={"jolokia_url": None},
-            prometheus={"port": port},
+            metrics={"port": port},
             host={"interval_s": 1.0},
             log_dirs={"interval_s": 600.0, "partition_records": False},
             kafka={

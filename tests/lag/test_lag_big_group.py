@@ -15,8 +15,8 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from lag.collector import CollectorConfig, LagCollector
 from lag.outputs import lag_records
 from lag.rules import Status
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.faults import DeleteMidPass
+from testbed.cluster import ClusterState
+from testbed.faults import DeleteMidPass
 from tests.lag.lagkit import commit, make_topic
 
 pytestmark = pytest.mark.cluster

@@ -19,8 +19,8 @@ from lag.coldread import (
 from lag.collector import PassResult
 from linkwatch.pagecache import check_cold_read
 from linkwatch.segments import partition_dir
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.faults import evict_page_cache
+from testbed.cluster import ClusterState
+from testbed.faults import evict_page_cache
 from tests.lag.lagkit import month_old_topic, write_load
 
 GIB = 1024**3

@@ -11,7 +11,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from lag.collector import GroupLag, LagCollector, PassResult
 from lag.rules import Status
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 from tests.lag.lagkit import commit, end_offsets, make_topic
 
 pytestmark = pytest.mark.cluster

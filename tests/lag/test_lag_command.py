@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import pytest
 from kafka import TopicPartition
 
+from cli.main import main
 from lag.runner import LagConfig, start_in_thread
-from linkwatch.cli import main
 from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
 from tests.lag.lagkit import commit, make_topic
@@ -53,7 +54,10 @@ def test_bad_config_names_key_value_and_why(tmp_path: Path, text: str, message: 
 def test_sample_config_is_valid_and_shows_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LINKWATCH_LAG_COLLECTOR__WINDOW_S", "120")
     cfg = load_config(SAMPLE, LagConfig, env_prefix="LINKWATCH_LAG_")
-    defaults = LagConfig(bootstrap_servers="127.0.0.1:9092", instance=cfg.instance)
+    # The sample names the cluster every sample shares (tests/test_samples.py), not the default.
+    defaults = LagConfig(
+        kafka={"bootstrap_servers": "127.0.0.1:9092"}, instance=cfg.instance, cluster=cfg.cluster
+    )
     assert cfg.collector.window_s == 120
     assert cfg.model_copy(update={"collector": defaults.collector}) == defaults
 
@@ -108,7 +112,7 @@ def test_demo_thread_prints_statuses_and_stops(cluster3, admin, topic_name, prod
 
 @pytest.mark.cluster
 def test_demo_component_shows_group_statuses(cluster3, admin, topic_name, producer, group_name) -> None:
-    from linkwatch.testbed.demo.lag import LagComponent
+    from testbed.demo.lag import LagComponent
 
     make_topic(admin, topic_name)
     producer.send(topic_name, b"v", partition=0)
@@ -127,3 +131,46 @@ def test_demo_component_shows_group_statuses(cluster3, admin, topic_name, produc
         comp.stop()  # safe twice
     assert lines[0].startswith("lag (pass")
     assert any(line.startswith(group_name) and "lag max 1 sum 1" in line for line in lines), lines
+
+
+def test_a_cluster_lost_while_running_is_said_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    """Passes that cannot reach the cluster (the client's bootstrap error, or no group listed)
+    are said once and counted; the pass after the cluster is back says so once."""
+    import threading
+    from types import SimpleNamespace
+
+    from kafka.errors import KafkaTimeoutError
+    from prometheus_client import CollectorRegistry
+
+    from lag.collector import PassResult
+    from lag.runner import LagService
+    from linkwatch.reach import KafkaReach
+
+    outcomes = [
+        KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1"),
+        PassResult(ts_s=0.0, errors=["cannot list groups: KafkaTimeoutError: timed out"]),
+        KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1"),
+        PassResult(ts_s=0.0),
+        PassResult(ts_s=0.0),
+    ]
+    stop = threading.Event()
+
+    def step() -> tuple[PassResult, list]:
+        got = outcomes.pop(0)
+        if not outcomes:
+            stop.set()
+        if isinstance(got, Exception):
+            raise got
+        return got, []
+
+    registry = CollectorRegistry()
+    reach = KafkaReach("lag", registry)
+    service = SimpleNamespace(step=step, config=LagConfig(bootstrap_servers="127.0.0.1:1", interval_s=0.01))
+    with caplog.at_level(logging.INFO):
+        LagService.run(service, stop, None, reach)  # type: ignore[arg-type]
+    assert registry.get_sample_value("linkwatch_kafka_unreachable_total", {"process": "lag"}) == 3
+    assert registry.get_sample_value("linkwatch_kafka_up", {"process": "lag"}) == 1
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith(("linkwatch", "lag"))]
+    assert sum("cannot reach Kafka" in line for line in lines) == 1
+    assert sum("answers again" in line for line in lines) == 1
+    assert not [r for r in caplog.records if r.exc_info], "no traceback for an unreachable cluster"

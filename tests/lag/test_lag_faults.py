@@ -13,9 +13,9 @@ from kafka.admin import NewTopic, OffsetSpec
 from lag.collector import CollectorConfig, LagCollector
 from lag.rules import Status
 from lag.timestamps import TimestampReader
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.faults import PauseDutyCycle
 from probe.commits import coordinator_partition
+from testbed.cluster import ClusterState
+from testbed.faults import PauseDutyCycle
 from tests.lag.lagkit import commit, end_offsets
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]

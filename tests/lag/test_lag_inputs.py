@@ -14,7 +14,7 @@ from lag.collector import CollectorConfig, LagCollector, PassResult
 from lag.rules import Status
 from lag.runner import format_statuses
 from lag.timestamps import TimestampReader
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 from tests.lag.lagkit import commit, end_offsets, make_topic
 
 pytestmark = pytest.mark.cluster

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lag.collector import GroupLag, PassResult
 from lag.lease import GroupLease
-from lag.outputs import FindingTracker
+from lag.outputs import LagFindings, StatusChanges
 from lag.rules import GroupVerdict, Status
 from lag.runner import LagConfig, LagService
 from linkwatch.records import ConsumerLag, Finding, decode
@@ -46,14 +46,14 @@ TRACKER_CASES = [
 
 @pytest.mark.parametrize(("name", "statuses", "expected"), TRACKER_CASES, ids=[c[0] for c in TRACKER_CASES])
 def test_findings_only_on_change(name: str, statuses: list[Status], expected: list) -> None:
-    tracker = FindingTracker("c1", "i1", refresh_s=1000)
+    tracker = LagFindings("c1", "i1", refresh_s=1000)
     for i, (st, want) in enumerate(zip(statuses, expected, strict=True)):
         got = tracker.update(pass_with(100.0 + i, {"a": st}))
         assert [(f.evidence["status"], f.active) for f in got] == want, f"pass {i}"
 
 
 def test_active_episode_is_repeated_with_the_same_key_after_refresh() -> None:
-    tracker = FindingTracker("c1", "i1", refresh_s=60)
+    tracker = LagFindings("c1", "i1", refresh_s=60)
     first = tracker.update(pass_with(100.0, {"a": Status.STOP}))
     assert tracker.update(pass_with(130.0, {"a": Status.STOP})) == []
     again = tracker.update(pass_with(161.0, {"a": Status.STOP}))
@@ -63,7 +63,7 @@ def test_active_episode_is_repeated_with_the_same_key_after_refresh() -> None:
 
 
 def test_vanished_group_closes_its_episode_but_a_failed_pass_does_not() -> None:
-    tracker = FindingTracker("c1", "i1")
+    tracker = LagFindings("c1", "i1")
     tracker.update(pass_with(100.0, {"a": Status.STALL}))
     assert tracker.update(pass_with(110.0, {}, errors=["cannot list groups: timeout"])) == []
     closed = tracker.update(pass_with(120.0, {}))
@@ -190,7 +190,7 @@ def test_two_instances_publish_each_finding_once(cluster3, admin, topic_name, pr
         for _ in range(8):
             a.step(), b.step()
             time.sleep(0.5)
-        assert a.tracker.open_episodes == b.tracker.open_episodes == {group_name: Status.STOP}
+        assert a.lag_findings.open_episodes == b.lag_findings.open_episodes == {group_name: Status.STOP}
         # Both saw the episode; it was published once, by whoever held the lease then.
         assert sorted((a.findings_sent, b.findings_sent)) == [0, 1]
         holder, other = (a, b) if a.lease.held() else (b, a)
@@ -208,3 +208,55 @@ def test_two_instances_publish_each_finding_once(cluster3, admin, topic_name, pr
     published = read_all(cluster3.bootstrap, findings)
     sender = a if a.findings_sent else b
     assert [(f.source, f.evidence["status"]) for f in published] == [(sender.config.instance, "STOP")]
+
+
+# (statuses at each pass, the lines `lag run --print` shows for each pass): statuses first, then
+# only changes; a steady pass shows nothing.
+PRINTED = [
+    (
+        "first pass shows every group",
+        [{"a": Status.OK, "b": Status.WARN}],
+        [["a OK: lag max 3 (?); OK because", "b WARN: lag max 3 (?); WARN because"]],
+    ),
+    (
+        "steady passes are quiet",
+        [{"a": Status.OK}, {"a": Status.OK}, {"a": Status.OK}],
+        [["a OK: lag max 3 (?); OK because"], [], []],
+    ),
+    (
+        "a change names the status before",
+        [
+            {"a": Status.OK, "b": Status.OK},
+            {"a": Status.STOP, "b": Status.OK},
+            {"a": Status.OK, "b": Status.OK},
+        ],
+        [
+            ["a OK: lag max 3 (?); OK because", "b OK: lag max 3 (?); OK because"],
+            ["a OK -> STOP: lag max 3 (?); STOP because"],
+            ["a STOP -> OK: lag max 3 (?); OK because"],
+        ],
+    ),
+    (
+        "new and gone groups",
+        [{"a": Status.OK}, {"b": Status.STALL}],
+        [["a OK: lag max 3 (?); OK because"], ["b STALL: lag max 3 (?); STALL because", "a gone (was OK)"]],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "passes", "shown"), PRINTED, ids=[p[0] for p in PRINTED])
+def test_lag_run_print_shows_statuses_then_changes(
+    name: str, passes: list[dict[str, Status]], shown: list[list[str]]
+) -> None:
+    changes = StatusChanges()
+    got = []
+    for statuses in passes:
+        result = PassResult(
+            ts_s=0.0,
+            groups={
+                g: GroupLag(g, "Empty", False, [], GroupVerdict(s, f"{s.value} because", {}), lag_max=3)
+                for g, s in statuses.items()
+            },
+        )
+        got.append([line.removeprefix("12:00:00 ") for line in changes.lines(result, [], "12:00:00")])
+    assert got == shown

@@ -9,7 +9,7 @@ from kafka.admin import NewTopic
 
 from lag.collector import PassResult
 from lag.rack import PartitionPlacement, RackConfig, RackWatch, spread
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 
 RACKS = {1: "a", 2: "b", 3: "c", 4: "a"}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from cli.main import main
 from linkwatch import records
-from linkwatch.cli import main
 from linkwatch.config import load_config
 from linkwatch.errors import ConfigError
 from linkwatch.records import RecordError, StageSketch
@@ -49,7 +49,10 @@ def test_bad_config_names_key_value_and_why(tmp_path: Path, text: str, message: 
 def test_sample_config_is_valid_and_shows_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LINKWATCH_PROBE_TOPIC__REPLICATION_FACTOR", "3")
     cfg = load_config(SAMPLE, ProbeConfig, env_prefix="LINKWATCH_PROBE_")
-    defaults = ProbeConfig(bootstrap_servers="127.0.0.1:9092", instance=cfg.instance)
+    # The sample names the cluster every sample shares (tests/test_samples.py), not the default.
+    defaults = ProbeConfig(
+        kafka={"bootstrap_servers": "127.0.0.1:9092"}, instance=cfg.instance, cluster=cfg.cluster
+    )
     assert cfg.topic.replication_factor == 3
     assert cfg.model_copy(update={"topic": defaults.topic}) == defaults
 

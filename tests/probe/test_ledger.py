@@ -3,11 +3,15 @@ deadline, late read-backs measured without a clamp, bounded pending state."""
 
 from __future__ import annotations
 
+import random
+import statistics
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from probe.ledger import ProbeLedger
+from probe.service import next_gap_s
 
 DEADLINE_S = 2.0
 FORGET_S = 10.0
@@ -157,3 +161,20 @@ def test_every_probe_is_decided_at_most_once(ops: list[tuple[str, int, float]]) 
     assert sum(w.sent for w in windows.values()) == 10
     assert sum(w.decided for w in windows.values()) == 10
     assert ledger.pending == 0
+
+
+@pytest.mark.parametrize("period_s", [1.0, 1.3, 0.5])
+def test_poisson_probes_land_at_every_phase_of_a_periodic_stall(period_s: float) -> None:
+    """A broker paused in a duty cycle (e.g. 900 of every 1000 ms) is missed by probes sent in
+    step with it: fixed gaps of the period's length land at one phase every time. Exponential
+    gaps land uniformly over the phase: the share of probes inside a stall of 90 % of the period
+    is 0.9, and inside 10 % of it 0.1, whatever the period."""
+    rng = random.Random(7)
+    t, phases = 0.0, []
+    for _ in range(4000):
+        t += next_gap_s("poisson", 0.25, rng)
+        phases.append((t % period_s) / period_s)
+    assert abs(sum(p < 0.9 for p in phases) / len(phases) - 0.9) < 0.02
+    assert abs(sum(p < 0.1 for p in phases) / len(phases) - 0.1) < 0.02
+    gaps = [next_gap_s("poisson", 0.25, rng) for _ in range(4000)]
+    assert abs(statistics.fmean(gaps) - 0.25) < 0.02 and next_gap_s("fixed", 0.25, rng) == 0.25

@@ -17,12 +17,12 @@ from kafka import KafkaConsumer, TopicPartition
 from analyzer.probe_evidence import CORROBORATES, probe_evidence
 from linkwatch.aggregates import Aggregates, ProbeBrokerWindow
 from linkwatch.records import ProbeSample, decode
-from linkwatch.testbed.faults import PauseDutyCycle, restore_preferred_leaders
 from probe.commits import OFFSETS_TOPIC, CommitWindow, coordinator_partition
 from probe.config import ProbeConfig
 from probe.ledger import BrokerWindow
 from probe.service import ProbeService
 from probe.topic import owners, read_view
+from testbed.faults import PauseDutyCycle, restore_preferred_leaders
 from tests.probe.cluster_config import probe_config
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]

@@ -265,7 +265,9 @@ def test_memory_is_bounded_under_any_key_stream(stream: list[bytes], cap: int) -
         place(part, cluster, k)
         if i % 50 == 0:
             assert part.tracked_keys() <= bound
+            assert part.cached_keys() <= 2 * cap
     assert part.tracked_keys() <= bound
+    assert part.cached_keys() <= 2 * cap
 
 
 def test_topics_beyond_the_cap_drop_the_oldest_counted() -> None:
@@ -356,3 +358,42 @@ def test_zipf_imbalance_is_at_most_a_fifth_of_the_default_partitioners(exponent:
         bound = max(bound, part.tracked_keys())
     assert _imbalance(ours, n) <= 0.2 * _imbalance(kafka, n), (ours, kafka)
     assert bound <= 2_000 + int(1 / (0.01 - 0.002)) + 1  # memory bound unchanged: the cap + hot set
+
+
+def _batch(part: SkewAwarePartitioner, partition: int, records: int):
+    """kafka-python's own futures for one batch of ``records`` sent to ``partition`` (placed by
+    ``part`` first, so the partition is known), each record's future watched."""
+    from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
+    from kafka.structs import TopicPartition
+
+    batch = FutureProduceResult(TopicPartition(TOPIC, partition))
+    for i in range(records):
+        part.watch(FutureRecordMetadata(batch, i, -1, None, 1, 1, -1))
+    return batch
+
+
+def test_acks_are_accounted_per_batch_when_the_batch_completes() -> None:
+    clock = Clock()
+    part = SkewAwarePartitioner(clock=clock)
+    home = place(part, StaticCluster(12), b"k")
+    for _ in range(9):
+        place(part, StaticCluster(12), b"k")
+    load = part._topics[TOPIC].load
+    assert load.score(home, 0.0) == 20.0  # 10 sent, all 10 in flight
+    done = _batch(part, home, 6)
+    assert load.score(home, 0.0) == 20.0, "acked before the batch completed"
+    done.success((0, -1, None))
+    part.take_acks()
+    assert load.score(home, 0.0) == 14.0  # 6 acked together: 4 still in flight
+    late = _batch(part, home, 0)
+    late.success((6, -1, None))
+    for _ in range(4):  # records watched after their batch completed are acked at once
+        from kafka.producer.future import FutureRecordMetadata
+
+        part.watch(FutureRecordMetadata(late, 0, -1, None, 1, 1, -1))
+    place(part, StaticCluster(12), b"other")  # a placement takes them too
+    assert load.score(home, 0.0) == 10.0
+    failed = _batch(part, home, 3)
+    failed.failure(RuntimeError("broker gone"))
+    part.take_acks()
+    assert part.counts["ack_errors"] == 3 and part._batches == {}

@@ -13,7 +13,16 @@ from spark_metrics.session import spark_session
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]", app_name="linkwatch-tests", shuffle_partitions=2)
+    """The process's one driver, started as the analyzer starts its own (the Kafka connector,
+    FAIR scheduling): the driver's classpath and static settings are fixed by the first session
+    of a process, and the analyzer's tests in this process get this one back."""
+    session = spark_session(
+        "local[2]",
+        app_name="linkwatch-tests",
+        kafka=True,
+        shuffle_partitions=2,
+        extra={"spark.scheduler.mode": "FAIR"},
+    )
     yield session
     session.stop()
 

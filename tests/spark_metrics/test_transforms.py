@@ -17,9 +17,11 @@ from linkwatch.aggregates import (
     ProbeBrokerWindow,
     StageWindow,
 )
-from linkwatch.sketch import LatencySketch, exact_quantile, quantile_from_buckets
+from linkwatch.sketch import LatencySketch, exact_quantile
 from spark_metrics import transforms as tf
 from spark_metrics.schema import record_schema
+from spark_metrics.sketch_merge import probe_windows, stage_windows
+from tests.aggregation.reference import quantile_from_buckets
 from tests.spark_metrics.conftest import raw_frame
 
 T0 = 1_700_000_000_000
@@ -74,7 +76,7 @@ def test_schema_is_derived_from_the_record_classes() -> None:
         assert record_schema(cls).fieldNames() == ["v", "kind", "key", *names]
 
 
-def test_stage_quantiles_merge_windows_dedup_and_skew(spark) -> None:
+def test_stage_windows_merge_windows_dedup_and_skew(spark) -> None:
     rng = random.Random(7)
     heavy = [rng.lognormvariate(3, 1.2) for _ in range(20_000)]  # broker 0 carries most samples
     b0a, b0b = stage_record(0, T0, heavy[:15_000]), stage_record(0, T0 + 2_000, heavy[15_000:])
@@ -83,7 +85,7 @@ def test_stage_quantiles_merge_windows_dedup_and_skew(spark) -> None:
     empty = stage_record(2, T0 + 10_000, [])
     recs = [b0a, b0b, b0a, b1, zeros, empty]  # b0a re-sent: dropped by dedup
     sketches = tf.dedup(tf.records_of(raw_frame(spark, recs), R.StageSketch))
-    actual = tf.stage_quantiles(sketches, window_s=10)
+    actual = stage_windows(sketches, window_s=10).where("broker IS NOT NULL")
     assert actual.columns == [f.name for f in dataclasses.fields(StageWindow)]
     expected = [
         expected_row(0, T0, [b0a.sketch, b0b.sketch]),  # two 2 s agent windows in one 10 s window
@@ -122,7 +124,8 @@ def test_cluster_merge_is_within_one_percent_of_exact(spark) -> None:
     rng = random.Random(3)
     per_broker = {b: [rng.lognormvariate(2 + b / 2, 1) for _ in range(3_000 + 2_000 * b)] for b in range(4)}
     recs = [stage_record(b, T0, vals) for b, vals in per_broker.items()]
-    [row] = tf.cluster_quantiles(tf.records_of(raw_frame(spark, recs), R.StageSketch), 10).collect()
+    sketches = tf.records_of(raw_frame(spark, recs), R.StageSketch)
+    [row] = stage_windows(sketches, 10).where("broker IS NULL").collect()
     everything = [v for vals in per_broker.values() for v in vals]
     assert row["broker"] is None and row["count"] == len(everything)
     for name, q in Q.items():
@@ -443,7 +446,7 @@ def test_probe_windows_merge_instances_and_windows(spark) -> None:
     ]
     recs.append(recs[0])  # re-sent: dropped by dedup
     samples = tf.dedup(tf.records_of(raw_frame(spark, recs), R.ProbeSample))
-    actual = tf.probe_windows(samples, window_s=10)
+    actual = probe_windows(samples, window_s=10)
     assert actual.columns == [f.name for f in dataclasses.fields(ProbeBrokerWindow)]
 
     def q(values: list[float], p: float) -> float | None:

@@ -1,6 +1,6 @@
 """The incremental window state without Spark: dedup, order independence, the memory bounds and
 bad input. (Its equivalence with the Spark transforms is in
-tests/spark_metrics/test_window_state_spark.py.)"""
+tests/aggregation/test_window_state_spark.py.)"""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aggregation.window_state import WindowState
 from analyzer.service import AnalyzerConfig, interval_ms
-from analyzer.window_state import WindowState
 from linkwatch import records as R
-from tests.analyzer.window_records import (
+from tests.aggregation.window_records import (
     CLUSTER,
     T0,
     WINDOW_S,
@@ -377,7 +377,7 @@ def test_other_clusters_and_kinds_are_skipped_and_counted() -> None:
 def test_interval_parsing_for_the_horizon() -> None:
     assert interval_ms("2 minutes") == 120_000
     assert interval_ms("1 minute 30 seconds") == 90_000
-    with pytest.raises(ValueError, match="watermark 'soon'"):
+    with pytest.raises(ValueError, match="'soon': expected"):
         interval_ms("soon")
     cfg = AnalyzerConfig(window_s=2, lookback_windows=90, watermark="60 seconds")
     assert cfg.state_horizon_ms == 2000 * 91 + 60_000

@@ -1,6 +1,6 @@
-"""Record sets for the window-state tests: Hypothesis strategies shaped like the agents'
-samples (stage sketches, partition sizes, log-dir usage, slow-request exemplars) and the
-probe's, and a row comparison for Aggregates."""
+"""Record sets for the window-state tests: hand-built scenarios (:data:`SCENARIOS`) and
+Hypothesis strategies shaped like the agents' samples (stage sketches, partition sizes, log-dir
+usage, slow-request exemplars) and the probe's, and a row comparison for Aggregates."""
 
 from __future__ import annotations
 
@@ -136,6 +136,57 @@ def probe(
         commit_ok=len(commits or []),
         commit_latency=sketch_of(commits) if commits is not None else {},
     )
+
+
+WMS = WINDOW_S * 1000
+# Hand-built record sets, one per shape each aggregate must handle (scenario -> records).
+SCENARIOS: dict[str, list[R.Record]] = {
+    "zeros and one slow broker": [
+        stage(1, T0, [0.0] * 50 + [3.0] * 50),
+        stage(2, T0 + 10, [0.0] * 3),
+        stage(3, T0 + 20, [400.0] * 99 + [2000.0]),
+        stage(3, T0 + WMS, []),  # an empty sketch: count 0, quantiles null
+    ],
+    "two sketches of a broker in one window": [
+        stage(1, T0 + 1, [1.0, 2.0, 3.0], request="FetchConsumer", stage="local"),
+        stage(1, T0 + 1999, [30.0, 40.0], request="FetchConsumer", stage="local"),
+    ],
+    "partition traffic, a shrink and a missing offset": [
+        partition("a", 0, 1, T0, 1000, 10),
+        partition("a", 0, 2, T0 + 5, 900, 9),  # a lagging follower: the largest replica counts
+        partition("a", 0, 1, T0 + WMS, 5000, None),
+        partition("a", 0, 1, T0 + 2 * WMS, 100, 50),  # retention shrank it: no rate
+        partition("a", 1, 1, T0 + 2 * WMS + 1, 70, 7),
+        partition("b", 0, 3, T0 + 4 * WMS, 1, 1),  # a gap of two windows: dt = 3 windows
+        partition("b", 0, 3, T0 + WMS, 0, 0),
+    ],
+    "log dirs: last reading wins, zero capacity, no io util": [
+        logdir(1, "/d1", T0 + 100, 1000, 10, 0.5),
+        logdir(1, "/d1", T0 + 900, 1000, 600, None),
+        logdir(1, "/d2", T0, 0, 0, 0.1),
+        logdir(2, "/d1", T0 + 5, 4000, 100, 0.9),
+    ],
+    "exemplars: per client, a missing client id and missing stages": [
+        exemplar(1, T0 + 10, "app-1", 800.0, 0.0),
+        exemplar(1, T0 + 20, "app-1", 1200.0, 5.0, request="FetchConsumer"),
+        exemplar(1, T0 + 30, "app-1", 300.0, None, request="FetchConsumer"),
+        exemplar(2, T0 + 40, "", None, 700.0),
+        exemplar(2, T0 + WMS + 1, "app-2", None, None),
+    ],
+    "probes: two instances merged, unavailable counted, nothing read back": [
+        probe(1, T0 + 5, [3.0] * 30 + [250.0], [8.0] * 30, {"timeout": 1}),
+        probe(1, T0 + 6, [4.0] * 10, [9.0] * 10, source="probe-b"),
+        probe(2, T0 + 7, [], [], {"timeout": 4, "error": 1}),  # no ack: quantiles null
+        probe(3, T0 + WMS, [0.0] * 5, [], {}),  # zeros only; none decided: availability null
+    ],
+    "probe commits: merged across instances, {} where none, zeros only": [
+        probe(1, T0 + 5, [3.0] * 10, [8.0] * 10, commits=[4.0] * 19 + [900.0]),
+        probe(1, T0 + 6, [4.0] * 10, [9.0] * 10, source="probe-b", commits=[5.0] * 20),
+        probe(2, T0 + 7, [3.0] * 10, [8.0] * 10),  # coordinated no commit: p99 null
+        probe(3, T0 + 8, [3.0] * 10, [8.0] * 10, commits=[]),  # an empty sketch: p99 null
+        probe(3, T0 + WMS, [3.0] * 10, [8.0] * 10, commits=[0.0] * 3),
+    ],
+}
 
 
 _ts = st.integers(0, 6 * WINDOW_S * 1000 - 1).map(lambda d: T0 + d)

@@ -1,13 +1,14 @@
-"""Per-window state of the streaming analyzer: merged once per record, evaluated with no Spark job.
+"""Per-window state of the streaming analyzer: each record kept once, evaluated with no Spark job.
 
-:class:`WindowState` holds, for the windows of the lookback, exactly what the batch transforms
-(:mod:`spark_metrics.transforms`) reduce the raw records to, and builds the same
+:class:`WindowState` holds, for the windows of the lookback, what the Spark path
+(:mod:`spark_metrics`) reduces the raw records to, and builds the same
 :class:`linkwatch.aggregates.Aggregates` from it:
 
-* stage sketches: per (broker, request, stage, window) the zero count, the sum and the bucket
-  counts summed per log-bucket key; p50/p99/p999, the nonzero p99 and the mean are read at
-  evaluation with the arithmetic of :func:`spark_metrics.transforms.stage_quantiles`; the
-  cluster row sums the brokers' buckets again (:func:`~spark_metrics.transforms.cluster_quantiles`);
+* stage sketches: per (broker, request, stage, window) the sketches as they came (one per agent
+  window, a few at most); count, logged requests, p50/p99/p999, the nonzero p99 and the mean are
+  read at evaluation by :func:`aggregation.sketch_math.merge`, the one implementation the Spark
+  path (:func:`spark_metrics.sketch_merge.stage_windows`) calls too, per broker and over all
+  brokers;
 * partition sizes: per (topic, partition, broker, window) the last reading (size, log end
   offset); traffic is the change between consecutive windows in the evaluated range, as
   :func:`~spark_metrics.transforms.partition_windows` computes it;
@@ -16,8 +17,9 @@
   :func:`~spark_metrics.transforms.all_imbalances` does;
 * slow-request exemplars: per (broker, request, client, window) how many, and the largest
   ``send`` and ``throttle`` times (:func:`~spark_metrics.transforms.client_windows`);
-* probe samples: per (leader broker, window) the summed counts and the merged produce,
-  end-to-end and commit sketches (:func:`~spark_metrics.transforms.probe_windows`).
+* probe samples: per (leader broker, window) the summed counts and the produce, end-to-end and
+  commit sketches, merged by :func:`aggregation.sketch_math.merge` as
+  :func:`spark_metrics.sketch_merge.probe_windows` does.
 
 Contract:
 
@@ -57,13 +59,20 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
+
+from aggregation.sketch_math import (
+    NONZERO_QUANTILES,
+    PROBE_QUANTILES,
+    QUANTILES,
+    SketchRows,
+    merge,
+)
 from linkwatch import records as R
 from linkwatch.aggregates import (
-    NONZERO_QUANTILES,
-    QUANTILES,
     Aggregates,
     ClientWindow,
     HotKey,
@@ -72,9 +81,7 @@ from linkwatch.aggregates import (
     PartitionWindow,
     ProbeBrokerWindow,
     StageWindow,
-    logged_requests,
 )
-from linkwatch.sketch import _MAPPING
 
 KINDS: tuple[str, ...] = (
     R.StageSketch.KIND,
@@ -85,30 +92,34 @@ KINDS: tuple[str, ...] = (
 )
 
 
-def bucket_value(key: int) -> float:
-    """Milliseconds of a log bucket: the same expression as Spark's ``transforms.key_to_value``."""
-    m = _MAPPING
-    return math.pow(2.0, (key - m._offset) / m._multiplier) * (2.0 / (1 + m.gamma))
+SketchRow = tuple[int, float, np.ndarray, np.ndarray]  # zero, sum_ms, bucket keys, bucket counts
+_INT64 = np.iinfo(np.int64)
+
+
+def _sketch_row(sketch: Mapping) -> SketchRow:
+    """A record's sketch dict as a row for :class:`~aggregation.sketch_math.SketchRows`: a
+    missing zero, sum or bucket map counts as 0 or empty. TypeError, ValueError, AttributeError
+    or OverflowError (beyond int64) when it is not a sketch."""
+    buckets = dict(sketch.get("buckets", {}))
+    zero = int(sketch.get("zero", 0))
+    if not _INT64.min <= zero <= _INT64.max:
+        raise OverflowError(zero)
+    keys = np.fromiter(map(int, buckets), np.int64, len(buckets))
+    counts = np.fromiter(map(int, buckets.values()), np.int64, len(buckets))
+    return zero, float(sketch.get("sum", 0.0)), keys, counts
 
 
 @dataclass
-class _Sketch:
-    zero: int = 0
-    sum_ms: float = 0.0
-    buckets: dict[int, int] = field(default_factory=dict)
-    logged: int = 0  # requests logged (StageWindow.logged): the count unless sampled
+class _Sketches:
+    """The sketches of one cell as they came (at most a few: one per agent window, or per probe
+    instance); :func:`~aggregation.sketch_math.merge` sums them when the window is read."""
 
-    def merge(
-        self, zero: int, sum_ms: float, buckets: Iterable[tuple[int, int]], logged: int | None = None
-    ) -> None:
-        """Add one sketch; ``logged`` defaults to its count (a full capture)."""
-        self.zero += zero
-        self.sum_ms += sum_ms
-        n_all = zero
-        for key, n in buckets:
-            self.buckets[key] = self.buckets.get(key, 0) + n
-            n_all += n
-        self.logged += n_all if logged is None else logged
+    rows: list[SketchRow] = field(default_factory=list)
+    capture_ratios: list[float] = field(default_factory=list)
+
+    def add(self, row: SketchRow, capture_ratio: float = 1.0) -> None:
+        self.rows.append(row)
+        self.capture_ratios.append(capture_ratio)
 
 
 @dataclass
@@ -127,9 +138,9 @@ class _Probe:
     sent: int = 0
     ok: int = 0
     bad: int = 0
-    produce: _Sketch = field(default_factory=_Sketch)
-    end_to_end: _Sketch = field(default_factory=_Sketch)
-    commit: _Sketch = field(default_factory=_Sketch)
+    produce: _Sketches = field(default_factory=_Sketches)
+    end_to_end: _Sketches = field(default_factory=_Sketches)
+    commit: _Sketches = field(default_factory=_Sketches)
 
 
 @dataclass
@@ -137,7 +148,7 @@ class _Window:
     """Everything kept for one window start; ``keys`` are the records merged into it."""
 
     keys: set[str] = field(default_factory=set)
-    stages: dict[tuple[int, str, str], _Sketch] = field(default_factory=dict)
+    stages: dict[tuple[int, str, str], _Sketches] = field(default_factory=dict)
     # (topic, partition, broker) -> (ts_ms, size_bytes, log_end_offset) of the last reading
     partitions: dict[tuple[str, int, int], tuple[int, int, int | None]] = field(default_factory=dict)
     # (broker, log_dir) -> (ts_ms, capacity_bytes, used_bytes, io_util) of the last reading
@@ -243,19 +254,16 @@ class WindowState:
         return True
 
     def _merge_sketch(self, win: _Window, rec: R.StageSketch) -> bool:
-        sk = rec.sketch
         try:
-            buckets = [(int(k), int(n)) for k, n in dict(sk.get("buckets", {})).items()]
-            zero, sum_ms = int(sk.get("zero", 0)), float(sk.get("sum", 0.0))
-        except (TypeError, ValueError):
+            row = _sketch_row(rec.sketch)
+        except (TypeError, ValueError, AttributeError, OverflowError):
             self.dropped["bad_sketch"] += 1
             return False
         if R.out_of_range(R.StageSketch, lambda name: getattr(rec, name)):  # built in code, not decoded
             self.dropped["bad_value"] += 1
             return False
-        logged = logged_requests(zero + sum(n for _, n in buckets), rec.capture_ratio)
-        cell = win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketch())
-        cell.merge(zero, sum_ms, buckets, logged)
+        cell = win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketches())
+        cell.add(row, rec.capture_ratio)
         if rec.window_sketches:
             win.announced[rec.broker] = max(win.announced.get(rec.broker, 0), rec.window_sketches)
         return True
@@ -277,24 +285,17 @@ class WindowState:
     def _merge_probe(self, win: _Window, rec: R.ProbeSample) -> bool:
         try:
             bad = sum(int(n) for n in rec.unavailable.values())
-            sketches = [
-                (
-                    int(sk.get("zero", 0)),
-                    float(sk.get("sum", 0.0)),
-                    [(int(k), int(n)) for k, n in dict(sk.get("buckets", {})).items()],
-                )
-                for sk in (rec.produce, rec.end_to_end, rec.commit_latency)
-            ]
-        except (TypeError, ValueError, AttributeError):
+            sketches = [_sketch_row(sk) for sk in (rec.produce, rec.end_to_end, rec.commit_latency)]
+        except (TypeError, ValueError, AttributeError, OverflowError):
             self.dropped["bad_sketch"] += 1
             return False
         cell = win.probes.setdefault(rec.broker, _Probe())
         cell.sent += rec.sent
         cell.ok += rec.ok
         cell.bad += bad
-        cell.produce.merge(*sketches[0])
-        cell.end_to_end.merge(*sketches[1])
-        cell.commit.merge(*sketches[2])
+        cell.produce.add(sketches[0])
+        cell.end_to_end.add(sketches[1])
+        cell.commit.add(sketches[2])
         return True
 
     # --- bounds ---------------------------------------------------------------------------
@@ -418,57 +419,51 @@ _SHORT: dict[str, Callable[[_Window], bool]] = {
 }
 
 
-# --- the transforms' arithmetic on the held cells (pure functions) ---------------------------
+# --- the aggregates of the held cells (pure functions) --------------------------------------
 
 
-def _quantile_values(sk: _Sketch, quantiles: dict[str, float]) -> tuple[int, dict[str, float | None]]:
-    """``(count, {name: value})``: the first bucket whose cumulative count (after the zeros)
-    passes rank ``floor(q·(count−1))``, as ``transforms._quantiles``."""
-    count = sk.zero + sum(sk.buckets.values())
-    values: dict[str, float | None] = {}
-    ordered = sorted(sk.buckets.items())
-    for name, q in quantiles.items():
-        if count == 0:
-            values[name] = None
-            continue
-        rank = math.floor(q * (count - 1))
-        if rank < sk.zero:
-            values[name] = 0.0
-            continue
-        values[name] = None  # no key passes the rank (only with negative counts)
-        cum = 0
-        for key, n in ordered:
-            cum += n
-            if sk.zero + cum > rank:
-                values[name] = bucket_value(key)
-                break
-    return count, values
+def _group_ids(keys: Sequence[tuple]) -> tuple[np.ndarray, list[tuple]]:
+    """A group id per key (equal keys, equal ids; numbered by first appearance) and the keys
+    of the groups in id order."""
+    ids: dict[tuple, int] = {}
+    group = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, len(keys))
+    return group, list(ids)
 
 
-def _quantile_row(broker: int | None, request: str, stage: str, start: int, sk: _Sketch) -> StageWindow:
-    count, values = _quantile_values(sk, QUANTILES)
-    # The nonzero quantiles: the same arithmetic on the buckets alone (no zeros).
-    values.update(_quantile_values(replace(sk, zero=0), NONZERO_QUANTILES)[1])
-    return StageWindow(
-        broker=broker,
-        request=request,
-        stage=stage,
-        window_start_ms=start,
-        count=count,
-        logged=sk.logged,
-        mean_ms=sk.sum_ms / count if count > 0 else None,
-        **values,
-    )
+def _sketch_rows(cells: Sequence[_Sketches]) -> tuple[SketchRows, np.ndarray]:
+    """The sketches of ``cells`` as rows, and each row's cell (every cell holds at least one)."""
+    rows = SketchRows.of([r for c in cells for r in c.rows], [x for c in cells for x in c.capture_ratios])
+    return rows, np.repeat(np.arange(len(cells)), [len(c.rows) for c in cells])
+
+
+_STAGE_COLUMNS = ("count", "logged", *QUANTILES, *NONZERO_QUANTILES, "mean_ms")
 
 
 def _stage_rows(picked: list[tuple[int, _Window]]) -> list[StageWindow]:
+    """Per broker, request, stage and window, and over all brokers (``broker`` None): the
+    sketches of each merged by :func:`~aggregation.sketch_math.merge`."""
+    cells = [(start, key, sk) for start, win in picked for key, sk in win.stages.items()]
+    if not cells:
+        return []
+    rows, cell_of_row = _sketch_rows([sk for _, _, sk in cells])
+    per_cell = [(broker, request, stage, start) for start, (broker, request, stage), _ in cells]
+    cluster_of_cell, cluster_keys = _group_ids(
+        [(None, request, stage, start) for _, request, stage, start in per_cell]
+    )
     out = []
-    for start, win in picked:
-        merged: dict[tuple[str, str], _Sketch] = defaultdict(_Sketch)
-        for (broker, request, stage), sk in win.stages.items():
-            out.append(_quantile_row(broker, request, stage, start, sk))
-            merged[(request, stage)].merge(sk.zero, sk.sum_ms, sk.buckets.items(), sk.logged)
-        out.extend(_quantile_row(None, rq, st, start, sk) for (rq, st), sk in merged.items())
+    for keys, group in ((per_cell, cell_of_row), (cluster_keys, cluster_of_cell[cell_of_row])):
+        m = merge(rows, group, len(keys))
+        cols = [m.values(name) for name in _STAGE_COLUMNS]
+        for (broker, request, stage, start), values in zip(keys, zip(*cols, strict=True), strict=True):
+            out.append(
+                StageWindow(
+                    broker=broker,
+                    request=request,
+                    stage=stage,
+                    window_start_ms=start,
+                    **dict(zip(_STAGE_COLUMNS, values, strict=True)),
+                )
+            )
     return out
 
 
@@ -539,32 +534,35 @@ def _client_rows(picked: list[tuple[int, _Window]]) -> list[ClientWindow]:
     ]
 
 
-PROBE_QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99}
-
-
 def _probe_rows(picked: list[tuple[int, _Window]]) -> list[ProbeBrokerWindow]:
+    """Per leader broker and window: the summed counts, and p50/p99 of the merged produce,
+    end-to-end and commit sketches."""
+    cells = [(start, broker, p) for start, win in picked for broker, p in win.probes.items()]
+    if not cells:
+        return []
+    q = {}
+    for kind in ("produce", "end_to_end", "commit"):
+        rows, group = _sketch_rows([getattr(p, kind) for _, _, p in cells])
+        m = merge(rows, group, len(cells), PROBE_QUANTILES, {})
+        q[kind] = {name: m.values(name) for name in PROBE_QUANTILES}
     out = []
-    for start, win in picked:
-        for broker, p in win.probes.items():
-            _, produce = _quantile_values(p.produce, PROBE_QUANTILES)
-            _, e2e = _quantile_values(p.end_to_end, PROBE_QUANTILES)
-            _, commit = _quantile_values(p.commit, PROBE_QUANTILES)
-            decided = p.ok + p.bad
-            out.append(
-                ProbeBrokerWindow(
-                    broker=broker,
-                    window_start_ms=start,
-                    sent=p.sent,
-                    ok=p.ok,
-                    decided=decided,
-                    availability=p.ok / decided if decided > 0 else None,
-                    produce_p50_ms=produce["p50_ms"],
-                    produce_p99_ms=produce["p99_ms"],
-                    end_to_end_p50_ms=e2e["p50_ms"],
-                    end_to_end_p99_ms=e2e["p99_ms"],
-                    commit_p99_ms=commit["p99_ms"],
-                )
+    for i, (start, broker, p) in enumerate(cells):
+        decided = p.ok + p.bad
+        out.append(
+            ProbeBrokerWindow(
+                broker=broker,
+                window_start_ms=start,
+                sent=p.sent,
+                ok=p.ok,
+                decided=decided,
+                availability=p.ok / decided if decided > 0 else None,
+                produce_p50_ms=q["produce"]["p50_ms"][i],
+                produce_p99_ms=q["produce"]["p99_ms"][i],
+                end_to_end_p50_ms=q["end_to_end"]["p50_ms"][i],
+                end_to_end_p99_ms=q["end_to_end"]["p99_ms"][i],
+                commit_p99_ms=q["commit"]["p99_ms"][i],
             )
+        )
     return out
 
 

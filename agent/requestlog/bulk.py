@@ -1,0 +1,282 @@
+"""In bulk: a block of usual lines that lies in one open window, accounted at once.
+
+The common case (a window holds ~10 s of a busy log, a block a fraction of a second): no line
+is accounted alone. Two ways, the first that is available:
+
+* :func:`ingest_compiled` — the compiled scanner (:mod:`agent.requestlog.scanner`) reads every
+  line's request type, stamp and stage times in one C call; the block is accounted by numpy over
+  whole columns.
+* :func:`ingest_python` — per line only positions, two cache lookups and one slice
+  (:func:`scan_lines`, reading the shape of :mod:`agent.requestlog.shape`); per request type
+  the tails of all its lines decoded by one msgspec call (:mod:`agent.requestlog.typed`).
+
+Contract (both): either the block is accounted exactly as line by line
+(:mod:`agent.requestlog.lines`) would account it — the same windows, exemplars (slow lines are
+parsed in full, in line order) and counts — and ``[]`` is returned (a bulk block never closes a
+window), or None is returned and nothing changed but caches: the block spans a window boundary,
+its window is closed or closes at it, it lies too far ahead, or a line is not certainly of the
+usual shape. The caller then takes the line-by-line path. ``tests/agent/test_scanner.py`` and
+``tests/agent/test_extract.py`` compare every window field with that path.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from agent.health import Health
+from agent.requestlog.parse import LineParser, TimestampParser, is_follower_fetch
+from agent.requestlog.scanner import FETCH_INDEX, FOLLOWER_INDEX, KIND_REQUESTS, BlockScan
+from agent.requestlog.shape import (
+    API_TYPES,
+    BODY,
+    CACHE_LIMIT,
+    CONN,
+    NAME,
+    SEC,
+    Slow,
+    fetch_decision,
+    stamp_ms,
+)
+from agent.requestlog.typed import decode_tails
+from agent.requestlog.window import (
+    ROW_GETTERS,
+    ROW_REMOTE,
+    ROW_TOTAL,
+    ClosedWindow,
+    RequestAccumulator,
+    Window,
+    WindowAggregator,
+)
+from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER
+
+_TOTAL_OF = ROW_GETTERS[ROW_TOTAL]
+_REMOTE_OF = ROW_GETTERS[ROW_REMOTE]
+# scan_lines' cache: "requestApiKeyName":" + the 72 bytes after it -> request type (Fetch kind
+# decided). Module-wide: what it holds depends on the bytes only.
+_KINDS: dict[bytes, str] = {}
+_KIND_BYTES = 21 + 72
+_N_AT = 14  # the N of "requestApiKeyName":" (its first capital N)
+_N_END = 50 + 4096 - 21 + _N_AT + 1  # the name must end within the JSON's first 4096 bytes
+_FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
+_P_AT = 10  # the P of ,"securityProtocol":
+
+
+def ingest_compiled(
+    block: bytes, parser: LineParser, agg: WindowAggregator, health: Health, scan: BlockScan
+) -> list[ClosedWindow] | None:
+    """:func:`ingest_python` with the compiled scanner: one call reads every line's request type,
+    stamp and stage times (:class:`~agent.requestlog.scanner.BlockScan`), and the block is
+    accounted by numpy over whole columns: the stamps by one cached read per distinct second,
+    the stage rows of each request type handed to its accumulator as one array
+    (:meth:`RequestAccumulator.add_rows`), the slow lines found by one comparison. The same
+    conditions and the same result as :func:`ingest_python`; None (nothing changed but caches)
+    for a block it does not take."""
+    n = scan.scan(block, parser.max_line_bytes)
+    if not n:
+        return None
+    kinds = scan.kinds[:n]
+    if kinds.min() < 0:
+        return None
+    tss = _stamps(block, scan, n, parser.ts)
+    if tss is None:
+        return None
+    tmin, tmax = int(tss.min()), int(tss.max())
+    win = _bulk_window(agg, tmin, tmax)
+    if win is None:
+        return None
+    rows = scan.stages[:n]
+    counts = np.bincount(kinds)
+    present = np.flatnonzero(counts).tolist()
+    # The rows grouped by request type (one sort, then views of one fresh array per block).
+    grouped = rows[np.argsort(kinds, kind="stable")] if len(present) > 1 else rows.copy()
+    at = 0
+    for kind in present:
+        request = KIND_REQUESTS[kind]
+        acc = win.requests.get(request)
+        if acc is None:
+            acc = win.requests[request] = RequestAccumulator(agg.memo)
+        end = at + int(counts[kind])
+        acc.add_rows(grouped[at:end])
+        at = end
+    # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
+    totals = rows[:, ROW_TOTAL]
+    fetch = (kinds == FETCH_INDEX) | (kinds == FOLLOWER_INDEX)
+    slowness = np.where(fetch, totals - rows[:, ROW_REMOTE], totals)
+    slow = np.flatnonzero(slowness >= agg.slow_threshold_ms).tolist()
+    starts, ends = scan.starts, scan.ends
+    for k in slow:
+        line = block[int(starts[k]) : int(ends[k])]
+        agg.keep_slow(win, parser.parse(line), float(slowness[k]))
+    if tmax > agg.watermark:
+        agg.watermark = tmax
+    parser.ts.last_ms = int(tss[-1])
+    health.lines_read += n
+    return []
+
+
+def _stamps(block: bytes, scan: BlockScan, n: int, ts_parser: TimestampParser) -> np.ndarray | None:
+    """Epoch ms of the scanned lines' stamps: each distinct second read once through the
+    parser's per-second cache (:meth:`TimestampParser.second_ms`), plus the milliseconds; None
+    if a second is not certain (invalid, or a repeated local hour: read line by line then)."""
+    secs, millis = scan.secs[:n], scan.millis[:n]
+    if secs[0] == secs[n - 1] and (secs == secs[0]).all():
+        at = int(scan.starts[0])
+        base = ts_parser.second_ms(block[at + 1 : at + 20])
+        return None if base is None else millis + base
+    _, first, inverse = np.unique(secs, return_index=True, return_inverse=True)
+    bases = []
+    for k in first.tolist():
+        at = int(scan.starts[k])
+        base = ts_parser.second_ms(block[at + 1 : at + 20])
+        if base is None:
+            return None
+        bases.append(base)
+    return np.array(bases, np.int64)[inverse] + millis
+
+
+def ingest_python(
+    block: bytes, parser: LineParser, agg: WindowAggregator, health: Health
+) -> list[ClosedWindow] | None:
+    """:func:`agent.requestlog.ingest.ingest_block` for a block whose every line is of the usual
+    shape, all in one window that stays open: what the line-by-line path would account, in bulk.
+    None (and nothing changed but caches) for any other block: the caller then takes that path.
+
+    Per line only positions, two cache lookups and one slice (:func:`scan_lines`); per request
+    type in the block, the tails of all its lines are decoded by one msgspec call
+    (:func:`agent.requestlog.typed.decode_tails`) and each stage's values counted by one C loop
+    (:meth:`RequestAccumulator.count`). Slow lines are parsed in full, in line order
+    (exemplars)."""
+    if not block.isascii() or len(block) > parser.max_line_bytes:
+        return None
+    scanned = scan_lines(block, parser.ts)
+    if scanned is None:
+        return None
+    tss, groups = scanned
+    decoded = []
+    for request, group in groups.items():
+        rows = decode_tails(group[1::2])
+        if rows is None:
+            return None
+        decoded.append((request, group[0::2], rows))
+    tmin, tmax = min(tss), max(tss)
+    win = _bulk_window(agg, tmin, tmax)
+    if win is None:
+        return None
+    slow: list[tuple[int, float]] = []
+    threshold = agg.slow_threshold_ms
+    for request, positions, rows in decoded:
+        acc = win.requests.get(request)
+        if acc is None:
+            acc = win.requests[request] = RequestAccumulator(agg.memo)
+        acc.count(rows)
+        totals = list(map(_TOTAL_OF, rows))
+        if request is FETCH_CONSUMER or request is FETCH_FOLLOWER:
+            # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
+            totals = list(map(operator.sub, totals, map(_REMOTE_OF, rows)))
+        if max(totals) >= threshold:
+            slow += [(at, t) for at, t in zip(positions, totals, strict=True) if t >= threshold]
+    for at, t in sorted(slow):
+        agg.keep_slow(win, parser.parse(block[at : block.index(b"\n", at)]), t)
+    if tmax > agg.watermark:
+        agg.watermark = tmax
+    parser.ts.last_ms = tss[-1]
+    health.lines_read += len(tss)
+    return []
+
+
+def scan_lines(block: bytes, ts_parser: TimestampParser) -> tuple[list[int], dict[str, list]] | None:
+    """Each line's timestamp (in order), and per request type its lines' start positions and
+    stage tails ``connection":"…","totalTimeMs":…,…,"sendTimeMs":…`` (alternating in one
+    list); None unless every line is of the usual shape as far as positions tell (the tails'
+    tokens are checked by :func:`~agent.requestlog.typed.decode_tails`).
+
+    Exactly what :meth:`LineParser.parse` reads: the stamp and fixed prefix by the
+    per-millisecond cache (:func:`stamp_ms`); the first ``"requestApiKeyName":"`` of the JSON,
+    found by its ``N`` (the first capital N of the usual header, in this line; for a Fetch
+    with no ``}`` before it, so the request object comes after it), and its name and a Fetch's
+    kind by a cache keyed by it and the bytes after it (:func:`_kind` otherwise); the last
+    ``,"connection":`` of the line, then the first ``P`` after it, which must be that of the
+    first ``,"securityProtocol":`` after it (stage tokens have no P), with a ``}`` after it,
+    so the tail lies inside the JSON and ends where the general parser's does."""
+    tss: list[int] = []
+    push_ts = tss.append
+    groups: dict[str, list] = {}
+    ms_get, kinds_get = ts_parser.ms_cache.get, _KINDS.get
+    index, find, rindex, startswith = block.index, block.find, block.rindex, block.startswith
+    pos, size = 0, len(block)
+    try:
+        while pos < size:
+            nl = index(b"\n", pos)
+            ts = ms_get(block[pos : pos + BODY + 1])
+            if ts is None:
+                ts = stamp_ms(block, pos, ts_parser)
+            i = find(b"N", pos + BODY, pos + _N_END)
+            request = kinds_get(block[i - _N_AT : i - _N_AT + _KIND_BYTES])
+            if request is None or i > nl or (request in _FETCHES and find(b"}", pos + BODY, i) >= 0):
+                request = _kind(block, pos, nl)
+            c = rindex(CONN, pos, nl)
+            p = index(b"P", c, nl)
+            if not startswith(SEC, p - _P_AT) or find(b"}", p, nl) < 0:
+                return None
+            push_ts(ts)
+            group = groups.get(request)
+            if group is None:
+                group = groups[request] = []
+            group += (pos, block[c + 2 : p - _P_AT])
+            pos = nl + 1
+    except (Slow, ValueError):
+        return None
+    return (tss, groups) if tss else None
+
+
+def _kind(block: bytes, pos: int, nl: int) -> str:
+    """The request type of the line ``block[pos:nl]`` as :meth:`LineParser.parse` reads it,
+    through :data:`_KINDS` when the name and the bytes after it decide it (remembered then)."""
+    end = block.rfind(b"}", pos, nl)
+    at = block.find(NAME, pos + BODY, min(end, pos + BODY + 4096))
+    if at < 0 or at + _KIND_BYTES > end:
+        raise Slow
+    key = block[at : at + _KIND_BYTES]
+    request = _kind_of(key)
+    if request is FETCH_CONSUMER:
+        # Decided by the request's first bytes if they start right after the header.
+        decided = fetch_decision(key[len(NAME) + len(b"FETCH") :])
+        if decided is None or block.find(b"}", pos + BODY, at) >= 0:
+            return FETCH_FOLLOWER if is_follower_fetch(block[pos + BODY : end + 1]) else FETCH_CONSUMER
+        request = decided
+    if block.find(b"}", pos + BODY, at) < 0:
+        if len(_KINDS) >= CACHE_LIMIT:
+            _KINDS.clear()
+        _KINDS[key] = request
+    return request
+
+
+def _kind_of(key: bytes) -> str:
+    """The request type named at the start of ``key`` (``"requestApiKeyName":"NAME"…``); FETCH
+    as a consumer fetch (the caller tells them apart); :class:`Slow` if unknown or cut."""
+    q = key.find(b'"', len(NAME))
+    request = API_TYPES.get(key[len(NAME) : q]) if q > 0 else None
+    if request is None:
+        raise Slow
+    return request
+
+
+# The fast block path's caches (module-wide: what they hold depends on the bytes only).
+# "requestApiKeyName":" + the 72 bytes after it -> request type (Fetch kind decided).
+
+
+def _bulk_window(agg: WindowAggregator, tmin: int, tmax: int) -> Window | None:
+    """The open window a block stamped ``tmin``..``tmax`` is accounted into in bulk, or None when
+    the block must go line by line (it spans a window boundary, its window is closed, it lies
+    too far ahead, or a window closes at it)."""
+    start = tmin - tmin % agg.window_ms
+    if tmax >= start + agg.window_ms or start < agg.closed_before:
+        return None
+    if tmax > agg.ahead_limit and agg.too_far_ahead(tmax):
+        return None
+    win = agg.window(start)  # the line-by-line path would open it at the first line too
+    if tmax >= agg.close_threshold():
+        return None
+    return win
