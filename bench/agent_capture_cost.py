@@ -64,8 +64,8 @@ from agent.requestlog.parse import Drop, LineParser
 from linkwatch.errors import SetupError
 from linkwatch.records import STAGES
 from linkwatch.sketch import LatencySketch
-from linkwatch.testbed import jars
-from linkwatch.testbed.cluster import (
+from testbed import jars
+from testbed.cluster import (
     ClusterSpec,
     ClusterState,
     LocalCluster,
@@ -386,7 +386,16 @@ def main() -> None:
     )
     ap.add_argument("--stride", type=int, default=4)
     ap.add_argument("--slices-per-window", default="", help="comma-separated, with --p99-from")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a size that runs in about a minute (cluster A, off and always, 1 round of 2 s slices)",
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.slice_seconds, args.idle_seconds, args.warmup_seconds = 1, 2.0, 1.0, 2.0
+        args.rate, args.producers, args.clusters, args.policies_a = 100, 2, "A", "off,always"
+        args.draws, args.min_requests = 2, 10
     if args.p99_from:
         full = orjson.loads(gzip.decompress(args.p99_from.read_bytes()))
         for n in [int(x) for x in args.slices_per_window.split(",") if x] or [None]:

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/agent_ingest.py [--log <captured kafka-request.log>]... [--repeat 7]
     .venv/bin/python bench/agent_ingest.py --steady-rate 10000 --seconds 30
+    .venv/bin/python bench/agent_ingest.py --steady-rate 10000 --agent-command /opt/linkwatch/bin/linkwatch
 
 Input: real broker lines, by default both captured logs committed as test fixtures
 (tests/agent/fixtures/kafka-request.log, a broker under produce and consume traffic, and
@@ -45,10 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _kit import process_cpu_s  # bench/ is on sys.path (run as a script)
 
 from agent.health import Health
-from agent.requestlog import source
+from agent.requestlog import bulk
 from agent.requestlog.follow import FileFollower
+from agent.requestlog.ingest import ingest_block, ingest_lines
 from agent.requestlog.parse import LineParser
-from agent.requestlog.source import ingest_block, ingest_lines
 from agent.requestlog.typed import decode_tails
 from agent.requestlog.window import WindowAggregator
 
@@ -122,7 +123,7 @@ def floor_regex(blocks: list[bytes]) -> int:
 def floor_scan(blocks: list[bytes]) -> int:
     """Floor 3: the agent's per-line scan alone (positions, stamp, type, tail slice)."""
     parser = LineParser()
-    return sum(len(source._scan(block, parser.ts)[0]) for block in blocks)
+    return sum(len(bulk.scan_lines(block, parser.ts)[0]) for block in blocks)
 
 
 def floor_tails(tails: list[list[bytes]]) -> int:
@@ -142,7 +143,7 @@ def floor_count(values: list[list[float]]) -> int:
 def stage_tails(blocks: list[bytes]) -> list[list[bytes]]:
     """The stage tails of each block, per request type, as the bulk path's scan slices them."""
     parser = LineParser()
-    return [group[1::2] for block in blocks for group in source._scan(block, parser.ts)[1].values()]
+    return [group[1::2] for block in blocks for group in bulk.scan_lines(block, parser.ts)[1].values()]
 
 
 def stage_values(tails: list[list[bytes]]) -> list[list[float]]:
@@ -236,7 +237,7 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def part2(path: Path, rate: int, seconds: float) -> None:
+def part2(path: Path, rate: int, seconds: float, command: list[str] | None = None) -> None:
     lines = path.read_bytes().splitlines()
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "kafka-request.log"
@@ -248,7 +249,8 @@ def part2(path: Path, rate: int, seconds: float) -> None:
         cfg.write_text(
             f"cluster: bench\nbroker_id: 1\nrequest_log:\n  path: {log}\nprometheus:\n  port: {port}\nhost:\n  enabled: false\n"
         )
-        agent = subprocess.Popen([sys.executable, "-m", "linkwatch.cli", "agent", "--config", str(cfg)])
+        command = command or [sys.executable, "-m", "cli.main"]
+        agent = subprocess.Popen([*command, "agent", "--config", str(cfg)])
         try:
             time.sleep(3)  # start-up (imports) is not part of the steady state
             c0, t0 = process_cpu_s(agent.pid), time.monotonic()
@@ -296,11 +298,19 @@ def main() -> None:
     ap.add_argument("--steady-rate", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument(
+        "--agent-command",
+        help="the linkwatch command the steady replay runs (e.g. a linkwatch[agent] install's "
+        "bin/linkwatch); default: this interpreter's -m cli.main",
+    )
+    ap.add_argument(
         "--floors",
         action="store_true",
         help="also time floors: line ends, a regex, the scan, the typed tail decode, counting",
     )
+    ap.add_argument("--smoke", action="store_true", help="a size that runs in seconds (3,000 lines, 1 round)")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat, args.lines = 1, 3_000
     logs = args.log or CAPTURES
     for log in logs:
         if args.as_captured:
@@ -310,7 +320,7 @@ def main() -> None:
                 print(f"{log}: cycled to {args.lines:,} lines, re-stamped at {args.rate:,} lines/s")
                 part1(retimed(log, Path(tmp) / "dense.log", args.rate, args.lines), args.repeat, args.floors)
         if args.steady_rate:
-            part2(log, args.steady_rate, args.seconds)
+            part2(log, args.steady_rate, args.seconds, args.agent_command and [args.agent_command])
 
 
 if __name__ == "__main__":

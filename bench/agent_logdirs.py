@@ -63,7 +63,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--dirs", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="a size that runs in seconds (200 partitions)")
     args = ap.parse_args()
+    if args.smoke:
+        args.partitions = 200
     with tempfile.TemporaryDirectory() as tmp:
         dirs = build(Path(tmp), args.partitions, args.dirs)
         empty = Path(tmp) / "empty"

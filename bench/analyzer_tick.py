@@ -32,7 +32,7 @@ from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
 from spark_metrics.batch import write_archive
 from spark_metrics.session import spark_session
-from tests.analyzer.window_records import assert_same_aggregates
+from tests.aggregation.window_records import assert_same_aggregates
 
 STAGES = ["total", "local", "remote", "requestQueue", "responseQueue", "send", "throttle"]
 REQUESTS = [R.PRODUCE, "FetchConsumer", "FetchFollower"]
@@ -163,7 +163,10 @@ def main() -> None:
     ap.add_argument("--grow-to", type=int, default=60)
     ap.add_argument("--window-s", type=int, default=10)
     ap.add_argument("--ticks", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="a size that runs in seconds (2 brokers, 1 → 2 min)")
     args = ap.parse_args()
+    if args.smoke:
+        args.brokers, args.minutes, args.grow_to, args.ticks = 2, 1, 2, 1
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     spark = spark_session("local[2]", app_name="bench-analyzer-tick", shuffle_partitions=2)
     rng = random.Random(1)

@@ -49,8 +49,8 @@ from kafka.admin import NewTopic
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.sketch import exact_quantile
-from linkwatch.testbed.cluster import ClusterState
-from linkwatch.testbed.faults import PauseDutyCycle
+from testbed.cluster import ClusterState
+from testbed.faults import PauseDutyCycle
 
 PARTITIONS = 6
 
@@ -347,8 +347,12 @@ def main() -> int:
     p.add_argument("--warmup-s", type=float, default=15, help="Load before the first client (0: none).")
     p.add_argument("--json", type=Path, help="Also write the results here.")
     p.add_argument("--log", help="Log level for kafka/linkwatch loggers (e.g. WARNING).")
+    p.add_argument(
+        "--smoke", action="store_true", help="a size that runs in seconds (healthy case, 2,000 records, 1 s)"
+    )
     args = p.parse_args()
-    if args.log:
+    if args.smoke:
+        args.cases, args.backlog, args.rate, args.seconds, args.warmup_s = "healthy", 2_000, 200.0, 1.0, 0.0
         import logging
 
         logging.basicConfig(level=args.log, format="%(asctime)s %(threadName)s %(name)s %(message)s")

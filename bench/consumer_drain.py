@@ -29,7 +29,7 @@ from consumer_compare import PARTITIONS, create_topic, produce  # bench/ is on s
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
-from linkwatch.testbed.cluster import ClusterState
+from testbed.cluster import ClusterState
 
 
 def _drain(name: str, poll: Callable[[], int], n: int) -> tuple[float, float]:
@@ -83,7 +83,12 @@ def main() -> int:
     )
     p.add_argument("--records", type=int, default=300_000)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument(
+        "--smoke", action="store_true", help="a size that runs in seconds (3,000 records, 1 round)"
+    )
     args = p.parse_args()
+    if args.smoke:
+        args.records, args.rounds = 3_000, 1
     state = ClusterState.load(args.cluster_dir)
     if state is None:
         print(f"no cluster in {args.cluster_dir}", file=sys.stderr)

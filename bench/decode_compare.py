@@ -49,7 +49,10 @@ def main() -> int:
     p.add_argument("--batches", type=int, default=60)
     p.add_argument("--per-batch", type=int, default=500)
     p.add_argument("--gzip", action="store_true", help="gzip-compressed batches")
+    p.add_argument("--smoke", action="store_true", help="a size that runs in seconds (3 rounds of 4 x 100)")
     args = p.parse_args()
+    if args.smoke:
+        args.rounds, args.batches, args.per_batch = 3, 4, 100
     data = fetch_bytes(args.batches, args.per_batch, 1 if args.gzip else 0)
     n = args.batches * args.per_batch
 

@@ -43,8 +43,8 @@ from lag.collector import CollectorConfig, LagCollector, PassResult
 from lag.outputs import LagMetrics, lag_records
 from lag.rules import Status
 from lag.timestamps import TimestampReader
-from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
-from linkwatch.testbed.faults import DeleteMidPass
+from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
+from testbed.faults import DeleteMidPass
 
 MIB = 1024 * 1024
 
@@ -129,7 +129,12 @@ def main() -> int:
     ap.add_argument("--gone", type=int, default=50)
     ap.add_argument("--beyond", type=int, default=20)
     ap.add_argument("--passes", type=int, default=10)
+    ap.add_argument(
+        "--smoke", action="store_true", help="a size that runs in seconds (1 topic x 20 partitions, 2 passes)"
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.topics, args.partitions, args.gone, args.beyond, args.passes = 1, 20, 3, 2, 2
     cluster = None
     if args.bootstrap is None:
         root = Path(tempfile.mkdtemp(prefix="lag-big-")) / "kafka"

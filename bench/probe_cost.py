@@ -52,9 +52,9 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from linkwatch.records import SAMPLES_TOPIC
-from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from probe.config import ProbeConfig
 from probe.service import ProbeService
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 REQUESTS = "kafka.network:type=RequestMetrics,name=RequestsPerSec,*"
 TOPIC_BYTES = ("BytesInPerSec", "BytesOutPerSec")
@@ -229,7 +229,10 @@ def main() -> int:
     ap.add_argument("--cluster-dir", type=Path, help="a running testbed cluster (else one is started)")
     ap.add_argument("--seconds", type=float, default=60, help="length of each phase")
     ap.add_argument("--warmup-seconds", type=float, default=20, help="probe running before its phase")
+    ap.add_argument("--smoke", action="store_true", help="a size that runs in seconds (3 s phases)")
     args = ap.parse_args()
+    if args.smoke:
+        args.seconds, args.warmup_seconds = 3.0, 3.0
     # A TERM (e.g. timeout) unwinds like Ctrl-C, so the brokers are always stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.cluster_dir is not None:

@@ -16,6 +16,8 @@ Rounds alternate between the two on fresh topics; the median total time of each 
     python bench/reassign_window.py --rounds 3 --small 20 --big-mb 16 --throttle-mb 2 --window 2
 
 Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/reassign_window.py``.
+``--cluster-dir DIR`` uses a running 3-broker ``linkwatch cluster up`` cluster instead of
+starting one; ``--smoke`` is a size that runs in seconds (one round, 2 small moves, a 1 MB mover).
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ import yaml
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 from remediation.base import Context, Plan, Step
 from remediation.config import load_remediation_config
 from remediation.rebalance import RebalanceDisksRemediation
 from remediation.remediator import Remediator
 from remediation.view import read_view
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 
 class BatchRebalance(RebalanceDisksRemediation):
@@ -111,15 +113,25 @@ def main() -> None:
     ap.add_argument("--throttle-mb", type=float, default=2.0, help="replication throttle, MB/s")
     ap.add_argument("--window", type=int, default=2)
     ap.add_argument("--poll-s", type=float, default=0.2)
+    ap.add_argument(
+        "--cluster-dir", type=Path, help="a running 3-broker testbed cluster (else one is started)"
+    )
+    ap.add_argument("--smoke", action="store_true", help="a size that runs in seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.small, args.small_kb, args.big_mb, args.throttle_mb = 1, 2, 16, 1, 8.0
 
     root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-reassign-"))
-    cluster = LocalCluster(
-        ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19500))
-    )
+    cluster = None
+    if args.cluster_dir is None:
+        cluster = LocalCluster(
+            ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19500))
+        )
     times: dict[str, list[float]] = {"window": [], "batches": []}
     try:
-        state = cluster.up()
+        state = cluster.up() if cluster is not None else ClusterState.load(args.cluster_dir)
+        if state is None:
+            raise SystemExit(f"no cluster state under {args.cluster_dir}")
         admin = KafkaAdminClient(bootstrap_servers=state.bootstrap, client_id="bench-reassign")
         cfg_path = root / "remediation.yaml"
         cfg_path.write_text(
@@ -154,7 +166,7 @@ def main() -> None:
                     ("window", window),
                 )
             ):
-                topic = f"moves-{r}-{mode}"
+                topic = f"moves-{r}-{mode}-{root.name[-6:]}"
                 make_topic(admin, state.bootstrap, topic, args.small, args.small_kb, args.big_mb)
                 plan = plan_for(admin, topic, args.small, deadline_s=600)
                 t0 = time.monotonic()
@@ -167,7 +179,8 @@ def main() -> None:
                 admin.delete_topics([topic])
         admin.close()
     finally:
-        cluster.down()
+        if cluster is not None:
+            cluster.down()
         shutil.rmtree(root, ignore_errors=True)
     w, b = statistics.median(times["window"]), statistics.median(times["batches"])
     print(

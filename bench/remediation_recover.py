@@ -1,7 +1,7 @@
 """Time to recover from a paused leader: with the findings pipeline demoting it, and without.
 
 On one local 3-broker cluster with the agents and the Spark analyzer (the demo's pieces,
-``linkwatch.testbed.demo``): a Zipf-keyed acks=all load (the analyzer sees a stalled broker
+``testbed.demo``): a Zipf-keyed acks=all load (the analyzer sees a stalled broker
 through the leaders waiting on it) and an acks=1 producer on its own 6-partition topic (its
 clients wait on the leader only: the producer whose p99 recovery is measured). Each round
 pauses broker 2's JVM in a duty cycle (``--pause-ms`` of every 1000 ms, 500 by default) and measures, from the onset:
@@ -19,12 +19,25 @@ once the previous round's finding has cleared and with broker 2 leading its pref
 partitions again.
 
     python bench/remediation_recover.py --rounds 3 --fault-s 90 [--analyzer default] [--save-run F]
+    python bench/remediation_recover.py --draws 8 --seed 7 [--fault-s 90] [--kinds leader_pause,...]
+
+``--draws N --seed S`` times the fault matrix's random draws instead (``bench/fault_matrix.py``'s
+``draws()``: a kind, a victim, intensities and a load mix each; by default only the kinds a
+slow-broker remediation answers). Each draw runs twice, in two passes over the same draws:
+without remediation (the analyzer notifies only), then with it (the demo's remediation: demote on
+``slow_broker``). Per draw, from the onset: the finding, the demotion, the worst running
+producer's ack p99 first over 300 ms (``crossed``) and back under it for 3 s (``recovered``).
+Reported: median and p90 of ``recovered`` per pass over the draws whose p99 crossed the line
+without remediation (a draw that never crossed it has nothing to recover from).
 
 ``--save-run F`` writes the rounds (with their onset and removal, wall clock ms), the agents'
 windows from the samples topic and the analyzer's findings from the findings topic as one JSON
 document, to replay the rules over the same windows (``bench/fault_matrix.py``'s ``replay``).
 
 Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recover.py``.
+``--cluster-dir DIR`` uses a running 3-broker ``linkwatch cluster up`` cluster; ``--smoke`` is one
+round with remediation only, a 15 s fault and a short quiet time (about a minute, most of it the
+analyzer's start): it checks the bench runs, its figures are not a measurement.
 """
 
 from __future__ import annotations
@@ -37,17 +50,18 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _kit import read_samples  # bench/ is on sys.path (run as a script)
 
 from analyzer.service import AnalyzerConfig, PrometheusConfig
 from linkwatch import records as R
-from linkwatch.testbed import faults
-from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
-from linkwatch.testbed.demo.agents import AgentsComponent
-from linkwatch.testbed.demo.analyzer import AnalyzerComponent, demo_config
-from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic
-from linkwatch.testbed.recovery import PAUSE_MS, one_round, wait_restored
+from testbed import faults
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from testbed.demo.agents import AgentsComponent
+from testbed.demo.analyzer import AnalyzerComponent, demo_config
+from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
+from testbed.recovery import PAUSE_MS, fault_round, one_round, wait_restored
 
 VICTIM = 2
 
@@ -68,6 +82,155 @@ def default_config() -> AnalyzerConfig:
         prometheus=PrometheusConfig(enabled=False),
         spark_conf={"spark.ui.showConsoleProgress": "false"},
     )
+
+
+# The fault matrix's kinds whose right finding is a slow broker (a demotion may answer them).
+REMEDIABLE = (
+    "leader_pause",
+    "follower_pause",
+    "safepoint_storm",
+    "slow_disk",
+    "cpu_starved",
+    "handlers_starved",
+    "congested_link",
+)
+
+
+def run_draws(args: argparse.Namespace) -> None:
+    import fault_matrix as fm  # bench/ is on sys.path (run as a script)
+
+    chosen = fm.draws(args.draws, args.seed, args.fault_s, tuple(args.kinds.split(",")))
+    root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-draws-"))
+    cluster = LocalCluster(
+        ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19400))
+    )
+    agents = AgentsComponent()
+    loads: fm.Loads | None = None
+    analyzer: AnalyzerComponent | None = None
+    rows: list[tuple[str, fm.Scenario, dict]] = []
+    try:
+        state = cluster.up()
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=state.bootstrap, client_id="bench-recover")
+        for topic in fm.TOPICS:
+            ensure_topic(admin, topic, 6, 3)
+        fm.victim_topics(admin, state.bootstrap, {v for s in chosen for v in s.victims})
+        agents.start(state)
+        loads = fm.Loads(state.bootstrap)
+        loads.set(fm.BOTH)
+        ctx = fm.Ctx(state, admin, cluster)
+        for mode in ("without", "with"):
+            analyzer = AnalyzerComponent(
+                demo_config(agents.window_s),
+                remediate_topics=list(fm.TOPICS) if mode == "with" else None,
+                cooldown_s=5.0,
+            )
+            analyzer.start(state)
+            warm_up(analyzer)
+            for s in chosen:
+                r = draw_round(admin, analyzer, loads, ctx, s, mode, args)
+                rows.append((mode, s, r))
+                print(
+                    f"{mode:>7} {s.name:<28} {s.params} load {s.load['mix']}: finding {fmt(r['finding'], s.fault_s)} s,"
+                    f" demoted {fmt(r['demoted'], s.fault_s)} s, crossed {fmt(r['crossed'], s.fault_s)} s,"
+                    f" recovered {fmt(r['recovered'], s.fault_s)} s, peak p99 {r['peak_p99_ms']:.0f} ms",
+                    flush=True,
+                )
+            analyzer.stop()
+            analyzer = None
+        admin.close()
+    finally:
+        faults.revert_all()
+        if analyzer is not None:
+            analyzer.stop()
+        if loads is not None:
+            loads.stop()
+        agents.stop()
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+    summarize_draws(rows)
+
+
+def warm_up(analyzer: AnalyzerComponent) -> None:
+    warm = time.monotonic()
+    while (
+        analyzer.service is None or analyzer.service.last is None or not analyzer.service.last.broker_stages
+    ):
+        if time.monotonic() - warm > 420:
+            raise SystemExit("the analyzer saw no stage rows within 420 s")
+        time.sleep(2)
+    time.sleep(20)
+
+
+def any_slow_broker(analyzer: AnalyzerComponent, victims: tuple[int, ...]) -> bool:
+    svc = analyzer.service
+    active = svc.engine.tracker.active if svc is not None else {}
+    return any(("slow_broker", f"broker:{v}") in active for v in victims)
+
+
+def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespace) -> dict:
+    import fault_matrix as fm
+
+    cleared = time.monotonic() + args.clear_timeout_s
+    while time.monotonic() < cleared and any(
+        rule in ("slow_broker", "cluster_slow") for rule, _ in analyzer.service.engine.tracker.active
+    ):
+        time.sleep(1)
+    if mode == "with":
+        for v in s.victims:
+            wait_restored(admin, "fm-uniform", v, args.restore_timeout_s)
+    try:
+        faults.restore_preferred_leaders(admin, list(fm.TOPICS))
+    except Exception as e:  # said; the draw runs on the leaders there are
+        print(f"preferred leaders not restored before {s.name}: {e!r}", flush=True)
+    loads.set(s.load)
+    time.sleep(args.before_s)
+    try:
+        r = fault_round(
+            admin,
+            lambda: loads.running,
+            functools.partial(any_slow_broker, analyzer, s.victims),
+            s.victims,
+            s.fault(ctx),
+            s.fault_s,
+            topics=list(fm.TOPICS),
+        )
+    except Exception as e:  # a fault that cannot be set up is that row's error
+        faults.revert_all()
+        return {
+            "finding": None,
+            "demoted": None,
+            "crossed": None,
+            "recovered": None,
+            "peak_p99_ms": 0.0,
+            "error": repr(e),
+        }
+    return r
+
+
+def summarize_draws(rows: list[tuple[str, Any, dict]]) -> None:
+    base = {s.name: r for m, s, r in rows if m == "without"}
+    crossed = {name for name, r in base.items() if r["crossed"] is not None}
+    print(f"\ndraws whose producer p99 crossed 300 ms without remediation: {len(crossed)} of {len(base)}")
+    print("time from fault onset to the worst producer's ack p99 back under 300 ms (3 s calm):")
+    for mode in ("without", "with"):
+        got = [(s, r) for m, s, r in rows if m == mode and s.name in crossed]
+        values = [r["recovered"] if r["recovered"] is not None else s.fault_s for s, r in got]
+        capped = sum(1 for _, r in got if r["recovered"] is None)
+        if not values:
+            continue
+        p90 = statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
+        print(
+            f"  {mode:>7} remediation: median {statistics.median(values):.1f} s, p90 {p90:.1f} s"
+            f" over {len(values)} draws ({capped} not recovered within the fault: counted as its length)"
+        )
+    by_kind: dict[str, list[str]] = {}
+    for m, s, r in rows:
+        if s.name in crossed:
+            by_kind.setdefault(s.kind, []).append(f"{m}:{fmt(r['recovered'], s.fault_s).strip()}")
+    for kind, vals in sorted(by_kind.items()):
+        print(f"  {kind:<18} {', '.join(vals)}")
 
 
 def fmt(v: float | None, cap: float) -> str:
@@ -100,12 +263,34 @@ def main() -> None:
         help="broker 2 is paused this long of every 1000 ms (400: its leaders' acks=all p99 sits on the 300 ms line)",
     )
     ap.add_argument("--save-run", type=Path, help="write rounds, windows and findings here (JSON)")
+    ap.add_argument("--draws", type=int, default=0, help="time N random fault draws instead of rounds")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kinds", default=",".join(REMEDIABLE), help="fault kinds to draw from")
+    ap.add_argument("--before-s", type=float, default=15.0)
+    ap.add_argument(
+        "--modes", default="without,with", help="the analyzer without remediation, with it, or both (default)"
+    )
+    ap.add_argument("--quiet-s", type=float, default=20.0, help="quiet history before the first fault")
+    ap.add_argument(
+        "--cluster-dir", type=Path, help="a running 3-broker testbed cluster (else one is started)"
+    )
+    ap.add_argument(
+        "--smoke", action="store_true", help="about a minute: one round with remediation, 15 s fault"
+    )
     args = ap.parse_args()
+    if args.draws:
+        run_draws(args)
+        return
+    if args.smoke:
+        args.rounds, args.modes, args.fault_s, args.quiet_s = 1, "with", 15.0, 2.0
+        args.restore_timeout_s = args.clear_timeout_s = 30.0
 
     root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-"))
-    cluster = LocalCluster(
-        ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19400))
-    )
+    cluster = None
+    if args.cluster_dir is None:
+        cluster = LocalCluster(
+            ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19400))
+        )
     loads: list[ProducerLoad] = []
     agents = (
         AgentsComponent() if args.analyzer == "demo" else AgentsComponent(window_s=AnalyzerConfig().window_s)
@@ -113,7 +298,9 @@ def main() -> None:
     analyzer: AnalyzerComponent | None = None
     rows: list[tuple[str, dict]] = []
     try:
-        state = cluster.up()
+        state = cluster.up() if cluster is not None else ClusterState.load(args.cluster_dir)
+        if state is None:
+            raise SystemExit(f"no cluster state under {args.cluster_dir}")
         from kafka import KafkaAdminClient
 
         admin = KafkaAdminClient(bootstrap_servers=state.bootstrap, client_id="bench-recover")
@@ -129,7 +316,7 @@ def main() -> None:
         serve = loads[1]
         pid = state.node(VICTIM).pid
         cfg = demo_config(agents.window_s) if args.analyzer == "demo" else default_config()
-        for mode in ("without", "with"):
+        for mode in args.modes.split(","):
             analyzer = AnalyzerComponent(
                 cfg, remediate_topics=["orders", "serve"] if mode == "with" else None, cooldown_s=5.0
             )
@@ -143,7 +330,7 @@ def main() -> None:
                 if time.monotonic() - warm > 420:
                     raise SystemExit("the analyzer saw no stage rows within 420 s")
                 time.sleep(2)
-            time.sleep(20)  # some quiet history windows before the first fault
+            time.sleep(args.quiet_s)  # some quiet history windows before the first fault
             for i in range(args.rounds):
                 fault_s = args.fault_s if mode == "with" else args.baseline_fault_s
                 # Every round starts alike: no finding still active from the round before, and
@@ -202,7 +389,8 @@ def main() -> None:
         for load in loads:
             load.stop()
         agents.stop()
-        cluster.down()
+        if cluster is not None:
+            cluster.down()
         shutil.rmtree(root, ignore_errors=True)
 
     print("\ntime from fault onset to acks=1 producer p99 < 300 ms (median of rounds)")

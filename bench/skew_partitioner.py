@@ -54,8 +54,8 @@ from kafka.admin import NewTopic
 from kafka.partitioner import DefaultPartitioner, Partitioner
 
 from consumer.split_keys import counting
-from linkwatch.testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from producer import SkewAwarePartitioner
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 PARTITIONS = 12
 
@@ -306,7 +306,12 @@ def main() -> int:
     )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=16)
+    p.add_argument(
+        "--smoke", action="store_true", help="a size that runs in seconds (2,000 records, Zipf 1.2, one run)"
+    )
     args = p.parse_args()
+    if args.smoke:
+        args.records, args.keys, args.exponents, args.consumers, args.repeats = 2_000, 200, [1.2], [3], 1
     if args.cluster_dir is not None:
         state = ClusterState.load(args.cluster_dir)
         if state is None:

@@ -1,4 +1,4 @@
-"""Aggregation wall time: sketch merge + quantiles per broker and cluster-wide, four ways.
+"""Aggregation wall time: sketch merge + quantiles per broker and cluster-wide, three ways.
 
 Synthetic StageSketch rows (the typed columns ``records_of`` yields) for ``--brokers`` brokers ×
 ``--minutes`` of ``--window-s`` windows × ``--stages`` stages are written once to Parquet per
@@ -6,20 +6,23 @@ size; then the same aggregation (bucket counts summed per key, p50/p99/p999, cou
 (broker, request, stage, window) and per (request, stage, window) over all brokers — what the
 analyzer collects) runs, each engine reading that Parquet, in this order:
 
-* Spark, new path — :func:`spark_metrics.sketch_merge.stage_windows` (the product's);
-* Spark, old path — the exploding :func:`spark_metrics.transforms.stage_quantiles` ∪
-  :func:`~spark_metrics.transforms.cluster_quantiles` (the named baseline);
+* Spark — :func:`spark_metrics.sketch_merge.stage_windows` (the product's: the one
+  implementation of the arithmetic, :func:`aggregation.sketch_math.merge`, over Arrow batches);
 * DuckDB — the same arithmetic in SQL, 2 threads;
 * numpy floor — one process, no engine: pyarrow reads the file (one thread), then
   :func:`spark_metrics.sketch_merge.quantile_table` does the arithmetic.
 
+(The exploding Spark SQL path that ``stage_windows`` replaced was the named baseline of the
+figures in ``bench/results/spark.md``; it left the code when the arithmetic got one home.)
+
 Each result is compared with DuckDB's row for row (count, p50/p99/p999 to 1e-9 relative).
 
     .venv/bin/python bench/spark_aggregate.py --brokers 200 2000 --minutes 60 [--master URL]
+    .venv/bin/python bench/spark_aggregate.py --smoke     # seconds: 5 brokers × 2 minutes
 
 ``--masters URL URL ...`` compares Spark masters instead (for example ``local[2]`` against a
 standalone cluster started with ``linkwatch spark up``): on the same Parquet input, each
-master's session runs the new path ``--repeat`` times (the first run carries the executors'
+master's session runs the Spark path ``--repeat`` times (the first run carries the executors'
 start and is reported apart); medians of the rest, and every master's rows compared with
 DuckDB's.
 
@@ -43,8 +46,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from linkwatch import records as R
 from linkwatch.sketch import _MAPPING
-from spark_metrics import transforms as tf
 from spark_metrics.session import spark_session
 from spark_metrics.sketch_merge import STAGE_DIMS, quantile_table, stage_windows
 
@@ -62,6 +65,25 @@ SKETCH_TYPE = pa.struct(
         ("max", pa.float64()),
     ]
 )
+
+
+def record_columns(ids: np.ndarray, window_s: int) -> dict[str, pa.Array]:
+    """The StageSketch fields the generator does not vary, at their defaults (a full capture):
+    every field of the record is a column, as ``records_of`` yields them, so a field added to
+    the record later reaches the input without a change here."""
+    import dataclasses
+
+    fixed = {"v": R.SCHEMA_VERSION, "kind": R.StageSketch.KIND, "cluster": "bench", "window_s": window_s}
+    n = len(ids)
+    out: dict[str, pa.Array] = {}
+    for f in dataclasses.fields(R.StageSketch):
+        if f.name in ("broker", "request", "stage", "ts_ms", "sketch"):
+            continue
+        value = fixed.get(f.name, f.default if f.default is not dataclasses.MISSING else f"{f.name}-bench")
+        out[f.name] = pa.array([value] * n)
+    out["v"], out["kind"] = pa.array([fixed["v"]] * n), pa.array([fixed["kind"]] * n)
+    out["key"] = pa.array([f"bench-{i}" for i in ids.tolist()])
+    return out
 
 
 def generate(path: Path, brokers: int, windows: int, window_s: int, stages: int, width: int) -> int:
@@ -98,6 +120,7 @@ def generate(path: Path, brokers: int, windows: int, window_s: int, stages: int,
                 "stage": pa.array(np.array(STAGES)[stage]),
                 "ts_ms": ts,
                 "sketch": sketch,
+                **record_columns(ids, window_s),
             }
         )
         pq.write_table(table, path / f"part-{f:02d}.parquet")
@@ -220,15 +243,7 @@ def bench_size(spark, args: argparse.Namespace, root: Path, brokers: int) -> Non
     con = duckdb.connect()
     con.execute("SET threads = 2").fetchall()
     timings: dict[str, float] = {}
-    for name, build in (
-        ("spark new", lambda df: stage_windows(df, args.window_s)),
-        (
-            "spark old",
-            lambda df: tf.stage_quantiles(df, args.window_s).unionByName(
-                tf.cluster_quantiles(df, args.window_s)
-            ),
-        ),
-    ):
+    for name, build in (("spark", lambda df: stage_windows(df, args.window_s)),):
         out = root / f"{name.replace(' ', '_')}-{brokers}"
         started = time.perf_counter()
         build(spark.read.parquet(str(data))).write.mode("overwrite").parquet(str(out))
@@ -244,12 +259,11 @@ def bench_size(spark, args: argparse.Namespace, root: Path, brokers: int) -> Non
     timings["numpy"] = read_s + calc_s
     con.register("numpy_floor", floor)
     print(f"numpy floor (1 process): {timings['numpy']:.1f}s (read {read_s:.1f}s, arithmetic {calc_s:.1f}s)")
-    for other in ("spark_new", "spark_old", "numpy_floor"):
+    for other in ("spark", "numpy_floor"):
         print(f"rows differing from duckdb: {other} {differing(con, other)}")
-    new = timings["spark new"]
+    took = timings["spark"]
     print(
-        f"spark new vs: spark old {timings['spark old'] / new:.2f}x faster; "
-        f"duckdb {new / timings['duckdb']:.2f}x; numpy floor {new / timings['numpy']:.2f}x",
+        f"spark vs: duckdb {took / timings['duckdb']:.2f}x; numpy floor {took / timings['numpy']:.2f}x",
         flush=True,
     )
 
@@ -288,7 +302,7 @@ def bench_masters(args: argparse.Namespace, root: Path, brokers: int) -> None:
         warm = runs[1:] or runs
         medians[master] = statistics.median(warm)
         print(
-            f"spark new on {master}: median {medians[master]:.1f}s of {len(warm)} warm runs "
+            f"spark on {master}: median {medians[master]:.1f}s of {len(warm)} warm runs "
             f"(all: {', '.join(f'{r:.1f}' for r in runs)}; the first carries the executors' start); "
             f"rows differing from duckdb: {differing(con, f'master{i}')}",
             flush=True,
@@ -306,11 +320,14 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=1, help="stages per broker and window (1..7)")
     ap.add_argument("--width", type=int, default=40, help="log buckets per sketch")
     ap.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
-    ap.add_argument("--masters", nargs="+", default=None, help="compare these masters (new path only)")
+    ap.add_argument("--masters", nargs="+", default=None, help="compare these masters (Spark only)")
     ap.add_argument("--repeat", type=int, default=4, help="runs per master with --masters")
     ap.add_argument("--shuffle-partitions", type=int, default=8)
     ap.add_argument("--dir", type=Path, default=None, help="keep inputs and outputs here")
+    ap.add_argument("--smoke", action="store_true", help="a size that runs in seconds: 5 brokers × 2 minutes")
     args = ap.parse_args()
+    if args.smoke:
+        args.brokers, args.minutes, args.shuffle_partitions, args.repeat = [5], 2, 2, 2
     root = args.dir or Path(tempfile.mkdtemp(prefix="lw-bench-"))
     print(load_line("at start"), flush=True)
     if args.masters:

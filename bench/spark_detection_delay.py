@@ -8,6 +8,9 @@ The baseline printed beside the delays is the detector's own floor: ``fire_score
 ``window_s`` seconds (what an instant pipeline would need).
 
     .venv/bin/python bench/spark_detection_delay.py --runs 3
+    .venv/bin/python bench/spark_detection_delay.py --cluster-dir DIR --smoke   # one run, 20 s limit
+
+``--cluster-dir`` uses a running ``linkwatch cluster up`` cluster (3 brokers) instead of starting one.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analyzer.base import InMemorySink
 from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
 from linkwatch.records import SAMPLES_TOPIC
-from linkwatch.testbed import faults
-from linkwatch.testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
-from linkwatch.testbed.load import KeyDistribution, ProducerLoad, ensure_topic
+from testbed import faults
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
 from tests.analyzer.request_log_feed import RequestLogFeed
 
 KEY = ("slow_broker", "broker:2")
@@ -37,10 +40,22 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--window-s", type=int, default=2)
     ap.add_argument("--limit-s", type=float, default=600.0, help="give up on one detection after this")
+    ap.add_argument(
+        "--cluster-dir", type=Path, help="a running 3-broker testbed cluster (else one is started)"
+    )
+    ap.add_argument("--smoke", action="store_true", help="a size that runs in a minute: one run, 20 s limit")
     args = ap.parse_args()
+    if args.smoke:
+        args.runs, args.limit_s = 1, 20.0
     root = Path(tempfile.mkdtemp(prefix="lw-delay-"))
-    cluster = LocalCluster(ClusterSpec(brokers=3, root=root / "kafka", base_port=find_free_base_port(3)))
-    state = cluster.up()
+    cluster = None
+    if args.cluster_dir is not None:
+        state = ClusterState.load(args.cluster_dir)
+        if state is None:
+            raise SystemExit(f"no cluster state under {args.cluster_dir}")
+    else:
+        cluster = LocalCluster(ClusterSpec(brokers=3, root=root / "kafka", base_port=find_free_base_port(3)))
+        state = cluster.up()
     feed = load = service = None
     delays: list[float] = []
     clears: list[float] = []
@@ -81,6 +96,8 @@ def main() -> None:
 
         started = time.monotonic()
         while not (service.last and service.last.broker_stages):
+            if time.monotonic() - started > max(args.limit_s, 300.0):
+                raise SystemExit("no stage rows reached the analyzer")
             tick()
         print(f"first stage rows after {time.monotonic() - started:.0f}s", flush=True)
         for run in range(args.runs):
@@ -107,6 +124,7 @@ def main() -> None:
                 f"after the fault was removed",
                 flush=True,
             )
+        print(f"runs: {args.runs}, found in {len(delays)}")
         print(f"evaluations: {len(ticks)}, median {statistics.median(ticks):.3f}s, max {max(ticks):.3f}s")
         if delays:
             print(
@@ -124,7 +142,8 @@ def main() -> None:
             load.stop()
         if feed is not None:
             feed.stop()
-        cluster.down()
+        if cluster is not None:
+            cluster.down()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,419 @@
+"""The live analyzer beside a synthetic fleet: does it keep up, and stay right, as the fleet grows?
+
+Per fleet size, on a real Kafka broker: the analyzer service as it ships (``AnalysisService``:
+Spark Structured Streaming from the samples topic into the archive and the incremental window
+state, the default detectors on their timer, ``local[2]``; its settings the defaults, except
+``state_max_records``, sized to hold the fleet's horizon) and ``linkwatch fleet`` in a process
+of its own (:mod:`testbed.fleet`: every broker's stage sketches and exemplars each window,
+latencies from the repository's request-log capture), with a ``local`` fault (a slow disk:
+produce appends take ``--fault-ms`` more) on a typical leader (the median leadership weight)
+from the ``--warmup-windows``-th window on. The capture's stage times are scaled by
+``--latency-scale`` (0.5 by default: the repository's capture comes from a loaded 2-core test
+machine, whose produce replication-wait p99, 184 ms, is above the slow-broker model's 150 ms
+floor; at 1.0 the busiest leaders read as waiting on an unknown follower before any fault).
+Each size gets a samples topic of its own (``--partitions``), so no size reads
+another's records or a shared cluster's backlog.
+
+Measured per size (one table): records/s into the topic; the time from a window's end to the
+first evaluation holding it (median, max); the evaluation's own time (``tick``); each stream's
+micro-batch time (``triggerExecution``) against the trigger and the share of batches over it;
+the driver's memory (this process's RSS, which holds the window state, and the Spark JVM's);
+the time from the fault's onset to the victim's ``slow_broker`` finding; other brokers'
+findings (each a false alarm: only one broker is faulty); the fleet generator's CPU (share of a
+core) and how late its windows went out; the load average at the end. Everything shares the
+machine: the fleet's CPU is reported so it can be told apart.
+
+    .venv/bin/python bench/fleet.py --brokers 10,100,500,1000,2000
+    .venv/bin/python bench/fleet.py --bootstrap HOST:PORT --smoke    # 10 brokers, 2 s windows
+
+Without ``--bootstrap`` a 1-broker KRaft cluster (``testbed.cluster``) is started and stopped.
+
+``--replay``: no broker and no Spark: each window's records go straight into the analyzer's
+window state and engine (:class:`~aggregation.window_state.WindowState`, the default detectors)
+at the window's end plus the agents' grace, on a simulated clock: the driver's own cost per
+fleet size (merging a window, evaluating) and the rules' verdict without the pipeline's delay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _kit import process_cpu_s  # bench/ is on sys.path (run as a script)
+
+from analyzer.base import InMemorySink
+from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig, interval_ms
+from linkwatch.records import SAMPLES_TOPIC, STAGES
+from spark_metrics.streaming import ARCHIVE_QUERY
+from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
+from testbed.fleet import Fleet, FleetSpec
+from testbed.load import ensure_topic
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = "fleet"
+WINDOW_LINE = re.compile(r"^fleet window (\d+) records (\d+) bytes (\d+) .* behind_s ([\d.]+)")
+TRIGGER_S = AnalyzerConfig().trigger_s
+REPLAY_START_MS = 1_800_000_000_000
+FAULT_LINE = re.compile(r"^fleet fault (\w+):(\d+) .* from (\d+)")
+
+
+@dataclass
+class FleetProcess:
+    """``linkwatch fleet`` in a process of its own; its per-window lines read by a thread."""
+
+    proc: subprocess.Popen
+    # Per window published: (when its line was read, its start ms, records, seconds late).
+    windows: list[tuple[float, int, int, float]] = field(default_factory=list)
+    onset_ms: int | None = None
+    cpu_s: float = 0.0
+
+    @classmethod
+    def start(cls, args: list[str]) -> FleetProcess:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli", "fleet", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        fp = cls(proc)
+        threading.Thread(target=fp._read, daemon=True).start()
+        return fp
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            if m := WINDOW_LINE.match(line):
+                self.windows.append((time.time(), int(m[1]), int(m[2]), float(m[4])))
+            elif m := FAULT_LINE.match(line):
+                self.onset_ms = int(m[3])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):  # it ended on its own after all
+                self.cpu_s = process_cpu_s(self.proc.pid)
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class Row:
+    brokers: int
+    records_per_s: float = 0.0
+    window_to_eval_s: list[float] = field(default_factory=list)
+    eval_s: list[float] = field(default_factory=list)
+    batch_s: dict[str, list[float]] = field(default_factory=dict)  # query name -> triggerExecution
+    py_rss_mb: float = 0.0
+    jvm_rss_mb: float = 0.0
+    detect_s: float | None = None
+    others: set[str] = field(default_factory=set)
+    fleet_cpu_pct: float = 0.0
+    fleet_behind_s: float = 0.0
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    state_dropped: int = 0
+    tick_errors: int = 0
+    before_fault: bool = False  # the victim was found slow before its fault began
+    records_per_window: int = 0
+
+
+def fleet_spec(args: argparse.Namespace, brokers: int) -> FleetSpec:
+    return FleetSpec(
+        brokers=brokers,
+        cluster=CLUSTER,
+        window_s=args.window_s,
+        seed=args.seed,
+        traffic=args.traffic,
+        latency_scale=args.latency_scale,
+    )
+
+
+def replay_size(args: argparse.Namespace, brokers: int) -> Row:
+    """``--replay``: the fleet's windows into the window state and the engine, no pipeline."""
+    from aggregation.window_state import WindowState
+    from analyzer.engine import Engine
+    from analyzer.registry import load_detectors
+    from testbed.fleet import Fault
+
+    row = Row(brokers)
+    cfg = AnalyzerConfig(cluster=CLUSTER, window_s=args.window_s, lookback_windows=args.lookback)
+    window_ms = args.window_s * 1000
+    first = REPLAY_START_MS // window_ms * window_ms  # a fixed start: the same records every run
+    onset = first + args.warmup_windows * window_ms
+    victim = Fleet(fleet_spec(args, brokers)).typical()
+    fleet = Fleet(fleet_spec(args, brokers), faults=(Fault("local", victim, onset, extra_ms=args.fault_ms),))
+    state = WindowState(
+        CLUSTER, args.window_s, cfg.state_horizon_ms, 1 << 40, int(cfg.window_settle_s * 1000)
+    )
+    engine = Engine(load_detectors(cfg.detectors), sinks=[InMemorySink()], policy=cfg.policy.as_policy())
+    key = ("slow_broker", f"broker:{victim}")
+    records = 0
+    for w in range(args.warmup_windows + args.fault_windows):
+        start = first + w * window_ms
+        now = start + window_ms + int(fleet.spec.grace_s * 1000)
+        chunks = list(fleet.window(start))
+        records += sum(map(len, chunks))
+        t = time.process_time()
+        for chunk in chunks:
+            state.add(chunk, now)
+        row.batch_s.setdefault("merge", []).append(time.process_time() - t)
+        t = time.process_time()
+        engine.evaluate(state.aggregates(now, now - window_ms * (args.lookback + 1)), now)
+        row.eval_s.append(time.process_time() - t)
+        for rule, subject in engine.tracker.active:
+            if (rule, subject) == key and row.detect_s is None:
+                row.detect_s, row.before_fault = (now - onset) / 1000, now < onset
+            elif subject.startswith("broker:") and subject != key[1]:
+                row.others.add(f"{rule} {subject}")
+        row.py_rss_mb = max(row.py_rss_mb, rss_mb()[0])
+    row.records_per_window = records // (args.warmup_windows + args.fault_windows)
+    row.load = os.getloadavg()
+    return row
+
+
+def print_replay(rows: list[Row], args: argparse.Namespace) -> None:
+    print(
+        f"\nreplay (no broker, no Spark): window {args.window_s}s, fault local +{args.fault_ms:g} ms on a typical "
+        f"leader after {args.warmup_windows} windows; CPU seconds, median/max"
+    )
+    print(
+        f"{'brokers':>7} {'records/window':>14} {'merge':>11} {'evaluate':>11} {'py MB':>6} "
+        f"{'fault→finding':>13} {'others':>6} {'load 1/5/15':>14}"
+    )
+    for r in rows:
+        detect = f"{r.detect_s:.0f}" if r.detect_s is not None else "not found"
+        detect = "before fault" if r.before_fault else detect
+        print(
+            f"{r.brokers:>7} {r.records_per_window:>14} {_med_max(r.batch_s['merge']):>11} "
+            f"{_med_max(r.eval_s):>11} {r.py_rss_mb:>6.0f} {detect:>13} {len(r.others):>6} "
+            f"{'/'.join(f'{x:.1f}' for x in r.load):>14}"
+        )
+    for r in rows:
+        if r.others:
+            print(f"{r.brokers} brokers, other brokers' findings: {', '.join(sorted(r.others))}")
+
+
+def rss_mb() -> tuple[float, float]:
+    """(this process's RSS, the Spark driver JVM's RSS) in MB (the Kafka broker's JVM, also a
+    child when the bench started it, is not counted)."""
+    import psutil
+
+    me = psutil.Process()
+    jvm = 0
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a child that just ended
+            if "org.apache.spark.deploy.SparkSubmit" in child.cmdline():
+                jvm = max(jvm, child.memory_info().rss)
+    return me.memory_info().rss / 2**20, jvm / 2**20
+
+
+def batches(service: AnalysisService, seen: set[tuple[str, int]], row: Row) -> None:
+    """Each stream's micro-batches completed since the last call (``recentProgress``)."""
+    for query in (service.query, service.window_query):
+        if query is None:
+            continue
+        for p in query.recentProgress:
+            key = (str(p["name"]), int(p["batchId"]))
+            if key in seen or not p["numInputRows"]:
+                continue
+            seen.add(key)
+            row.batch_s.setdefault(key[0], []).append(p["durationMs"].get("triggerExecution", 0) / 1000)
+
+
+def run_size(args: argparse.Namespace, bootstrap: str, brokers: int, stamp: int) -> Row:
+    row = Row(brokers)
+    topic = f"{args.topic}.fleet{brokers}.{stamp}"
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    ensure_topic(admin, topic, args.partitions, 1)
+    admin.close()
+    fleet = Fleet(fleet_spec(args, brokers))
+    victim = fleet.typical()
+    serving = int((fleet.layout.weight > 0).sum())
+    horizon_windows = args.lookback + 1 + interval_ms(args.watermark) // (args.window_s * 1000)
+    state_max = max(200_000, serving * len(fleet.requests) * len(STAGES) * (horizon_windows + 2))
+    root = Path(tempfile.mkdtemp(prefix=f"lw-fleet-{brokers}-"))
+    cfg = AnalyzerConfig(
+        cluster=CLUSTER,
+        bootstrap=bootstrap,
+        samples_topic=topic,
+        window_s=args.window_s,
+        lookback_windows=args.lookback,
+        watermark=args.watermark,
+        state_max_records=state_max,
+        state_dir=root / "analyzer",
+        spark_log=root / "spark.log",
+        publish_findings=False,
+        prometheus=PrometheusConfig(enabled=False),
+    )
+    service = AnalysisService(cfg, sinks=[InMemorySink()]).start()
+    fp = None
+    try:
+        fleet_args = [
+            *("--bootstrap", bootstrap, "--brokers", str(brokers), "--topic", topic, "--cluster", CLUSTER),
+            *("--window-s", str(args.window_s), "--seed", str(args.seed), "--traffic", str(args.traffic)),
+            *("--latency-scale", str(args.latency_scale)),
+            *("--fault", f"local:{victim}:{args.fault_ms:g}"),
+            *("--fault-at", str(args.warmup_windows * args.window_s)),
+        ]
+        started = time.time()
+        fp = FleetProcess.start(fleet_args)
+        run_s = (args.warmup_windows + args.fault_windows + 1) * args.window_s
+        key = ("slow_broker", f"broker:{victim}")
+        window_ms = args.window_s * 1000
+        seen_windows = -1
+        seen_batches: set[tuple[str, int]] = set()
+        stop = threading.Event()
+        while time.time() - started < run_s:
+            if fp.proc.poll() is not None:
+                raise SystemExit(f"linkwatch fleet exited {fp.proc.returncode} (its error is above)")
+            t = time.monotonic()
+            try:
+                service.tick()
+            except Exception as e:  # as AnalysisService.run: logged, tried again
+                row.tick_errors += 1
+                print(f"evaluation failed: {type(e).__name__}: {e}", flush=True)
+                service.wait_next(stop, t)
+                continue
+            row.eval_s.append(time.monotonic() - t)
+            now = time.time()
+            last = service.last
+            newest = max((r.window_start_ms for r in last.cluster_stages), default=-1) if last else -1
+            if newest > seen_windows:
+                # Every window this evaluation holds first; not the first ones (the streams' first
+                # batches compile their plans: start-up, not keeping up).
+                if seen_windows >= 0:
+                    for start in range(seen_windows + window_ms, newest + 1, window_ms):
+                        row.window_to_eval_s.append(now - (start + window_ms) / 1000)
+                seen_windows = newest
+            for rule, subject in service.engine.tracker.active:
+                if (rule, subject) == key:
+                    if row.detect_s is None and fp.onset_ms is not None:
+                        row.detect_s = now - fp.onset_ms / 1000
+                        row.before_fault = now < fp.onset_ms / 1000
+                elif subject.startswith("broker:") and subject != key[1]:
+                    row.others.add(f"{rule} {subject}")
+            batches(service, seen_batches, row)
+            py, jvm = rss_mb()
+            row.py_rss_mb, row.jvm_rss_mb = max(row.py_rss_mb, py), max(row.jvm_rss_mb, jvm)
+            if row.detect_s is not None and args.stop_on_detect:
+                break
+            service.wait_next(stop, t)
+        elapsed = time.time() - started
+        fp.stop()
+        # The fleet's rate: its windows' records over the time they stand for.
+        row.records_per_s = sum(w[2] for w in fp.windows) / max(1, len(fp.windows) * args.window_s)
+        row.fleet_cpu_pct = 100 * fp.cpu_s / elapsed
+        row.fleet_behind_s = max((w[3] for w in fp.windows), default=0.0)
+        row.state_dropped = sum(service.state.dropped.values()) if service.state is not None else 0
+    finally:
+        if fp is not None:
+            fp.stop()
+        service.stop()
+    row.load = os.getloadavg()
+    return row
+
+
+def _med_max(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f}/{max(values):.2f}"
+
+
+def print_table(rows: list[Row], args: argparse.Namespace) -> None:
+    print(
+        f"\nlocal[2], window {args.window_s}s, trigger {TRIGGER_S:g}s (the default), fault local +{args.fault_ms:g} ms on a "
+        "typical leader; median/max in seconds"
+    )
+    head = (
+        f"{'brokers':>7} {'rec/s in':>9} {'window→eval':>12} {'eval':>11} {'archive batch':>13} "
+        f"{'window batch':>12} {'>trigger':>8} {'py MB':>6} {'jvm MB':>6} {'fault→finding':>13} "
+        f"{'others':>6} {'fleet cpu':>9} {'late':>5} {'load 1/5/15':>14}"
+    )
+    print(head)
+    for r in rows:
+        archive = r.batch_s.get(ARCHIVE_QUERY, [])
+        window = [v for k, vs in r.batch_s.items() if k != ARCHIVE_QUERY for v in vs]
+        over = [b for b in archive + window if b > TRIGGER_S]
+        share = f"{100 * len(over) / len(archive + window):.0f}%" if archive + window else "-"
+        detect = f"{r.detect_s:.1f}" if r.detect_s is not None else "not found"
+        detect = "before fault" if r.before_fault else detect
+        load = "/".join(f"{x:.1f}" for x in r.load)
+        print(
+            f"{r.brokers:>7} {r.records_per_s:>9.0f} {_med_max(r.window_to_eval_s):>12} {_med_max(r.eval_s):>11} "
+            f"{_med_max(archive):>13} {_med_max(window):>12} {share:>8} {r.py_rss_mb:>6.0f} {r.jvm_rss_mb:>6.0f} "
+            f"{detect:>13} {len(r.others):>6} {r.fleet_cpu_pct:>8.0f}% {r.fleet_behind_s:>5.1f} {load:>14}"
+        )
+    for r in rows:
+        if r.others:
+            print(f"{r.brokers} brokers, other brokers' findings: {', '.join(sorted(r.others))}")
+        if r.tick_errors:
+            print(f"{r.brokers} brokers: {r.tick_errors} evaluations failed")
+        if r.state_dropped:
+            print(f"{r.brokers} brokers: the window state dropped {r.state_dropped} records")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--brokers", default="10,100,500,1000,2000", help="fleet sizes, comma-separated")
+    ap.add_argument("--bootstrap", help="a running cluster (else a 1-broker cluster is started)")
+    ap.add_argument("--topic", default=SAMPLES_TOPIC, help="prefix of each size's samples topic")
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--window-s", type=int, default=10)
+    ap.add_argument("--lookback", type=int, default=30, help="the analyzer's lookback_windows")
+    ap.add_argument("--watermark", default="2 minutes", help="the analyzer's watermark")
+    ap.add_argument("--warmup-windows", type=int, default=6, help="healthy windows before the fault")
+    ap.add_argument("--fault-windows", type=int, default=12, help="windows of fault measured")
+    ap.add_argument("--fault-ms", type=float, default=400.0)
+    ap.add_argument("--traffic", type=float, default=1.0, help="× the capture's request rates")
+    ap.add_argument("--latency-scale", type=float, default=0.5, help="× the capture's stage times")
+    ap.add_argument("--replay", action="store_true", help="no broker, no Spark: state and engine only")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--stop-on-detect", action="store_true", help="end a size once the fault is found")
+    ap.add_argument("--smoke", action="store_true", help="10 brokers, 2 s windows: about a minute")
+    args = ap.parse_args()
+    if args.smoke:
+        # 2 s windows: 5 × the capture's rates gives the brokers the requests a p99 needs.
+        args.brokers, args.window_s, args.traffic = "10", 2, 5.0
+        args.warmup_windows, args.fault_windows, args.stop_on_detect = 4, 10, True
+    sizes = [int(b) for b in args.brokers.split(",")]
+    print(f"load average at start: {'/'.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    if args.replay:
+        print_replay([replay_size(args, n) for n in sizes], args)
+        return
+    cluster = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        root = Path(tempfile.mkdtemp(prefix="lw-fleet-kafka-"))
+        cluster = LocalCluster(ClusterSpec(brokers=1, root=root, base_port=find_free_base_port(1)))
+        bootstrap = cluster.up().bootstrap
+    rows = []
+    stamp = int(time.time())
+    try:
+        for n in sizes:
+            rows.append(run_size(args, bootstrap, n, stamp))
+            print(f"{n} brokers done", flush=True)
+    finally:
+        if cluster is not None:
+            cluster.down()
+    print_table(rows, args)
+
+
+if __name__ == "__main__":
+    main()
