@@ -12,6 +12,27 @@ from linkwatch.kafka_client import KafkaClientConfig, client_config, security_kw
 from linkwatch.metrics_server import MetricsServerConfig, serve_metrics
 from linkwatch.reach import KafkaReach, connect
 
+ConfigOnlyOpt = typer.Option(
+    False,
+    "--config-only",
+    help="Only validate the config; try nothing it names (no connection, no file read).",
+)
+
+
+ShowOpt = typer.Option(False, "--show", help="Also print the config with its defaults filled in (secrets hidden).")
+
+
+def run_checks(probes: list[Callable[[], object]], closing: Callable[[], None] = lambda: None) -> None:
+    """The body of every ``check``: run ``probes`` (:mod:`linkwatch.preflight`), one ✓/✗ line
+    each, then exit 0 when all passed, else 1."""
+    from linkwatch import preflight
+
+    try:
+        lines = preflight.run(probes)  # type: ignore[arg-type]
+    finally:
+        closing()
+    raise typer.Exit(preflight.report(lines, typer.echo))
+
 
 def stop_on_signals() -> threading.Event:
     """An event set on SIGTERM or SIGINT: a long-running command's loop ends on it and then

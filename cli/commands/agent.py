@@ -1,7 +1,9 @@
-"""``linkwatch agent --config agent.yaml``: run the broker agent until SIGTERM/SIGINT."""
+"""``linkwatch agent --config agent.yaml``: run the broker agent until SIGTERM/SIGINT;
+``linkwatch agent check --config agent.yaml``: try what the config names."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import time
@@ -12,19 +14,36 @@ import typer
 from agent.config import AgentConfig, load_agent_config
 from agent.requestlog.window import ClosedWindow
 from agent.runner import Agent
+from cli.commands import ConfigOnlyOpt, run_checks
 from cli.logs import use_config_level
 
-ConfigOpt = typer.Option(
-    ..., "--config", "-c", help="Agent YAML config (`linkwatch init DIR` writes a sample, DIR/agent.yaml)."
+CONFIG_HELP = "Agent YAML config (`linkwatch init DIR` writes a sample, DIR/agent.yaml)."
+ConfigOpt = typer.Option(..., "--config", "-c", help=CONFIG_HELP)
+CheckOpt = typer.Option(
+    False, "--check", help="Validate the config and exit (an older spelling of `agent check --config-only`)."
 )
-CheckOpt = typer.Option(False, "--check", help="Validate the config and exit.")
 PrintOpt = typer.Option(
     False, "--print", help="Print every closed window: requests, p99 and the slowest stage per request type."
 )
 
+# `linkwatch agent -c F` runs the agent; `linkwatch agent check -c F` checks what F names.
+app = typer.Typer(invoke_without_command=True)
 
-def app(config: Path = ConfigOpt, check: bool = CheckOpt, verbose: bool = PrintOpt) -> None:
-    """Follow this broker's request log, JMX, log dirs and host; export to Prometheus, Kafka, OTLP."""
+
+@app.callback()
+def run(
+    ctx: typer.Context,
+    config: Path = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    check: bool = CheckOpt,
+    verbose: bool = PrintOpt,
+) -> None:
+    """Follow this broker's request log, JMX, log dirs and host; export to Prometheus, Kafka, OTLP.
+    ``agent check -c FILE`` tries what the config names instead."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if config is None:
+        missing = importlib.import_module(typer.BadParameter.__module__).MissingParameter
+        raise missing(ctx=ctx, param=ctx.command.params[0])
     cfg = load_agent_config(config)
     if check:
         typer.echo(f"{config}: ok (cluster {cfg.cluster}, broker {cfg.broker_id})")
@@ -99,3 +118,39 @@ def format_window(broker: int, win: ClosedWindow) -> str:
         parts.append(part + (f" ({slowest} {stages[slowest]:.1f})" if slowest else ""))
     stamp = time.strftime("%H:%M:%S", time.localtime(win.start_ms / 1000))
     return f"{stamp} broker {broker}: " + ("; ".join(parts) or "no requests")
+
+
+@app.command()
+def check(config: Path = ConfigOpt, config_only: bool = ConfigOnlyOpt) -> None:
+    """Validate the config, then try what it names: one ✓/✗ line each; exit 1 if any ✗."""
+    from linkwatch import preflight
+
+    cfg = load_agent_config(config)
+    typer.echo(f"✓ {config}: valid (cluster {cfg.cluster}, broker {cfg.broker_id})")
+    if config_only:
+        return
+    probes: list = []
+    rl = cfg.request_log
+    if rl.enabled:
+        probes.append(lambda: preflight.readable_file(rl.path, "request_log.path", "broker's request log"))
+        if rl.position_file is not None:
+            probes.append(
+                lambda: preflight.writable_dir(rl.position_file.parent, "request_log.position_file")
+            )
+    if cfg.jmx.jolokia_url:
+        probes.append(lambda: preflight.http_answers(cfg.jmx.jolokia_url, "jmx.jolokia_url"))
+    if cfg.jmx.exporter_url:
+        probes.append(lambda: preflight.http_answers(cfg.jmx.exporter_url, "jmx.exporter_url"))
+    if cfg.log_dirs.paths:
+        probes.append(lambda: preflight.existing_dirs(cfg.log_dirs.paths, "log_dirs.paths"))
+    kafka = preflight.KafkaProbes(cfg.kafka)
+    if cfg.kafka.enabled:
+        probes.append(lambda: preflight.writable_dir(cfg.kafka.spool_dir, "kafka.spool_dir"))
+        probes += [kafka.answers, lambda: kafka.topics({"kafka.topic": cfg.kafka.topic})]
+    for section, on in (
+        ("jmx", bool(cfg.jmx.jolokia_url or cfg.jmx.exporter_url)),
+        ("kafka", cfg.kafka.enabled),
+    ):
+        if not on:
+            typer.echo(f"- {section}: not configured, nothing to try")
+    run_checks(probes, kafka.close)

@@ -9,20 +9,27 @@ import typer
 
 from analyzer.registry import load_detectors
 from analyzer.service import AnalyzerConfig, run_continuously
-from cli.commands import stop_on_signals
+from cli.commands import ConfigOnlyOpt, run_checks, stop_on_signals
 from linkwatch import reach
 from linkwatch.config import load_config
 from linkwatch.kafka_client import security_kwargs
 
+CONFIG_HELP = "YAML config (`linkwatch init DIR` writes a sample, DIR/analyzer.yaml)."
 
-def app(
-    config: Path = typer.Option(
-        None, "--config", "-c", help="YAML config (`linkwatch init DIR` writes a sample, DIR/analyzer.yaml)."
-    ),
+# `linkwatch analyze -c F` runs the analysis; `linkwatch analyze check -c F` checks what F names.
+app = typer.Typer(invoke_without_command=True)
+
+
+@app.callback()
+def run(
+    ctx: typer.Context,
+    config: Path = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     bootstrap: str = typer.Option(None, help="Kafka bootstrap servers (overrides the config)."),
     cluster: str = typer.Option(None, help="Cluster name the samples carry (overrides the config)."),
 ) -> None:
     """Run the streaming analysis until Ctrl-C; findings go to linkwatch.findings, /metrics and here."""
+    if ctx.invoked_subcommand is not None:
+        return
     cfg = load_config(config, AnalyzerConfig, env_prefix="LINKWATCH_ANALYZER_")
     updates: dict[str, Any] = {"cluster": cluster} if cluster else {}
     if bootstrap:
@@ -44,3 +51,28 @@ def app(
         client_options=security_kwargs(kafka),
     ):
         run_continuously(cfg, stop)
+
+
+@app.command()
+def check(
+    config: Path = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    config_only: bool = ConfigOnlyOpt,
+) -> None:
+    """Validate the config, then try what it names: one ✓/✗ line each; exit 1 if any ✗."""
+    from linkwatch import preflight
+
+    cfg = load_config(config, AnalyzerConfig, env_prefix="LINKWATCH_ANALYZER_")
+    load_detectors(cfg.detectors)
+    typer.echo(f"✓ {config or '<defaults>'}: valid (cluster {cfg.cluster})")
+    if config_only:
+        return
+    kafka = preflight.KafkaProbes(cfg.kafka)
+    topics = {"samples_topic": cfg.samples_topic, "findings_topic": cfg.findings_topic}
+    run_checks(
+        [
+            kafka.answers,
+            lambda: kafka.topics(topics),
+            lambda: preflight.writable_dir(cfg.state_dir, "state_dir"),
+        ],
+        kafka.close,
+    )

@@ -62,7 +62,7 @@ def test_command_checks_the_config(tmp_path: Path, capsys: pytest.CaptureFixture
     bad.write_text("bootstrap_servers: b\nwindow_s: -1\n")
     assert main(["probe", "check", "-c", str(bad)]) == 2
     assert "window_s=-1" in capsys.readouterr().err
-    assert main(["probe", "check", "-c", str(SAMPLE)]) == 0
+    assert main(["probe", "check", "-c", str(SAMPLE), "--config-only", "--show"]) == 0
     assert '"deadline_ms": 5000' in capsys.readouterr().out
 
 
