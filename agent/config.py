@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from linkwatch.config import DirLocation, FileLocation, StrictModel, load_config, rename_keys
 from linkwatch.kafka_client import KafkaClientConfig
 from linkwatch.metrics_server import MetricsServerConfig, Port
-from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, SAMPLES_TOPIC
+from linkwatch.records import DEFAULT_CLUSTER, FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, SAMPLES_TOPIC
 
 
 class RequestLogConfig(StrictModel):
@@ -176,7 +176,7 @@ class OtlpConfig(StrictModel):
 
 
 class AgentConfig(StrictModel):
-    cluster: str = "kafka"
+    cluster: str = DEFAULT_CLUSTER
     broker_id: int = Field(ge=0)
     poll_interval_s: float = Field(0.5, gt=0, le=10)
     request_log: RequestLogConfig = RequestLogConfig()

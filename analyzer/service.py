@@ -36,7 +36,7 @@ from linkwatch.aggregates import Aggregates
 from linkwatch.config import DirLocation, FileLocation, StrictModel, rename_keys
 from linkwatch.kafka_client import KafkaClientConfig
 from linkwatch.metrics_server import MetricsServer, MetricsServerConfig, Port
-from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
+from linkwatch.records import DEFAULT_CLUSTER, FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -79,7 +79,7 @@ class AnalyzerKafkaConfig(KafkaClientConfig):
 
 
 class AnalyzerConfig(StrictModel):
-    cluster: str = "local"
+    cluster: str = DEFAULT_CLUSTER
     # The cluster holding samples_topic (and receiving findings_topic and hot_keys' topics).
     kafka: AnalyzerKafkaConfig = Field(default_factory=lambda: AnalyzerKafkaConfig())
     samples_topic: str = SAMPLES_TOPIC

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from linkwatch.config import StrictModel, rename_keys
 from linkwatch.kafka_client import KafkaClientConfig
+from linkwatch.records import DEFAULT_CLUSTER
 
 
 class ConsumerKafkaConfig(KafkaClientConfig):
@@ -22,7 +23,7 @@ class ConsumerConfig(StrictModel):
     kafka: ConsumerKafkaConfig = Field(default_factory=lambda: ConsumerKafkaConfig())
     group_id: str | None = None
     client_id: str = "linkwatch-consumer"  # this consumer's whole id (not kafka.client_id_prefix)
-    cluster: str = "default"
+    cluster: str = DEFAULT_CLUSTER
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     # The buffer between the fetch pump and the application.
     buffer_max_bytes: int = Field(32 * 1024 * 1024, gt=0)

@@ -36,7 +36,7 @@ from linkwatch.kafka_client import (
 )
 from linkwatch.metrics_server import MetricsServer, MetricsServerConfig, Port
 from linkwatch.reach import KafkaReach, is_unreachable, unreachable
-from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
+from linkwatch.records import DEFAULT_CLUSTER, FINDINGS_TOPIC, SAMPLES_TOPIC, Finding
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class LagKafkaConfig(KafkaClientConfig):
 
 class LagConfig(StrictModel):
     kafka: LagKafkaConfig
-    cluster: str = "default"
+    cluster: str = DEFAULT_CLUSTER
     instance: str = Field(default_factory=socket.gethostname)
     interval_s: float = Field(10.0, gt=0)
     collector: CollectorConfig = Field(default_factory=CollectorConfig)

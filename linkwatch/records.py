@@ -39,6 +39,9 @@ import orjson
 SCHEMA_VERSION = 1
 SAMPLES_TOPIC = "linkwatch.samples"
 FINDINGS_TOPIC = "linkwatch.findings"
+#: The cluster name every component uses when its config names none: an agent, the analyzer and
+#: a remediator left at their defaults see each other's records.
+DEFAULT_CLUSTER = "default"
 #: linkwatch's own topics and consumer groups, one pattern for every component that lists them:
 #: ``linkwatch.…`` (samples, findings, the probe's topic and its commit groups, lease topics) and
 #: ``linkwatch-…`` (lease groups, client ids). They are excluded by default wherever groups or

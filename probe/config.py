@@ -14,7 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from linkwatch.config import StrictModel, rename_keys
 from linkwatch.kafka_client import KafkaClientConfig
 from linkwatch.metrics_server import MetricsServerConfig, Port
-from linkwatch.records import SAMPLES_TOPIC
+from linkwatch.records import DEFAULT_CLUSTER, SAMPLES_TOPIC
 
 
 class ProbeMetricsConfig(MetricsServerConfig):
@@ -50,7 +50,7 @@ class ProbeKafkaConfig(KafkaClientConfig):
 
 class ProbeConfig(StrictModel):
     kafka: ProbeKafkaConfig
-    cluster: str = "default"
+    cluster: str = DEFAULT_CLUSTER
     instance: str = Field(default_factory=socket.gethostname)
     # The mean gap between two probes of one partition. ``poisson``: gaps drawn from an
     # exponential distribution, so no periodic fault (a pause duty cycle, a timer) can stay in step

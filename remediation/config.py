@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field, StrictBool, StrictInt, field_valida
 from linkwatch.config import DirLocation, FileLocation, StrictModel, load_config, rename_keys
 from linkwatch.errors import ConfigError
 from linkwatch.kafka_client import KafkaClientConfig
-from linkwatch.records import SAMPLES_TOPIC
+from linkwatch.records import DEFAULT_CLUSTER, SAMPLES_TOPIC
 from remediation.base import REMEDIATION_GROUP
 from remediation.registry import available, load_remediations
 
@@ -122,7 +122,7 @@ class LatencyConfig(StrictModel):
 
 
 class RemediatorConfig(StrictModel):
-    cluster: str = "default"
+    cluster: str = DEFAULT_CLUSTER
     kafka: KafkaClientConfig = KafkaClientConfig()  # the cluster acted on, holding findings_topic
     execute: StrictBool = False  # dry run until this is true (a real boolean: 'true' is refused)
     state_dir: DirLocation = Path("/var/lib/linkwatch/remediation")

@@ -17,9 +17,10 @@ import yaml
 
 from agent.config import AgentConfig
 from agent.runner import Agent
+from linkwatch.records import DEFAULT_CLUSTER
 
 
-def config_for_node(node, cluster: str = "local", **overrides) -> AgentConfig:
+def config_for_node(node, cluster: str = DEFAULT_CLUSTER, **overrides) -> AgentConfig:
     """An agent config for a node of a :class:`testbed.cluster.ClusterState`."""
     data = {
         "cluster": cluster,

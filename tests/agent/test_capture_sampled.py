@@ -446,5 +446,5 @@ def test_agent_sampled_windows_are_scaled_marked_and_exported(
             assert s.capture_ratio == 0.25
             assert s.sketch["count"] % 4 == 0
     assert agent.health.capture_ratio == 0.25
-    assert f'linkwatch_agent_capture_ratio{{broker="{leader}",cluster="local"}} 0.25' in body
+    assert f'linkwatch_agent_capture_ratio{{broker="{leader}",cluster="default"}} 0.25' in body
     assert agent.health.dropped.get("capture_switch_error", 0) == 0
