@@ -1,9 +1,9 @@
 """Time a paused leader's recovery: fault onset → finding → demotion → producers back under the
 line, and leadership restored after the fault.
 
-Shared by ``bench/remediation_recover.py`` (which times it over rounds, or over the fault
-matrix's random draws with :func:`fault_round`) and ``tests/remediation/test_recover_cluster.py``
-(which asserts it once, with bounds). The pieces
+Shared by ``bench/remediation_recover.py``, which times it over rounds (or over the fault
+matrix's random draws with :func:`fault_round`) and whose smoke run is the suite's test of the
+loop (``tests/bench/test_bench_smoke.py`` checks the order of its figures). The pieces
 under test are the demo's (``testbed.demo``): the agents, the Spark analyzer and its
 findings pipeline with the demo's remediation config (demote on ``slow_broker``, executed).
 """
@@ -41,38 +41,16 @@ def one_round(
     the seconds from the onset to: ``finding`` (``active()`` first true), ``demoted`` (the victim
     leads no partition of ``serve``'s topic nor of ``topics``), ``recovered`` (the start of
     ``CALM_S`` seconds in a row with ``serve``'s ack p99 over the last 5 s under
-    ``P99_LINE_MS``); None for a step not reached. Also ``peak_p99_ms``, and ``onset_ms`` and
+    ``P99_LINE_MS``; :func:`fault_round`'s loop); None for a step not reached. Also ``crossed``,
+    ``peak_p99_ms``, and ``onset_ms`` and
     ``removed_ms`` (wall clock, ms: to line the round up with the agents' windows), and
     ``pause_cycles`` / ``pause_max_late_ms`` (the fault as it was applied). The fault is
     removed on return (recovered, or ``fault_s`` over)."""
-    watched = [serve.topic, *topics]
-    t: dict[str, float | None] = {"finding": None, "demoted": None, "recovered": None}
-    calm_since = None
-    peak = 0.0
-    onset, onset_ms = time.monotonic(), int(time.time() * 1000)
-    with faults.PauseDutyCycle(pid, pause_ms, 1000, own_process=True) as pause:
-        while (elapsed := time.monotonic() - onset) < fault_s:
-            if t["finding"] is None and active():
-                t["finding"] = elapsed
-            if t["demoted"] is None:
-                leading = brokers_leading(admin, watched)  # None: metadata unread, not "demoted"
-                if leading is not None and victim not in leading:
-                    t["demoted"] = elapsed
-            p99 = p99_ms((lat for lat, _ in serve.stats.recent(5.0)), min_samples=20)
-            if p99 is not None:
-                peak = max(peak, p99)
-            slow = p99 is None or p99 >= P99_LINE_MS
-            if elapsed > SETTLE_S and not slow:
-                calm_since = calm_since if calm_since is not None else elapsed
-                if elapsed - calm_since >= CALM_S:
-                    t["recovered"] = calm_since
-                    break
-            else:
-                calm_since = None
-            time.sleep(0.5)
+    onset_ms = int(time.time() * 1000)
+    pause = faults.PauseDutyCycle(pid, pause_ms, 1000, own_process=True)
+    r = fault_round(admin, lambda: [serve], active, [victim], pause, fault_s, topics=[serve.topic, *topics])
     return {
-        **t,
-        "peak_p99_ms": peak,
+        **r,
         "onset_ms": onset_ms,
         "removed_ms": int(time.time() * 1000),
         "pause_cycles": pause.cycles,

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ class Bench:
     table: tuple[str, ...]  # regular expressions, each found in the output
     timeout_s: float = 240.0
     own_cluster: bool = False  # starts brokers of its own: a `cluster` test though it takes none
+    check: Callable[[str], None] | None = None  # asserts what the printed figures must say
 
     def param(self) -> Any:
         marks = [pytest.mark.cluster] if self.own_cluster else []
@@ -43,6 +45,25 @@ class Bench:
     @property
     def needs_cluster(self) -> bool:
         return any("{" in a for a in self.args)
+
+
+def _the_loop_ran_in_order(out: str) -> None:
+    """The remediation loop on the real cluster (the demo's agents, Spark analyzer and executed
+    remediation config; testbed.recovery): broker 2 paused while it leads → the slow_broker
+    finding → broker 2 demoted → the acks=1 producer's p99 back under 300 ms, in that order; then
+    the fault removed, the finding cleared and leadership back no sooner than the hold time."""
+    from testbed.demo.analyzer import RESTORE_HOLD_S
+
+    number = r"\s*([\d.]+)"
+    m = re.search(
+        rf"with remediation round 1: finding{number} s, demoted{number} s, recovered{number} s,"
+        rf".*leadership restored{number} s after the fault",
+        out,
+    )
+    assert m, f"a step of the loop was not reached:\n{out[-3000:]}"
+    finding, demoted, recovered, restored = map(float, m.groups())
+    assert finding <= demoted <= recovered + 5.0, (finding, demoted, recovered)
+    assert restored >= RESTORE_HOLD_S, f"leadership back {restored} s after the fault, before the hold"
 
 
 BENCHES = [
@@ -118,7 +139,8 @@ BENCHES = [
         "remediation_recover.py",
         ("--cluster-dir", "{cluster_dir}", "--smoke"),
         (r"with remediation round 1", r"time from fault onset to acks=1 producer p99"),
-        timeout_s=480.0,
+        timeout_s=720.0,
+        check=_the_loop_ran_in_order,
     ),
     Bench(
         "agent_capture_cost.py",
@@ -155,6 +177,8 @@ def _run(bench: Bench, cluster: ClusterState | None) -> str:
     )
     missing = [rx for rx in bench.table if not re.search(rx, out, re.MULTILINE)]
     assert not missing, f"{bench.script} printed no {missing}:\n{out[-3000:]}"
+    if bench.check is not None:
+        bench.check(out)
     return out
 
 
