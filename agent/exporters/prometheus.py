@@ -122,11 +122,38 @@ class AgentMetrics(Collector):
         for request, n in sorted(health.slow_requests.items()):
             slow.add_metric([*base, request], n)
         yield slow
-        lines = CounterMetricFamily(
-            "linkwatch_agent_lines_read", "Request-log lines read", labels=["cluster", "broker"]
-        )
-        lines.add_metric(base, health.lines_read)
-        yield lines
+        # One series per broker: (family, name, help, value).
+        for family, name, doc, value in (
+            (CounterMetricFamily, "linkwatch_agent_lines_read", "Request-log lines read", health.lines_read),
+            (
+                GaugeMetricFamily,
+                "linkwatch_agent_log_behind_bytes",
+                "Bytes of request log not yet read",
+                health.log_behind_bytes,
+            ),
+            (
+                GaugeMetricFamily,
+                "linkwatch_agent_spool_records",
+                "Records waiting in the on-disk spool",
+                health.spool_records,
+            ),
+            (
+                CounterMetricFamily,
+                "linkwatch_agent_spool_resent",
+                "Records sent again after the producer gave up on them (each may be a duplicate)",
+                health.spool_resent,
+            ),
+            (
+                CounterMetricFamily,
+                "linkwatch_agent_position_save_failures",
+                "Saves of the request log's position that failed (full or read-only disk); "
+                "windows still published",
+                health.position_save_failures,
+            ),
+        ):
+            one = family(name, doc, labels=["cluster", "broker"])
+            one.add_metric(base, value)
+            yield one
         dropped = CounterMetricFamily(
             "linkwatch_agent_dropped",
             "Lines/records dropped, by reason",
@@ -135,31 +162,6 @@ class AgentMetrics(Collector):
         for reason, n in sorted(health.dropped.items()):
             dropped.add_metric([*base, reason], n)
         yield dropped
-        for name, doc, value in (
-            (
-                "linkwatch_agent_log_behind_bytes",
-                "Bytes of request log not yet read",
-                health.log_behind_bytes,
-            ),
-            ("linkwatch_agent_spool_records", "Records waiting in the on-disk spool", health.spool_records),
-        ):
-            g = GaugeMetricFamily(name, doc, labels=["cluster", "broker"])
-            g.add_metric(base, value)
-            yield g
-        resent = CounterMetricFamily(
-            "linkwatch_agent_spool_resent",
-            "Records sent again after the producer gave up on them (each may be a duplicate)",
-            labels=["cluster", "broker"],
-        )
-        resent.add_metric(base, health.spool_resent)
-        yield resent
-        not_saved = CounterMetricFamily(
-            "linkwatch_agent_position_save_failures",
-            "Saves of the request log's position that failed (full or read-only disk); windows still published",
-            labels=["cluster", "broker"],
-        )
-        not_saved.add_metric(base, health.position_save_failures)
-        yield not_saved
         if health.request_log_scanner:
             compiled = GaugeMetricFamily(
                 "linkwatch_agent_compiled_scanner",

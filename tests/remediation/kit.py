@@ -116,6 +116,14 @@ def config(tmp: Path, bootstrap: str, **overrides: Any) -> tuple[RemediatorConfi
     return load_remediation_config(path), path
 
 
+def demoting(topic: str) -> dict[str, Any]:
+    """``config`` arguments: ``slow_broker`` findings demote the broker's leadership of ``topic``."""
+    return {
+        "rules": {"slow_broker": "demote_leadership"},
+        "remediations": {"demote_leadership": {"topics": [topic]}},
+    }
+
+
 def leaders(admin, topic: str) -> dict[int, int]:
     meta = admin.describe_topics([topic])
     return {p["partition_index"]: p["leader_id"] for p in (meta[0].get("partitions") or [])}

@@ -17,6 +17,7 @@ from testbed.cluster import ClusterState
 from tests.remediation.kit import (
     config,
     create_topic,
+    demoting,
     finding,
     leaders,
     replica_dirs,
@@ -83,8 +84,7 @@ def test_demote_then_restore_after_hold(
         cluster3.bootstrap,
         restore_hold_s=4,
         cooldown_s=60,
-        rules={"slow_broker": "demote_leadership"},
-        remediations={"demote_leadership": {"topics": [topic_name]}},
+        **demoting(topic_name),
     )
     rem = Remediator(cfg, admin)
     t0 = time.monotonic()
@@ -122,8 +122,7 @@ def test_circuit_breaker_all_brokers_paused(
     cfg, _ = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"slow_broker": "demote_leadership"},
-        remediations={"demote_leadership": {"topics": [topic_name]}},
+        **demoting(topic_name),
     )
     rem = Remediator(cfg, admin)
     before = replicas(admin, topic_name)
@@ -144,8 +143,7 @@ def test_circuit_breaker_all_brokers_paused(
         config(
             tmp_path / "b",
             cluster3.bootstrap,
-            rules={"slow_broker": "demote_leadership"},
-            remediations={"demote_leadership": {"topics": [topic_name]}},
+            **demoting(topic_name),
         )[0],
         admin,
     )
@@ -342,8 +340,7 @@ def test_cli_plan_status_undo(cluster3: ClusterState, admin, topic_name: str, tm
     cfg, path = config(
         tmp_path,
         cluster3.bootstrap,
-        rules={"slow_broker": "demote_leadership"},
-        remediations={"demote_leadership": {"topics": [topic_name]}},
+        **demoting(topic_name),
     )
     before = replicas(admin, topic_name)
     assert main(["remediate", "plan", "-c", str(path), "--rule", "slow_broker", "--subject", "broker:2"]) == 0
@@ -389,8 +386,7 @@ def test_a_failed_step_undoes_the_applied_reorder_and_frees_its_cap(
         cluster3.bootstrap,
         cooldown_s=0,
         failures={"max_failures": 3, "window_s": 600},
-        rules={"slow_broker": "demote_leadership"},
-        remediations={"demote_leadership": {"topics": [topic_name]}},
+        **demoting(topic_name),
     )
     flaky = _RefusingElections(admin)
     rem = Remediator(cfg, flaky)

@@ -23,7 +23,7 @@ from remediation.remediator import Remediator
 from testbed import faults
 from testbed.cluster import ClusterState
 from tests.probe.cluster_config import probe_config
-from tests.remediation.kit import config, create_topic, finding, leaders, replicas, wait_until
+from tests.remediation.kit import config, create_topic, demoting, finding, leaders, replicas, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]
 
@@ -59,8 +59,7 @@ def test_the_impact_guard_stops_an_action_that_hurts(
         cfg, path = config(
             tmp_path,
             cluster3.bootstrap,
-            rules={"slow_broker": "demote_leadership"},
-            remediations={"demote_leadership": {"topics": [topic_name]}},
+            **demoting(topic_name),
             impact={
                 "settle_s": 90,
                 "check_every_s": 2,

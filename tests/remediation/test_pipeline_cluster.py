@@ -15,7 +15,7 @@ from analyzer.service import AnalysisService, AnalyzerConfig
 from remediation.audit import read_audit
 from remediation.view import read_view
 from testbed.cluster import ClusterState
-from tests.remediation.kit import config, create_topic, finding, leaders, replica_dirs
+from tests.remediation.kit import config, create_topic, demoting, finding, leaders, replica_dirs
 
 pytestmark = [pytest.mark.cluster]
 
@@ -30,8 +30,7 @@ def test_analyzer_pipeline_dry_run_audits_plan_changes_nothing(
         tmp_path,
         cluster3.bootstrap,
         execute=False,
-        rules={"slow_broker": "demote_leadership"},
-        remediations={"demote_leadership": {"topics": [topic_name]}},
+        **demoting(topic_name),
     )
     cfg = AnalyzerConfig.model_validate(
         {

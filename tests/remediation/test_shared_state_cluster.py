@@ -15,7 +15,7 @@ from remediation.lease import KafkaLease
 from remediation.service import build
 from remediation.state import Fenced, TopicStateStore, ensure_state_topic, from_documents, read_documents
 from testbed.cluster import ClusterState
-from tests.remediation.kit import config, create_topic, finding, replicas, wait_until
+from tests.remediation.kit import config, create_topic, demoting, finding, replicas, wait_until
 
 pytestmark = [pytest.mark.cluster]
 
@@ -83,8 +83,7 @@ def test_a_dry_run_creates_nothing_on_the_cluster(
         cluster3.bootstrap,
         execute=False,
         lease=lease,
-        rules={"slow_broker": "demote_leadership"},
-        remediations={"demote_leadership": {"topics": [topic_name]}},
+        **demoting(topic_name),
     )
     before = replicas(admin, topic_name)
     rem = build(cfg)

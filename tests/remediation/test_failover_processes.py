@@ -1,0 +1,163 @@
+"""Two remediators as separate processes (``linkwatch remediate run``) sharing one lease on the
+real 3-broker cluster. The holder is frozen (SIGSTOP, as a long GC pause) at a named point of an
+action (:mod:`remediation.failpoints`) and kept frozen for twice the lease's session timeout.
+The standby takes the lease and carries on from the shared state; the old holder, resumed,
+changes nothing on the cluster; the finding is not lost; the demotion is done once; and the cap
+still holds after the failover (a demotion of a second broker is refused by the new holder).
+
+The default run freezes at two points (a step written ``intent`` and not yet executed; inside a
+change, before the fencing check); ``LINKWATCH_ALL_FAILPOINTS=1`` runs every point of
+:mod:`remediation.failpoints` but ``before_call`` (the documented gap: a pause between the check
+and the request leaving the process can still send one call; see :mod:`remediation.fencing`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import NewTopic
+
+from remediation.audit import read_audit
+from testbed.cluster import ClusterState
+from tests.remediation.kit import config, create_topic, demoting, finding, leaders, wait_until
+
+pytestmark = [pytest.mark.cluster]
+
+RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}
+SESSION_MS = 6000
+EVERY_POINT = ("after_plan", "after_intent", "before_fence", "in_verify", "in_settle")
+POINTS = EVERY_POINT if os.environ.get("LINKWATCH_ALL_FAILPOINTS") else ("after_intent", "before_fence")
+
+
+class Member:
+    """One ``linkwatch remediate run`` process with its own config, audit and failpoint dir."""
+
+    def __init__(self, name: str, tmp: Path, bootstrap: str, settings: dict[str, Any]) -> None:
+        self.name = name
+        self.points = tmp / name / "failpoints"
+        self.points.mkdir(parents=True)
+        _, path = config(tmp / name, bootstrap, **settings)
+        self.audit_path = tmp / name / "state" / "audit.jsonl"
+        self.log = (tmp / name / "out.log").open("w")
+        env = {**os.environ, "LINKWATCH_FAILPOINTS": str(self.points)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "remediate", "run", "-c", str(path), "--member", name],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def events(self, event: str | None = None, since: float = 0.0) -> list[dict[str, Any]]:
+        got, _ = read_audit(self.audit_path)
+        return [e for e in got if (event is None or e["event"] == event) and e["ts"] >= since]
+
+    def frozen(self) -> bool:
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] == "T"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def _publish(bootstrap: str, topic: str, subject: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    f = finding("slow_broker", subject, stage="local")
+    producer.send(topic, f.to_json()).get(30)
+    producer.close()
+
+
+def _done(member: Member, subject: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in member.events("result")
+        if e.get("status") == "done" and subject in str(e.get("key")) and e.get("note") != "empty plan"
+    ]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_holder_frozen_mid_action_changes_nothing_after_it_resumes_and_the_cap_holds(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, point: str
+) -> None:
+    create_topic(admin, topic_name, RF3)
+    findings_topic = f"{topic_name}-findings"
+    admin.create_topics([NewTopic(findings_topic, 1, 3)])
+    settings = {
+        "findings_topic": findings_topic,
+        "lease": {
+            "enabled": True,
+            "topic": f"{topic_name}-lease",
+            "state_topic": f"{topic_name}-state",
+            "group": f"{topic_name}-g",
+            "session_timeout_ms": SESSION_MS,
+        },
+        **demoting(topic_name),
+        "caps": {"max_demoted_brokers": 1, "max_demoted_share": None},
+        # Two brokers with findings must reach the cap, not the breaker on bad brokers.
+        "circuit_breaker": {"max_bad_brokers": 3, "max_bad_share": 1.0},
+        "impact": {"settle_s": 6},  # the in_settle point is reached while an action settles
+        "restore_hold_s": 600,
+    }
+    a = Member("a", tmp_path, cluster3.bootstrap, settings)
+    b: Member | None = None
+    try:
+        wait_until(lambda: a.events("lease_acquired"), 60, "a holding the lease")
+        b = Member("b", tmp_path, cluster3.bootstrap, settings)
+        wait_until(lambda: b.events("started"), 60, "b started (standby)")
+        (a.points / point).touch()
+        _publish(cluster3.bootstrap, findings_topic, "broker:2")
+        wait_until(a.frozen, 60, f"a frozen at {point}")
+        frozen_at = time.time()
+        wait_until(lambda: b.events("lease_acquired"), 4 * SESSION_MS / 1000, "b taking the lease")
+        wait_until(lambda: 2 not in leaders(admin, topic_name).values(), 60, "broker 2 leading nothing")
+        remaining = frozen_at + 2 * SESSION_MS / 1000 - time.time()
+        if remaining > 0:
+            time.sleep(remaining)
+        resumed_at = time.time()
+        os.kill(a.proc.pid, signal.SIGCONT)
+        if point != "in_settle":  # resumed inside the action: its next write or change is refused
+            wait_until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale step refused (fenced)")
+        after_resume = leaders(admin, topic_name)
+
+        # A second broker's finding, after the failover: the new holder refuses it by the cap.
+        _publish(cluster3.bootstrap, findings_topic, "broker:3")
+        refused = wait_until(
+            lambda: [e for e in b.events("refused") if "broker:3" in str(e.get("subject"))],
+            60,
+            "b judging broker:3",
+        )
+        assert "max_demoted_brokers" in refused[0]["reason"], refused
+        time.sleep(2)
+
+        # The old holder changed nothing after it resumed, and acted on nothing new.
+        assert leaders(admin, topic_name) == after_resume
+        steps_after = [
+            e
+            for e in a.events("step", since=resumed_at)
+            if e.get("status") not in ("intent", "cancelled", "failed")
+        ]
+        assert not steps_after, steps_after
+        assert not [e for e in a.events("plan", since=resumed_at) if "broker:3" in str(e.get("key"))]
+        assert not _done(a, "broker:2") or point == "in_settle"  # it finished before freezing there
+        # The demotion was done exactly once, by whichever held the lease when it ran.
+        assert len(_done(a, "broker:2") + _done(b, "broker:2")) == 1
+        assert sorted(after_resume.values()).count(2) == 0
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
