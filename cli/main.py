@@ -31,6 +31,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
         "Publish a synthetic fleet's agent records (N brokers, real latencies, injected faults).",
     ),
     ("demo", "demo", "Run the main job on an embedded local cluster, end to end."),
+    ("topics", "topics", "linkwatch's own topics on a cluster: their settings; create the missing ones."),
     ("agent", "agent", "Run the broker agent (request log, JMX, log dirs, host) on this broker."),
     ("lag", "lag", "Consumer lag in messages and seconds with an explained status; cold reads; rack spread."),
     ("probe", "probe", "Probe every broker: produce and end-to-end latency and availability per leader."),

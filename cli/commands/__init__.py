@@ -19,7 +19,9 @@ ConfigOnlyOpt = typer.Option(
 )
 
 
-ShowOpt = typer.Option(False, "--show", help="Also print the config with its defaults filled in (secrets hidden).")
+ShowOpt = typer.Option(
+    False, "--show", help="Also print the config with its defaults filled in (secrets hidden)."
+)
 
 
 def run_checks(probes: list[Callable[[], object]], closing: Callable[[], None] = lambda: None) -> None:

@@ -174,3 +174,39 @@ def test_every_component_checks_the_real_cluster_and_its_topics(
         assert main([name, "check", "-c", str(path)]) == 0, (name, capsys.readouterr().out)
         out = capsys.readouterr().out
         assert set(_lines(out).values()) == {"✓"}, out
+
+
+@pytest.mark.cluster
+def test_topics_creates_only_what_is_missing_and_never_changes_a_topic(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kafka.admin import NewTopic
+
+    samples, findings = f"{topic_name}-samples", f"{topic_name}-findings"
+    # The findings topic exists already, with a retention of its owner's choosing.
+    admin.create_topics([NewTopic(findings, 1, 1, topic_configs={"retention.ms": "60000"})])
+    cfg = tmp_path / "analyzer.yaml"  # any component's config: its kafka section and topic names
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": cluster3.bootstrap},
+                "samples_topic": samples,
+                "findings_topic": findings,
+                "window_s": 10,
+            }
+        )
+    )
+    assert main(["topics", "-c", str(cfg)]) == 1
+    out = capsys.readouterr().out
+    assert f"✗ {samples}: missing" in out and f"dry run: would create {samples}" in out
+    assert f"~ {findings}: exists; differs: retention.ms 60000 (recommended 604800000)" in out
+    assert samples not in admin.list_topics()  # a dry run creates nothing
+
+    assert main(["topics", "-c", str(cfg), "--create"]) == 0
+    assert f"created {samples}" in capsys.readouterr().out
+    assert main(["topics", "-c", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert f"✓ {samples}: exists with the recommended settings" in out
+    assert "retention.ms 60000" in out  # the existing topic was left as its owner set it
+    [meta] = admin.describe_topics([samples])
+    assert len(meta["partitions"]) == 6 and len(meta["partitions"][0]["replica_nodes"]) == 3
