@@ -55,6 +55,14 @@ def test_every_sample_names_the_same_cluster() -> None:
     assert labels == set(clusters.values())
 
 
+def test_left_at_their_defaults_every_component_names_the_same_cluster() -> None:
+    """A component whose config names no cluster still sees the others' records."""
+    from linkwatch.records import DEFAULT_CLUSTER
+
+    defaults = {model.__name__: model.model_fields["cluster"].default for model, _ in SAMPLES.values()}
+    assert set(defaults.values()) == {DEFAULT_CLUSTER}, defaults
+
+
 def test_every_process_has_its_own_default_port_and_the_sample_shows_it() -> None:
     for name, port in DEFAULT_PORTS.items():
         assert _load(name).metrics.port == port, name  # type: ignore[attr-defined]
