@@ -36,8 +36,10 @@ document, to replay the rules over the same windows (``bench/fault_matrix.py``'s
 
 Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recover.py``.
 ``--cluster-dir DIR`` uses a running 3-broker ``linkwatch cluster up`` cluster; ``--smoke`` is one
-round with remediation only, a 15 s fault and a short quiet time (about a minute, most of it the
-analyzer's start): it checks the bench runs, its figures are not a measurement.
+round with remediation only and a short quiet time, the fault held until the producer recovers
+(120 s at most) and leadership's return awaited (two to three minutes, a minute of it the
+analyzer's start): the suite's test of the whole loop (tests/bench/test_bench_smoke.py checks
+the order of its figures); its figures are not a measurement.
 """
 
 from __future__ import annotations

@@ -61,4 +61,5 @@ class LevelHold:
 quiet_kafka = LevelHold("kafka", logging.CRITICAL)
 #: kafka-python's connection manager heard at WARNING (it logs each failed bootstrap attempt),
 #: even while :data:`quiet_kafka` holds its parent at CRITICAL.
-hear_bootstrap_failures = LevelHold("kafka.net.manager", logging.WARNING, at_most=True)
+BOOTSTRAP_LOGGER = "kafka.net.manager"
+hear_bootstrap_failures = LevelHold(BOOTSTRAP_LOGGER, logging.WARNING, at_most=True)

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from linkwatch.client_logs import hear_bootstrap_failures
+from linkwatch.client_logs import BOOTSTRAP_LOGGER, hear_bootstrap_failures
 from linkwatch.config import FileLocation, StrictModel
 from linkwatch.errors import ConfigError, KafkaConnectError
 
@@ -319,11 +319,21 @@ class _LastFailure(logging.Handler):
     """Keeps why kafka-python's connection attempts failed: it logs each failed bootstrap
     attempt, then raises only a timeout ("Unable to bootstrap"). A telling reason (an
     authentication or TLS failure) is kept over a later plain disconnect: a broker closes the
-    connections of a client that failed to authenticate."""
+    connections of a client that failed to authenticate.
+
+    Two ways in: as a handler on the "kafka" logger (every kafka-python record that propagates)
+    and through :meth:`note`, put first among the filters of the logger that reports bootstrap
+    failures, so a rate-limit filter there (consumer.log_limit drops a retry loop's repeats of
+    one message for 10 s) cannot hide the failures of this block from it."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.error: BaseException | None = None
+
+    def note(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= self.level:
+            self.emit(record)
+        return True  # a filter that only watches
 
     def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
@@ -351,12 +361,15 @@ def explained_connect_errors(kafka: KafkaClientConfig | str) -> Iterator[None]:
     # kafka-python logs each failed bootstrap on "kafka.net.manager" (from its IO thread); the
     # hold keeps that logger at WARNING for the block, even while a check in another thread
     # holds the "kafka" logger quiet (linkwatch.reach.quiet_client).
+    source = logging.getLogger(BOOTSTRAP_LOGGER)
+    source.filters.insert(0, seen.note)
     try:
         with hear_bootstrap_failures():
             yield
     except KafkaError as e:
         raise KafkaConnectError(f"cannot use Kafka at {describe(kafka)}: {_cause(seen.error or e)}") from None
     finally:
+        source.removeFilter(seen.note)
         logger.removeHandler(seen)
 
 

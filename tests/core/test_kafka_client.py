@@ -335,3 +335,26 @@ def test_overlapping_holds_put_the_level_back_whatever_order_they_leave_in() -> 
     second.__exit__(None, None, None)
     assert kafka_logger.level == before and quiet_kafka.holders == 0
     assert logging.getLogger("kafka.net.manager").level == logging.NOTSET
+
+
+def test_the_cause_is_seen_under_the_consumers_rate_limit_on_retry_logs() -> None:
+    """consumer.log_limit puts a rate limit on kafka-python's retry loggers (a repeat of one
+    message within 10 s is dropped): every connect still names its own cause, though the
+    same message was logged a moment before. (In the whole suite, an async-fetch consumer's
+    test installed it first and two of the three cases above lost their cause.)"""
+    import ssl
+
+    from consumer.log_limit import RateLimitFilter
+
+    limit = RateLimitFilter(60.0)
+    source = logging.getLogger("kafka.net.manager")
+    source.addFilter(limit)
+    try:
+        first = _failed_bootstrap(ConnectionRefusedError("refused"))
+        second = _failed_bootstrap(ssl.SSLCertVerificationError("certificate verify failed"))
+    finally:
+        source.removeFilter(limit)
+    assert "OSError: gone" in first
+    assert "the TLS handshake failed (SSLCertVerificationError" in second
+    assert limit.suppressed >= 3  # the repeats were dropped from the log all the same
+    assert not any(getattr(f, "__self__", None) for f in source.filters)  # the watcher removed

@@ -1,14 +1,17 @@
 """Two remediators as separate processes (``linkwatch remediate run``) sharing one lease on the
-real 3-broker cluster. The holder is frozen (SIGSTOP, as a long GC pause) at a named point of an
-action (:mod:`remediation.failpoints`) and kept frozen for twice the lease's session timeout.
-The standby takes the lease and carries on from the shared state; the old holder, resumed,
-changes nothing on the cluster; the finding is not lost; the demotion is done once; and the cap
-still holds after the failover (a demotion of a second broker is refused by the new holder).
+real 3-broker cluster. The holder stops itself at a named point of an action
+(:mod:`remediation.failpoints`, SIGSTOP as a long GC pause would) and is then either kept frozen
+for twice the lease's session timeout and resumed, or SIGKILLed there (a crash mid-action). The
+standby takes the lease and carries on from the shared state; the old holder, resumed, changes
+nothing on the cluster (its next write or change is refused and audited ``fenced``); the finding
+is not lost; the demotion is done exactly once; and the cap still holds after the failover (a
+demotion of a second broker is refused by the new holder).
 
-The default run freezes at two points (a step written ``intent`` and not yet executed; inside a
-change, before the fencing check); ``LINKWATCH_ALL_FAILPOINTS=1`` runs every point of
-:mod:`remediation.failpoints` but ``before_call`` (the documented gap: a pause between the check
-and the request leaving the process can still send one call; see :mod:`remediation.fencing`).
+The default run takes three cases (frozen with a step written ``intent``; frozen inside a
+change, before the fencing check; killed while a step is being verified);
+``LINKWATCH_ALL_FAILPOINTS=1`` runs both ways at every point but ``before_call`` (the documented
+gap: a pause between the check and the request leaving the process can still send one call; see
+:mod:`remediation.fencing`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ pytestmark = [pytest.mark.cluster]
 RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}
 SESSION_MS = 6000
 EVERY_POINT = ("after_plan", "after_intent", "before_fence", "in_verify", "in_settle")
-POINTS = EVERY_POINT if os.environ.get("LINKWATCH_ALL_FAILPOINTS") else ("after_intent", "before_fence")
+# (point, what happens to the holder stopped there): "frozen" resumes after twice the session,
+# "killed" is SIGKILLed there (a crash mid-action; the standby recovers the action it left).
+CASES = (
+    [(p, how) for p in EVERY_POINT for how in ("frozen", "killed")]
+    if os.environ.get("LINKWATCH_ALL_FAILPOINTS")
+    else [("after_intent", "frozen"), ("before_fence", "frozen"), ("in_verify", "killed")]
+)
 
 
 class Member:
@@ -90,9 +99,9 @@ def _done(member: Member, subject: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_a_holder_frozen_mid_action_changes_nothing_after_it_resumes_and_the_cap_holds(
-    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, point: str
+@pytest.mark.parametrize(("point", "how"), CASES, ids=[f"{how} at {p}" for p, how in CASES])
+def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, point: str, how: str
 ) -> None:
     create_topic(admin, topic_name, RF3)
     findings_topic = f"{topic_name}-findings"
@@ -123,14 +132,20 @@ def test_a_holder_frozen_mid_action_changes_nothing_after_it_resumes_and_the_cap
         _publish(cluster3.bootstrap, findings_topic, "broker:2")
         wait_until(a.frozen, 60, f"a frozen at {point}")
         frozen_at = time.time()
+        if how == "killed":
+            a.proc.kill()
+            a.proc.wait(10)
         wait_until(lambda: b.events("lease_acquired"), 4 * SESSION_MS / 1000, "b taking the lease")
         wait_until(lambda: 2 not in leaders(admin, topic_name).values(), 60, "broker 2 leading nothing")
         remaining = frozen_at + 2 * SESSION_MS / 1000 - time.time()
-        if remaining > 0:
+        if remaining > 0 and how == "frozen":
             time.sleep(remaining)
         resumed_at = time.time()
-        os.kill(a.proc.pid, signal.SIGCONT)
-        if point != "in_settle":  # resumed inside the action: its next write or change is refused
+        if how == "frozen":
+            os.kill(a.proc.pid, signal.SIGCONT)
+        if (
+            point != "in_settle" and how == "frozen"
+        ):  # resumed inside the action: its next write or change is refused
             wait_until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale step refused (fenced)")
         after_resume = leaders(admin, topic_name)
 
@@ -153,7 +168,7 @@ def test_a_holder_frozen_mid_action_changes_nothing_after_it_resumes_and_the_cap
         ]
         assert not steps_after, steps_after
         assert not [e for e in a.events("plan", since=resumed_at) if "broker:3" in str(e.get("key"))]
-        assert not _done(a, "broker:2") or point == "in_settle"  # it finished before freezing there
+        assert not _done(a, "broker:2") or point == "in_settle"  # it finished before stopping there
         # The demotion was done exactly once, by whichever held the lease when it ran.
         assert len(_done(a, "broker:2") + _done(b, "broker:2")) == 1
         assert sorted(after_resume.values()).count(2) == 0
