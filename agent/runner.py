@@ -106,14 +106,13 @@ class Agent:
         cap = self.config.capture
 
         def admin():  # made on first switch, again after a failed one (agent.capture)
-            from kafka import KafkaAdminClient
-
+            from linkwatch.kafka_client import admin_client
             from linkwatch.reach import check_kafka
 
             # A broker that does not answer fails in seconds with one line naming the key (reported
             # through on_error, rate-limited), not after a 30 s bootstrap and the client's retries.
             check_kafka(cap.kafka, "capture.kafka.bootstrap_servers")
-            return KafkaAdminClient(**kafka_python_kwargs(cap.kafka, "agent-capture"))
+            return admin_client(**kafka_python_kwargs(cap.kafka, "agent-capture"))
 
         switch = BrokerLoggerSwitch(
             admin, [self.config.broker_id], idle_level=cap.idle_level, dry_run=cap.dry_run

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 from pydantic import Field, model_validator
 
@@ -31,6 +31,7 @@ from linkwatch.errors import UnreachableError
 from linkwatch.kafka_client import (
     BOOTSTRAP_TIMEOUT_MS,
     KafkaClientConfig,
+    admin_client,
     explained_connect_errors,
     kafka_python_kwargs,
 )
@@ -106,7 +107,7 @@ class LagService:
 
             self.pipeline = build_pipeline(config.remediation, load_notifiers(config.remediation.notifiers))
         with explained_connect_errors(config.kafka):  # the first connection: a wrong password shows here
-            self.admin = KafkaAdminClient(
+            self.admin = admin_client(
                 **kafka_python_kwargs(config.kafka, "lag"), bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS
             )
         c = config.collector

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import ssl
@@ -300,6 +301,33 @@ def spark_kafka_options(kafka: KafkaClientConfig | str) -> dict[str, str]:
         if not cfg.ssl_check_hostname:
             opts["kafka.ssl.endpoint.identification.algorithm"] = ""
     return opts
+
+
+def admin_client(**configs: Any) -> Any:
+    """``kafka.KafkaAdminClient(**configs)``, whose IO thread is stopped when the constructor
+    fails. kafka-python (3.0.12) starts that thread, then bootstraps; a bootstrap that fails
+    leaves the thread running for the life of the process, so a retry loop over an outage
+    (``linkwatch.reach.connect``, a check every back-off) leaked one thread per attempt. Build
+    every admin client through this."""
+    return _admin_class()(**configs)
+
+
+@functools.cache
+def _admin_class() -> type:
+    from kafka import KafkaAdminClient  # kafka-python: only where clients are built
+
+    class Admin(KafkaAdminClient):
+        def __init__(self, **configs: Any) -> None:
+            try:
+                super().__init__(**configs)
+            except BaseException:
+                net = getattr(self, "_net", None)
+                if net is not None:
+                    with contextlib.suppress(Exception):
+                        net.stop(timeout_ms=5000)
+                raise
+
+    return Admin
 
 
 def describe(kafka: KafkaClientConfig | str) -> str:

@@ -118,9 +118,9 @@ class KafkaProbes:
         try:
             reach.check_kafka(self.kafka, self.key)
             with explained_connect_errors(self.kafka), reach.quiet_client():
-                from kafka import KafkaAdminClient
+                from linkwatch.kafka_client import admin_client
 
-                self._admin = KafkaAdminClient(**kafka_python_kwargs(self.kafka, "check"))
+                self._admin = admin_client(**kafka_python_kwargs(self.kafka, "check"))
         except LinkwatchError as e:
             self._failed = str(e)
             return Probe(False, self.key, str(e))

@@ -152,13 +152,14 @@ def _kafka_brokers(
     listed: list[str], key: str, budget_s: float, client_options: Mapping[str, Any]
 ) -> list[str]:
     """Bootstrap a Kafka client within ``budget_s``; the brokers the cluster advertises."""
-    from kafka import KafkaAdminClient
     from kafka.errors import IncompatibleBrokerVersion, KafkaError
+
+    from linkwatch.kafka_client import admin_client
 
     timeout_ms = max(1000, int(budget_s * 1000))
     with quiet_client():
         try:
-            admin = KafkaAdminClient(
+            admin = admin_client(
                 bootstrap_servers=listed,
                 client_id="linkwatch-check",
                 bootstrap_timeout_ms=timeout_ms,

@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry
 from consumer.async_fetch import AsyncFetchConsumer, ConsumerConfig
 from linkwatch.kafka_client import (
     BOOTSTRAP_TIMEOUT_MS,
+    admin_client,
     client_id,
     explained_connect_errors,
     kafka_python_kwargs,
@@ -109,7 +110,7 @@ class ProbeService:
         self.config = config
         cfg = config
         with explained_connect_errors(cfg.kafka):  # the first connection: a wrong password shows here
-            self.admin = KafkaAdminClient(
+            self.admin = admin_client(
                 **kafka_python_kwargs(cfg.kafka, "probe-admin"), bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS
             )
         self.producer = KafkaProducer(
@@ -143,7 +144,7 @@ class ProbeService:
         self._commit_admin: KafkaAdminClient | None = None
         if cfg.commit.enabled:
             # its own admin client: commits run on their own thread, beside the topic keeper's calls
-            self._commit_admin = KafkaAdminClient(
+            self._commit_admin = admin_client(
                 **kafka_python_kwargs(cfg.kafka, f"probe-commit-{cfg.instance}")
             )
             self.commits = CommitProber(
@@ -243,7 +244,7 @@ class ProbeService:
         """The admin client that reads the probed partitions' ends (not the topic keeper's: it
         is replaced after a failure, and the keeper runs in its own thread)."""
         if self._ends_admin is None:
-            self._ends_admin = KafkaAdminClient(**kafka_python_kwargs(self.config.kafka, "probe-ends"))
+            self._ends_admin = admin_client(**kafka_python_kwargs(self.config.kafka, "probe-ends"))
         return self._ends_admin
 
     def _drop_ends_client(self) -> None:

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
 from linkwatch.errors import SetupError
-from linkwatch.kafka_client import explained_connect_errors, kafka_python_kwargs
+from linkwatch.kafka_client import admin_client, explained_connect_errors, kafka_python_kwargs
 from linkwatch.records import Finding, RecordError, decode
 from remediation import intake
 from remediation.config import RemediatorConfig, load_remediation_config
@@ -61,7 +61,7 @@ def build(
     with_lease: bool = True,
 ) -> Remediator:
     with explained_connect_errors(cfg.kafka):
-        admin = KafkaAdminClient(**kafka_python_kwargs(cfg.kafka, "remediator"))
+        admin = admin_client(**kafka_python_kwargs(cfg.kafka, "remediator"))
     if latency_ms is None and cfg.latency.prometheus_url:
         latency_ms = PrometheusLatency(
             cfg.latency.prometheus_url, cfg.latency.query or DEFAULT_QUERY, cfg.latency.timeout_s

@@ -605,11 +605,12 @@ def _secured_listener(ports: NodePorts, certs: tls.Certificates) -> dict[str, st
 
 def metadata_brokers(bootstrap: str, timeout_s: float = 2.0) -> list[int]:
     """Broker ids listed by one broker's metadata, or [] if it does not answer yet."""
-    from kafka import KafkaAdminClient  # heavy import, only when asked
     from kafka.errors import KafkaError
 
+    from linkwatch.kafka_client import admin_client
+
     try:
-        admin = KafkaAdminClient(
+        admin = admin_client(
             bootstrap_servers=bootstrap,
             request_timeout_ms=int(timeout_s * 1000),
             bootstrap_timeout_ms=int(timeout_s * 1000),

@@ -25,14 +25,12 @@ def app(
     duration: float = typer.Option(60.0, help="Seconds to run."),
 ) -> None:
     """Produce at a set rate with a key distribution; print sent/acked/consumed per second."""
-    from kafka import KafkaAdminClient
-
-    from linkwatch.kafka_client import kafka_python_kwargs
+    from linkwatch.kafka_client import admin_client, kafka_python_kwargs
 
     dist = KeyDistribution.parse(keys, key_count)
     check_bootstrap(bootstrap, key="--bootstrap")
     with kafka_errors(bootstrap, key="--bootstrap"):
-        admin = KafkaAdminClient(**kafka_python_kwargs(bootstrap, "load"))
+        admin = admin_client(**kafka_python_kwargs(bootstrap, "load"))
         ensure_topic(admin, topic, partitions, replication)
         admin.close()
     producer = ProducerLoad(bootstrap, topic, rate, dist, size, acks)

@@ -26,12 +26,12 @@ def app(
 ) -> None:
     """List linkwatch's topics (samples, findings) on the cluster with their recommended settings;
     create the missing ones with --create. A topic that exists is never changed."""
-    from kafka import KafkaAdminClient
+    from linkwatch.kafka_client import admin_client
 
     cfg = load_config(config, TopicsConfig, env_prefix="LINKWATCH_")
     check_kafka(cfg.kafka, "kafka.bootstrap_servers")
     with explained_connect_errors(cfg.kafka):
-        admin = KafkaAdminClient(**kafka_python_kwargs(cfg.kafka, "topics"))
+        admin = admin_client(**kafka_python_kwargs(cfg.kafka, "topics"))
     try:
         states = plan(admin, own_topics(cfg.samples_topic, cfg.findings_topic))
         for state in states:

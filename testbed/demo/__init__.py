@@ -127,9 +127,9 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         t0 = time.monotonic()
         state = cluster.up()
         console.print(f"[bold]cluster[/] 3 brokers up in {time.monotonic() - t0:.1f}s at {state.bootstrap}")
-        from kafka import KafkaAdminClient
+        from linkwatch.kafka_client import admin_client
 
-        admin = KafkaAdminClient(bootstrap_servers=state.bootstrap, client_id="linkwatch-demo")
+        admin = admin_client(bootstrap_servers=state.bootstrap, client_id="linkwatch-demo")
         ensure_topic(admin, opts.topic, opts.partitions, 3)
         if opts.serve_topic:
             ensure_topic(admin, opts.serve_topic, 6, 3)

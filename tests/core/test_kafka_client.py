@@ -358,3 +358,31 @@ def test_the_cause_is_seen_under_the_consumers_rate_limit_on_retry_logs() -> Non
     assert "the TLS handshake failed (SSLCertVerificationError" in second
     assert limit.suppressed >= 3  # the repeats were dropped from the log all the same
     assert not any(getattr(f, "__self__", None) for f in source.filters)  # the watcher removed
+
+
+def test_a_failed_admin_client_leaves_no_thread_behind() -> None:
+    """kafka-python starts an admin client's IO thread before it bootstraps and leaves it
+    running when the bootstrap fails: a retry loop over an outage leaked one per attempt."""
+    import threading
+
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    from linkwatch.kafka_client import admin_client
+
+    def io_threads() -> int:
+        return sum(t.name == "kafka-io-linkwatch-leak-test" for t in threading.enumerate())
+
+    for _ in range(3):
+        with pytest.raises(KafkaError):
+            admin_client(
+                bootstrap_servers="127.0.0.1:1", client_id="linkwatch-leak-test", bootstrap_timeout_ms=300
+            )
+    assert io_threads() == 0
+    # kafka-python's own client, as every one was built before, leaves its thread behind (the
+    # test would fail without admin_client).
+    with pytest.raises(KafkaError):
+        KafkaAdminClient(
+            bootstrap_servers="127.0.0.1:1", client_id="linkwatch-leak-test", bootstrap_timeout_ms=300
+        )
+    assert io_threads() == 1
