@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import TopicAlreadyExistsError
@@ -69,21 +69,39 @@ class KafkaLease:
             partition_assignment_strategy=[StickyPartitionAssignor],
             **client,
         )
-        self._consumer.subscribe([cfg.topic])
         self._tp = self.tp
         self._held = False
         self._last_ok = 0.0
+        # Set when this process was stopped longer than a session (a long GC, SIGSTOP): the
+        # group has moved on without it, but the consumer still shows its old assignment until
+        # it has rejoined. Until a rebalance assigns it again, the lease is not held: a holder
+        # resumed after a standby took over must not take over again on its stale assignment
+        # (it did: its init of the state's producer fenced the new holder mid-action).
+        self._stale = False
+        self._consumer.subscribe([cfg.topic], listener=_Rejoined(self))
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        session_s = self.cfg.session_timeout_ms / 1000
+        last_turn = time.monotonic()
         while not self._stop.is_set():
+            now = time.monotonic()
+            if now - last_turn > session_s:
+                self._stale = True
+                log.warning(
+                    "lease %s: this process was stopped %.1f s (longer than the session): not held "
+                    "until the group assigns it again",
+                    self.cfg.group,
+                    now - last_turn,
+                )
+            last_turn = now
             try:
                 with self._lock:
                     got = self._consumer.poll(timeout_ms=200)
-                    held = self._tp in self._consumer.assignment()
+                    held = self._tp in self._consumer.assignment() and not self._stale
                     if held and not self._held:
                         # Read lazily (command_position): a dead holder's open transaction makes
                         # the committed position unstable until the new holder fences it.
@@ -151,6 +169,19 @@ class KafkaLease:
         self._thread.join(timeout=5)
         with contextlib.suppress(Exception):
             self._consumer.close()
+
+
+class _Rejoined(ConsumerRebalanceListener):
+    """A new assignment from the group (its current generation) clears a stale lease."""
+
+    def __init__(self, lease: KafkaLease) -> None:
+        self.lease = lease
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        pass
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self.lease._stale = False
 
 
 def _command(raw: bytes | None) -> Any:
