@@ -67,6 +67,11 @@ class KafkaLease:
             max_poll_interval_ms=max(cfg.session_timeout_ms * 5, 30_000),
             # Sticky: a standby joining (or restarting) never takes the lease from a live holder.
             partition_assignment_strategy=[StickyPartitionAssignor],
+            # A lease topic created a moment before may not be in the first metadata the group
+            # is assigned from: nobody holds the lease until the metadata is read again (5 min
+            # by kafka-python's default; the first remediator of a new deployment waited that
+            # long). 5 s: one small metadata request per member.
+            metadata_max_age_ms=5000,
             **client,
         )
         self._tp = self.tp
@@ -78,6 +83,7 @@ class KafkaLease:
         # resumed after a standby took over must not take over again on its stale assignment
         # (it did: its init of the state's producer fenced the new holder mid-action).
         self._stale = False
+        self._assigned_at = 0.0  # monotonic time of the group's last assignment to this member
         self._consumer.subscribe([cfg.topic], listener=_Rejoined(self))
         self._stop = threading.Event()
         self._lock = threading.RLock()
@@ -85,22 +91,15 @@ class KafkaLease:
         self._thread.start()
 
     def _run(self) -> None:
-        session_s = self.cfg.session_timeout_ms / 1000
         last_turn = time.monotonic()
         while not self._stop.is_set():
-            now = time.monotonic()
-            if now - last_turn > session_s:
-                self._stale = True
-                log.warning(
-                    "lease %s: this process was stopped %.1f s (longer than the session): not held "
-                    "until the group assigns it again",
-                    self.cfg.group,
-                    now - last_turn,
-                )
-            last_turn = now
+            self._check_stopped(last_turn)
+            last_turn = time.monotonic()
             try:
                 with self._lock:
                     got = self._consumer.poll(timeout_ms=200)
+                    # Stopped inside the poll (SIGSTOP lands anywhere): checked again after it.
+                    self._check_stopped(last_turn)
                     held = self._tp in self._consumer.assignment() and not self._stale
                     if held and not self._held:
                         # Read lazily (command_position): a dead holder's open transaction makes
@@ -111,6 +110,8 @@ class KafkaLease:
                         self._commands.clear()
                     for rec in got.get(self._tp, []) if held else []:
                         self._commands.append((rec.offset, _command(rec.value)))
+                self._check_stopped(last_turn)  # and up to the moment it is published
+                held = held and not self._stale
                 self._last_ok = time.monotonic()
                 if held != self._held:
                     log.info("lease %s: %s", self.cfg.group, "acquired" if held else "lost")
@@ -118,6 +119,22 @@ class KafkaLease:
             except Exception:  # a failed poll must not end the thread; held() times out instead
                 log.exception("lease poll failed")
                 self._stop.wait(0.5)
+
+    def _check_stopped(self, since: float) -> None:
+        """Mark the lease stale when more than a session passed since ``since`` (the process was
+        stopped, or a poll hung), unless the group assigned it after that (a rejoin completed
+        within the poll that returned late)."""
+        now = time.monotonic()
+        session_s = self.cfg.session_timeout_ms / 1000
+        if now - since > session_s and self._assigned_at < now - session_s:
+            if not self._stale:
+                log.warning(
+                    "lease %s: this process was stopped %.1f s (longer than the session): not held "
+                    "until the group assigns it again",
+                    self.cfg.group,
+                    now - since,
+                )
+            self._stale = True
 
     def held(self) -> bool:
         fresh = time.monotonic() - self._last_ok < self.cfg.session_timeout_ms / 1000
@@ -181,6 +198,7 @@ class _Rejoined(ConsumerRebalanceListener):
         pass
 
     def on_partitions_assigned(self, assigned: Any) -> None:
+        self.lease._assigned_at = time.monotonic()
         self.lease._stale = False
 
 

@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.cluster]
 
 RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}
 SESSION_MS = 6000
+SETTLE_S = 6  # the in_settle point is reached while an action settles
 EVERY_POINT = ("after_plan", "after_intent", "before_fence", "in_verify", "in_settle")
 # (point, what happens to the holder stopped there): "frozen" resumes after twice the session,
 # "killed" is SIGKILLed there (a crash mid-action; the standby recovers the action it left).
@@ -106,6 +107,21 @@ def _completed(members: list[Member], subject: str) -> list[dict[str, Any]]:
     ]
 
 
+def _over(members: list[Member], subject: str) -> bool:
+    """The action planned for ``subject`` is over: its evidence written (after its settle
+    period), or recovered by a new holder."""
+    plans = {
+        e["plan"]["id"] for m in members for e in m.events("plan") if e["plan"].get("subject") == subject
+    }
+    return any(
+        (e["event"] == "evidence" and e.get("action", e.get("id")) in plans)
+        # a recovered action may settle again under its new holder: give it that time
+        or (e["event"] == "recover" and e.get("action") in plans and time.time() > e["ts"] + SETTLE_S + 1)
+        for m in members
+        for e in m.events()
+    )
+
+
 @pytest.mark.parametrize(("point", "how"), CASES, ids=[f"{how} at {p}" for p, how in CASES])
 def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, point: str, how: str
@@ -126,7 +142,7 @@ def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
         "caps": {"max_demoted_brokers": 1, "max_demoted_share": None},
         # Two brokers with findings must reach the cap, not the breaker on bad brokers.
         "circuit_breaker": {"max_bad_brokers": 3, "max_bad_share": 1.0},
-        "impact": {"settle_s": 6},  # the in_settle point is reached while an action settles
+        "impact": {"settle_s": SETTLE_S},
         "restore_hold_s": 600,
     }
     a = Member("a", tmp_path, cluster3.bootstrap, settings)
@@ -156,7 +172,10 @@ def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
             wait_until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale step refused (fenced)")
         after_resume = leaders(admin, topic_name)
 
-        # A second broker's finding, after the failover: the new holder refuses it by the cap.
+        # A second broker's finding, after the failover and once the first action is over (its
+        # settle period too: a running action is refused by max_concurrent_actions first): the
+        # new holder refuses it by the cap on demoted brokers, which it knows from the state.
+        wait_until(lambda: _over([a, b], "broker:2"), 60, "the broker:2 action over")
         _publish(cluster3.bootstrap, findings_topic, "broker:3")
         refused = wait_until(
             lambda: [e for e in b.events("refused") if "broker:3" in str(e.get("subject"))],
