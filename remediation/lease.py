@@ -42,9 +42,21 @@ from remediation.config import LeaseConfig
 log = logging.getLogger(__name__)
 
 
-def ensure_lease_topic(admin: Any, topic: str) -> None:
+def ensure_lease_topic(admin: Any, topic: str, ready_within_s: float = 30.0) -> None:
+    """Create the lease topic if missing, and return once its partition has a leader: a group
+    assigned before the brokers' metadata lists the partition assigns it to nobody, and the
+    group did not rebalance when it appeared (kafka-python 3.0.12; the first remediator of a new
+    deployment held nothing)."""
     with contextlib.suppress(TopicAlreadyExistsError):
         admin.create_topics([NewTopic(topic, 1, -1)], raise_errors=True)
+    deadline = time.monotonic() + ready_within_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            [meta] = admin.describe_topics([topic])
+            parts = meta.get("partitions") or []
+            if parts and all(p.get("leader_id", -1) >= 0 for p in parts):
+                return
+        time.sleep(0.2)
 
 
 class KafkaLease:
