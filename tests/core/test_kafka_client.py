@@ -348,15 +348,22 @@ def test_the_cause_is_seen_under_the_consumers_rate_limit_on_retry_logs() -> Non
 
     limit = RateLimitFilter(60.0)
     source = logging.getLogger("kafka.net.manager")
+    passed: list[logging.LogRecord] = []
+    counter = logging.Handler(logging.WARNING)
+    counter.emit = passed.append  # type: ignore[method-assign]
     source.addFilter(limit)
+    source.addHandler(counter)
     try:
         first = _failed_bootstrap(ConnectionRefusedError("refused"))
         second = _failed_bootstrap(ssl.SSLCertVerificationError("certificate verify failed"))
     finally:
         source.removeFilter(limit)
+        source.removeHandler(counter)
     assert "OSError: gone" in first
     assert "the TLS handshake failed (SSLCertVerificationError" in second
-    assert limit.suppressed >= 3  # the repeats were dropped from the log all the same
+    # The repeats were dropped from the log all the same (by this limit, or by the consumer's
+    # own when an earlier test in the process installed it): 4 logged, at most 1 let through.
+    assert len(passed) <= 1
     assert not any(getattr(f, "__self__", None) for f in source.filters)  # the watcher removed
 
 
