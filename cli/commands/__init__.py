@@ -7,6 +7,7 @@ from typing import Protocol, TypeVar
 
 import typer
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from linkwatch.kafka_client import KafkaClientConfig, client_config, security_kwargs
 from linkwatch.metrics_server import MetricsServerConfig, serve_metrics
@@ -34,6 +35,31 @@ def run_checks(probes: list[Callable[[], object]], closing: Callable[[], None] =
     finally:
         closing()
     raise typer.Exit(preflight.report(lines, typer.echo))
+
+
+def check_cluster_config(
+    valid: str,
+    kafka: KafkaClientConfig,
+    topics: dict[str, str],
+    *,
+    creates: tuple[str, ...] = (),
+    more: tuple[Callable[[], object], ...] = (),
+    config_only: bool = False,
+    show: BaseModel | None = None,
+) -> None:
+    """The ``check`` of a process that works on a cluster: ``✓ valid`` for the config already
+    loaded, its dump when ``show`` is given, then (unless ``config_only``) the cluster of
+    ``kafka`` answering, the ``topics`` (config key -> topic; keys in ``creates`` are topics
+    the process creates itself) and the ``more`` probes, through :func:`run_checks`."""
+    from linkwatch import preflight
+
+    typer.echo(f"✓ {valid}")
+    if show is not None:
+        typer.echo(show.model_dump_json(indent=2))
+    if config_only:
+        return
+    cluster = preflight.KafkaProbes(kafka)
+    run_checks([cluster.answers, lambda: cluster.topics(topics, creates), *more], cluster.close)
 
 
 def stop_on_signals() -> threading.Event:

@@ -9,7 +9,7 @@ import typer
 
 from analyzer.registry import load_detectors
 from analyzer.service import AnalyzerConfig, run_continuously
-from cli.commands import ConfigOnlyOpt, run_checks, stop_on_signals
+from cli.commands import ConfigOnlyOpt, check_cluster_config, stop_on_signals
 from linkwatch import reach
 from linkwatch.config import load_config
 from linkwatch.kafka_client import security_kwargs
@@ -63,16 +63,10 @@ def check(
 
     cfg = load_config(config, AnalyzerConfig, env_prefix="LINKWATCH_ANALYZER_")
     load_detectors(cfg.detectors)
-    typer.echo(f"✓ {config or '<defaults>'}: valid (cluster {cfg.cluster})")
-    if config_only:
-        return
-    kafka = preflight.KafkaProbes(cfg.kafka)
-    topics = {"samples_topic": cfg.samples_topic, "findings_topic": cfg.findings_topic}
-    run_checks(
-        [
-            kafka.answers,
-            lambda: kafka.topics(topics),
-            lambda: preflight.writable_dir(cfg.state_dir, "state_dir"),
-        ],
-        kafka.close,
+    check_cluster_config(
+        f"{config or '<defaults>'}: valid (cluster {cfg.cluster})",
+        cfg.kafka,
+        {"samples_topic": cfg.samples_topic, "findings_topic": cfg.findings_topic},
+        more=(lambda: preflight.writable_dir(cfg.state_dir, "state_dir"),),
+        config_only=config_only,
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from cli.commands import ConfigOnlyOpt, ShowOpt, run_checks, run_service
+from cli.commands import ConfigOnlyOpt, ShowOpt, check_cluster_config, run_service
 from lag.collector import PassResult
 from lag.outputs import StatusChanges
 from lag.runner import LagConfig, LagService, format_statuses
@@ -83,21 +83,15 @@ def once(
 @app.command()
 def check(config: Path = ConfigOpt, config_only: bool = ConfigOnlyOpt, show: bool = ShowOpt) -> None:
     """Validate the config, then try what it names: one ✓/✗ line each; exit 1 if any ✗."""
-    from linkwatch.preflight import KafkaProbes
-
     cfg = load_config(config, LagConfig, env_prefix="LINKWATCH_LAG_")
-    typer.echo(f"✓ {config}: valid (cluster {cfg.cluster})")
-    if show:
-        typer.echo(cfg.model_dump_json(indent=2))
-    if config_only:
-        return
-    kafka = KafkaProbes(cfg.kafka)
-    topics = {
-        key: topic
-        for key, topic, used in (
-            ("publish.samples_topic", cfg.publish.samples_topic, cfg.publish.samples),
-            ("publish.findings_topic", cfg.publish.findings_topic, cfg.publish.findings),
-        )
-        if used
-    }
-    run_checks([kafka.answers, lambda: kafka.topics(topics)], kafka.close)
+    published = (
+        ("publish.samples_topic", cfg.publish.samples_topic, cfg.publish.samples),
+        ("publish.findings_topic", cfg.publish.findings_topic, cfg.publish.findings),
+    )
+    check_cluster_config(
+        f"{config}: valid (cluster {cfg.cluster})",
+        cfg.kafka,
+        {key: topic for key, topic, used in published if used},
+        config_only=config_only,
+        show=cfg if show else None,
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from cli.commands import ConfigOnlyOpt, ShowOpt, run_checks, run_service
+from cli.commands import ConfigOnlyOpt, ShowOpt, check_cluster_config, run_service
 from linkwatch.config import load_config
 from linkwatch.reach import check_kafka, kafka_errors
 from probe.config import ProbeConfig
@@ -68,17 +68,15 @@ def once(
 @app.command()
 def check(config: Path = ConfigOpt, config_only: bool = ConfigOnlyOpt, show: bool = ShowOpt) -> None:
     """Validate the config, then try what it names: one ✓/✗ line each; exit 1 if any ✗."""
-    from linkwatch.preflight import KafkaProbes
-
     cfg = load_config(config, ProbeConfig, env_prefix="LINKWATCH_PROBE_")
-    typer.echo(f"✓ {config}: valid (cluster {cfg.cluster})")
-    if show:
-        typer.echo(cfg.model_dump_json(indent=2))
-    if config_only:
-        return
-    kafka = KafkaProbes(cfg.kafka)
     topics = {"topic.name": cfg.topic.name}
     if cfg.publish_samples:
         topics["samples_topic"] = cfg.samples_topic
-    creates = ["topic.name"] if cfg.topic.manage else []
-    run_checks([kafka.answers, lambda: kafka.topics(topics, creates)], kafka.close)
+    check_cluster_config(
+        f"{config}: valid (cluster {cfg.cluster})",
+        cfg.kafka,
+        topics,
+        creates=("topic.name",) if cfg.topic.manage else (),
+        config_only=config_only,
+        show=cfg if show else None,
+    )

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from cli.commands import ConfigOnlyOpt, run_checks, stop_on_signals
+from cli.commands import ConfigOnlyOpt, check_cluster_config, stop_on_signals
 from linkwatch import reach
 from linkwatch.errors import ConfigError
 from linkwatch.kafka_client import security_kwargs
@@ -195,20 +195,16 @@ def check(config: Path = ConfigOpt, config_only: bool = ConfigOnlyOpt) -> None:
 
     cfg = load_remediation_config(config)
     mode = "execute" if cfg.execute else "dry run (execute: false)"
-    typer.echo(f"✓ {config}: valid (cluster {cfg.cluster}, {mode})")
-    if config_only:
-        return
-    kafka = preflight.KafkaProbes(cfg.kafka)
     topics = {"findings_topic": cfg.findings_topic}
-    creates: list[str] = []
+    creates: tuple[str, ...] = ()
     if cfg.execute and cfg.lease.enabled:
         topics |= {"lease.topic": cfg.lease.topic, "lease.state_topic": cfg.lease.state_topic}
-        creates = ["lease.topic", "lease.state_topic"]
-    run_checks(
-        [
-            kafka.answers,
-            lambda: kafka.topics(topics, creates),
-            lambda: preflight.writable_dir(cfg.state_dir, "state_dir"),
-        ],
-        kafka.close,
+        creates = ("lease.topic", "lease.state_topic")
+    check_cluster_config(
+        f"{config}: valid (cluster {cfg.cluster}, {mode})",
+        cfg.kafka,
+        topics,
+        creates=creates,
+        more=(lambda: preflight.writable_dir(cfg.state_dir, "state_dir"),),
+        config_only=config_only,
     )
