@@ -55,7 +55,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _kit import process_cpu_s  # bench/ is on sys.path (run as a script)
 
 from analyzer.base import InMemorySink
-from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig, interval_ms
+from analyzer.service import (
+    AnalysisService,
+    AnalyzerConfig,
+    AnalyzerKafkaConfig,
+    AnalyzerMetricsConfig,
+    interval_ms,
+)
 from linkwatch.records import SAMPLES_TOPIC, STAGES
 from spark_metrics.streaming import ARCHIVE_QUERY
 from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
@@ -251,7 +257,7 @@ def run_size(args: argparse.Namespace, bootstrap: str, brokers: int, stamp: int)
     root = Path(tempfile.mkdtemp(prefix=f"lw-fleet-{brokers}-"))
     cfg = AnalyzerConfig(
         cluster=CLUSTER,
-        bootstrap=bootstrap,
+        kafka=AnalyzerKafkaConfig(bootstrap_servers=bootstrap),
         samples_topic=topic,
         window_s=args.window_s,
         lookback_windows=args.lookback,
@@ -260,7 +266,7 @@ def run_size(args: argparse.Namespace, bootstrap: str, brokers: int, stamp: int)
         state_dir=root / "analyzer",
         spark_log=root / "spark.log",
         publish_findings=False,
-        prometheus=PrometheusConfig(enabled=False),
+        metrics=AnalyzerMetricsConfig(enabled=False),
     )
     service = AnalysisService(cfg, sinks=[InMemorySink()]).start()
     fp = None
