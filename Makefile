@@ -3,6 +3,10 @@
 
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
+# The suite runs in TEST_WORKERS processes, a test file's tests together in one (its module's
+# cluster started once); TEST_WORKERS=0 runs it in this process. Each worker starts its own
+# session cluster; port blocks and the loopback qdisc are reserved across processes.
+TEST_WORKERS ?= 2
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -21,7 +25,7 @@ demo: bootstrap
 test: bootstrap
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/pytest $(PYTEST_ARGS)
+	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -230,6 +232,33 @@ def ephemeral_port_range() -> tuple[int, int]:
 
 LOWEST_BASE_PORT = 10000
 
+# Blocks of 100 ports this process has reserved (an open file with an exclusive ``flock`` each):
+# held until the process exits, so no other process (a parallel test worker, a worktree's suite,
+# an operator's ``linkwatch cluster up``) picks a block whose broker is only stopped for a while
+# by the test that owns it and rebinds its ports later. The kernel drops the locks of a process
+# that dies, so a crash leaves nothing reserved.
+PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "linkwatch-port-blocks"
+_reserved: dict[int, int] = {}
+
+
+def _reserve(blocks: set[int]) -> bool:
+    """Reserve every block in ``blocks`` for this process; False (nothing kept) when another
+    live process holds one of them."""
+    taken: list[int] = []
+    for block in sorted(blocks - _reserved.keys()):
+        PORT_LOCK_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(PORT_LOCK_DIR / f"{block * 100}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            for t in taken:
+                os.close(_reserved.pop(t))  # closing the file drops its lock
+            return False
+        _reserved[block] = fd
+        taken.append(block)
+    return True
+
 
 def free_base_port(ports_of: Callable[[int], Iterable[int]], start: int, stop: int) -> int:
     """The first base port (in steps of 100, from ``start`` up to ``stop``, then from
@@ -237,13 +266,14 @@ def free_base_port(ports_of: Callable[[int], Iterable[int]], start: int, stop: i
     outside the kernel's ephemeral range. A port in that range can be taken at any moment as the
     source port of an outgoing connection (a client of another test, a package download), and a
     broker then fails to bind it between this check and its start (seen: "Socket server failed to
-    bind to 127.0.0.1:37610: Address already in use")."""
+    bind to 127.0.0.1:37610: Address already in use"). The block is reserved for this process
+    until it exits (see :data:`PORT_LOCK_DIR`), so another process never picks it."""
     low, high = ephemeral_port_range()
     for base in [*range(start, stop, 100), *range(LOWEST_BASE_PORT + start % 100, start, 100)]:
         ports = list(ports_of(base))
         if any(low <= p <= high for p in ports):
             continue
-        if not any(port_in_use(p) for p in ports):
+        if not any(port_in_use(p) for p in ports) and _reserve({p // 100 for p in ports}):
             return base
     raise SetupError(
         f"no free block of ports between {LOWEST_BASE_PORT} and {stop} outside the ephemeral range {low}-{high}"

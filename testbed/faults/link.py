@@ -8,22 +8,30 @@ cap, as behind a saturated or lossy network path; its own fetches from its peers
 the port's own traffic, the cap is measured first, for ``measure_s`` with the class unlimited.
 
 Changing the machine's loopback queueing needs root, and a root qdisc that is not the device's
-default is refused (someone else's). Undone by deleting the root qdisc, also by ``revert_all``.
+default is refused (someone else's). The loopback device is the whole machine's: one process
+shapes it at a time (an exclusive ``flock`` on :data:`LOCK`, waited for up to ``lock_wait_s``),
+so parallel test workers take turns instead of refusing each other. Undone by deleting the root
+qdisc, also by ``revert_all``.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from linkwatch.errors import SetupError
 from testbed.faults.registry import register, unregister
 
 DEV = "lo"
 CLASS = "1:2"
+LOCK = Path(tempfile.gettempdir()) / "linkwatch-loopback-qdisc.lock"
 
 
 def _tc(*args: str, check: bool = True) -> str:
@@ -50,14 +58,21 @@ class CongestedLink:
     rate_kbit: int = 0
     share: float = 0.85
     measure_s: float = 5.0
+    lock_wait_s: float = 600.0
     measured_kbit: float = field(default=0.0, init=False)
     cap_kbit: int = field(default=0, init=False)
     _token: int = field(default=0, init=False)
+    _lock_fd: int = field(default=-1, init=False)
 
     def start(self) -> CongestedLink:
-        root = _tc("qdisc", "show", "dev", DEV)
-        if "htb" in root or "netem" in root or "tbf" in root:
-            raise SetupError(f"{DEV} already has a root qdisc ({root.strip()}): not changing it")
+        self._take_lock()
+        try:
+            root = _tc("qdisc", "show", "dev", DEV)
+            if "htb" in root or "netem" in root or "tbf" in root:
+                raise SetupError(f"{DEV} already has a root qdisc ({root.strip()}): not changing it")
+        except SetupError:
+            self._drop_lock()
+            raise
         _tc("qdisc", "add", "dev", DEV, "root", "handle", "1:", "htb", "default", "1")
         self._token = register(f"congested link port {self.port}", self.stop)
         _tc("class", "add", "dev", DEV, "parent", "1:", "classid", "1:1", "htb", "rate", "100gbit")
@@ -83,6 +98,28 @@ class CongestedLink:
     def stop(self) -> None:
         _tc("qdisc", "del", "dev", DEV, "root", check=False)
         unregister(self._token)
+        self._drop_lock()
+
+    def _take_lock(self) -> None:
+        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise SetupError(
+                        f"{DEV} is being shaped by another process (lock {LOCK}) for over {self.lock_wait_s:.0f} s"
+                    ) from None
+                time.sleep(0.5)
+        self._lock_fd = fd
+
+    def _drop_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the file drops its lock
+            self._lock_fd = -1
 
     def __enter__(self) -> CongestedLink:
         return self.start()
