@@ -59,7 +59,7 @@ def _file(v: Path) -> Path:
         if v.is_dir():
             raise ValueError("is a directory, expected a file")
         if v.parent.exists() and not v.parent.is_dir():
-            raise ValueError(f"{str(v.parent)[:MAX_SHOWN]} is not a directory")
+            raise ValueError(f"{_shown(str(v.parent))} is not a directory")
     except OSError as e:
         raise ValueError(f"cannot be checked ({e.strerror})") from None
     return v
@@ -72,7 +72,7 @@ def _dir(v: Path) -> Path:
         # It can be created only under a directory: the nearest existing ancestor must be one.
         above = next((p for p in v.absolute().parents if p.exists()), None)
         if above is not None and not above.is_dir():
-            raise ValueError(f"cannot be created: {str(above)[:MAX_SHOWN]} is not a directory")
+            raise ValueError(f"cannot be created: {_shown(str(above))} is not a directory")
     except OSError as e:
         raise ValueError(f"cannot be checked ({e.strerror})") from None
     return v

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -40,6 +41,12 @@ STATE_FILE = "cluster.json"
 RACKS = ("rack-a", "rack-b", "rack-c")
 
 REQUEST_LOG = "kafka-request.log"
+
+# JVM arguments added to every broker this module starts (split like a shell line, never run
+# by one), after the spec's own. The test suite sets ``-XX:TieredStopAtLevel=1``: its brokers
+# live for seconds to minutes under light load, where the C2 compiler's work is never paid back
+# (a 3-broker start costs about half the CPU without it); benchmarks leave it unset.
+JVM_ARGS_ENV = "LINKWATCH_TESTBED_JVM_ARGS"
 
 # Stock Kafka 4.x log4j2 layout, with the request logger at DEBUG in its own rolling file.
 # Size-capped so a busy test never fills the disk: 100 MB x 5 files per broker at most.
@@ -575,6 +582,7 @@ class LocalCluster:
             f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
             f"-javaagent:{runtime.jolokia_jar}=port={node.ports.jolokia},host={HOST}",
             *self.spec.extra_jvm_args,
+            *shlex.split(os.environ.get(JVM_ARGS_ENV, "")),
             "-cp",
             runtime.classpath,
             "kafka.Kafka",

@@ -32,6 +32,8 @@ from tests.aggregation.window_records import (
 )
 from tests.spark_metrics.conftest import raw_frame
 
+pytestmark = pytest.mark.minutes(3)
+
 
 def batch_path(spark, recs):
     return collect(aggregate(raw_frame(spark, recs), WINDOW_S, cluster=CLUSTER), CLUSTER, WINDOW_S)

@@ -35,7 +35,7 @@ from testbed import faults
 from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
 from tests.analyzer.request_log_feed import RequestLogFeed
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(3), pytest.mark.cluster, pytest.mark.timing]
 
 WINDOW_S = 2
 FIRST_DATA_WITHIN_S = 420.0

@@ -53,7 +53,7 @@ from testbed.spark import (
     spark_home,
 )
 
-pytestmark = [pytest.mark.cluster]
+pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster]
 
 WINDOW_S = 10
 WINDOWS = 12

@@ -29,7 +29,7 @@ import pytest
 from testbed.spark import SparkClusterSpec, SparkStandalone, find_free_base_port, master_json
 from tests.wheelkit import built_wheel
 
-pytestmark = [pytest.mark.cluster]
+pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = shutil.which("uv")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from linkwatch import config
 from tests.core.test_reach import closed_port
 
 
@@ -126,9 +127,11 @@ def test_a_port_in_use_is_one_line_naming_host_and_port(
 
 
 STATE_DIRS = [
-    # (state_dir relative to tmp_path, what the message says)
-    ("a-file", "state_dir='{dir}': Value error, exists and is not a directory"),
-    ("a-file/below", "state_dir='{dir}': Value error, cannot be created: {tmp}/a-file is not a directory"),
+    # (state_dir relative to tmp_path, what the message says; {dir} as the message shows a value:
+    # quoted, and cut short past config.MAX_SHOWN characters with the length said, as a test worker's long tmp
+    # path is; the same for the path named in the reason)
+    ("a-file", "state_dir={dir}: Value error, exists and is not a directory"),
+    ("a-file/below", "state_dir={dir}: Value error, cannot be created: {above} is not a directory"),
 ]
 
 
@@ -142,7 +145,7 @@ def test_remediate_status_with_a_state_dir_that_cannot_be_is_a_config_error(
     code, err, _ = run(["remediate", "status", "-c", str(cfg)], capsys)
     assert code == 2
     assert error_line(err) == f"linkwatch: error: {cfg}: " + message.format(
-        dir=tmp_path / state_dir, tmp=tmp_path
+        dir=config._short_repr(str(tmp_path / state_dir)), above=config._shown(str(tmp_path / "a-file"))
     )
 
 

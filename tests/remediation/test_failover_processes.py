@@ -32,7 +32,7 @@ from remediation.audit import read_audit
 from testbed.cluster import ClusterState
 from tests.remediation.kit import config, create_topic, demoting, finding, leaders, wait_until
 
-pytestmark = [pytest.mark.cluster]
+pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster, pytest.mark.timing]
 
 RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}
 SESSION_MS = 6000

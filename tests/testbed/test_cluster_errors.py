@@ -118,3 +118,33 @@ def test_base_ports_avoid_the_kernels_ephemeral_range() -> None:
     base = free_base_port(lambda b: [b + 10, b + 11, b + 12], start=low - low % 100, stop=high)
     assert not low <= base + 10 <= high and not low <= base + 12 <= high
     assert find_free_base_port(3, start=low - low % 100 + 100) < low
+
+
+def test_a_block_another_process_reserved_is_never_chosen() -> None:
+    """Two test workers search from the same start: the second gets another block, though the
+    first one's ports are not bound (a broker it stopped for a while and restarts later)."""
+    import subprocess
+    import sys
+
+    start = 15000
+    other = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from testbed.cluster import find_free_base_port;"
+            f"print(find_free_base_port(3, start={start}), flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        theirs = int(other.stdout.readline())
+        mine = find_free_base_port(3, start=start)
+        assert mine != theirs
+        assert find_free_base_port(3, start=start) == mine  # this process may reuse its own
+    finally:
+        other.communicate("", timeout=30)
+    # Once the other process has exited, its block is free for anyone.
+    assert find_free_base_port(3, start=theirs) == theirs

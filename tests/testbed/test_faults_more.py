@@ -21,6 +21,8 @@ from testbed.cluster import ClusterState
 from testbed.load import ProducerLoad, partition_leaders
 from tests.agent.traffic import create_topic
 
+pytestmark = pytest.mark.minutes(2)
+
 MARKER = " Completed request:"
 
 
