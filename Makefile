@@ -3,10 +3,12 @@
 
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
-# The suite runs in TEST_WORKERS processes, a test file's tests together in one (its module's
-# cluster started once); TEST_WORKERS=0 runs it in this process. Each worker starts its own
-# session cluster; port blocks and the loopback qdisc are reserved across processes.
-TEST_WORKERS ?= 2
+# TEST_WORKERS=N runs the suite in N processes, a test file's tests together in one (its
+# module's cluster started once); each worker starts its own session cluster, and port blocks
+# and the loopback qdisc are reserved across processes. 0 (the default) runs it in this
+# process: on a 2-core machine the suite is CPU-bound (43 CPU-minutes), and two workers gave
+# 32-36 minutes against 37 with more timing failures from the contention.
+TEST_WORKERS ?= 0
 
 bootstrap:
 	@bash scripts/bootstrap.sh

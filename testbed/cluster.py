@@ -46,7 +46,8 @@ REQUEST_LOG = "kafka-request.log"
 # by one), after the spec's own. The test suite sets ``-XX:TieredStopAtLevel=1``: its brokers
 # live for seconds to minutes under light load, where the C2 compiler's work is never paid back
 # (a 3-broker start costs about half the CPU without it); benchmarks leave it unset.
-JVM_ARGS_ENV = "LINKWATCH_TESTBED_JVM_ARGS"
+# Not LINKWATCH_*: every variable with that prefix is read as a config key by the commands.
+JVM_ARGS_ENV = "TESTBED_BROKER_JVM_ARGS"
 
 # Stock Kafka 4.x log4j2 layout, with the request logger at DEBUG in its own rolling file.
 # Size-capped so a busy test never fills the disk: 100 MB x 5 files per broker at most.
