@@ -45,7 +45,8 @@ REQUEST_LOG = "kafka-request.log"
 # JVM arguments added to every broker this module starts (split like a shell line, never run
 # by one), after the spec's own. The test suite sets ``-XX:TieredStopAtLevel=1``: its brokers
 # live for seconds to minutes under light load, where the C2 compiler's work is never paid back
-# (a 3-broker start costs about half the CPU without it); benchmarks leave it unset.
+# (a 3-broker start costs about half the CPU without it); benchmarks leave it unset. Brokers
+# with the SASL_SSL listener never get them (see ``LocalCluster._suite_jvm_args``).
 # Not LINKWATCH_*: every variable with that prefix is read as a config key by the commands.
 JVM_ARGS_ENV = "TESTBED_BROKER_JVM_ARGS"
 
@@ -570,6 +571,12 @@ class LocalCluster:
             for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")
         ]
 
+    def _suite_jvm_args(self) -> list[str]:
+        # Not for a secured cluster: its SCRAM (PBKDF2, 4096 rounds) and TLS handshakes are hot
+        # crypto loops that run several times slower without C2 (a wrong password's refusal
+        # then came after the client's bootstrap timeout, and the test saw only the timeout).
+        return [] if self.spec.secured else shlex.split(os.environ.get(JVM_ARGS_ENV, ""))
+
     def _start(self, java: str, runtime: jars.KafkaRuntime, node: NodeState) -> int:
         node_dir = Path(node.dir)
         cmd = [
@@ -583,7 +590,7 @@ class LocalCluster:
             f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
             f"-javaagent:{runtime.jolokia_jar}=port={node.ports.jolokia},host={HOST}",
             *self.spec.extra_jvm_args,
-            *shlex.split(os.environ.get(JVM_ARGS_ENV, "")),
+            *self._suite_jvm_args(),
             "-cp",
             runtime.classpath,
             "kafka.Kafka",
