@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from testbed import faults
-from testbed.cluster import JVM_ARGS_ENV, ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 _ports = itertools.count()
 
@@ -30,16 +30,7 @@ TIMING_RERUN_DELAY_S = 5
 CLUSTER_FIXTURES = frozenset({"cluster3", "monitoring", "own_cluster"})
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # Brokers started by the suite (and by the benches its smoke tests run) skip the C2 compiler:
-    # half the CPU of a broker's start, on a 2-core machine running two test workers.
-    os.environ.setdefault(JVM_ARGS_ENV, "-XX:TieredStopAtLevel=1")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Longest first: the files marked `minutes(n)` lead, by n (the order kept otherwise), so
-    # with several workers (make test) none of them is left to run alone at the end.
-    items.sort(key=lambda item: -_minutes(item))
     for item in items:
         if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())) and not item.get_closest_marker(
             "cluster"
@@ -47,11 +38,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=TIMING_RERUN_DELAY_S))
-
-
-def _minutes(item: pytest.Item) -> float:
-    mark = item.get_closest_marker("minutes")
-    return float(mark.args[0]) if mark is not None and mark.args else 0.0
 
 
 @pytest.fixture(scope="session")
