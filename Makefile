@@ -6,8 +6,9 @@ PYTEST_ARGS ?=
 # TEST_WORKERS=N runs the suite in N processes, a test file's tests together in one (its
 # module's cluster started once); each worker starts its own session cluster, and port blocks
 # and the loopback qdisc are reserved across processes. 0 (the default) runs it in this
-# process: on a 2-core machine the suite is CPU-bound (43 CPU-minutes), and two workers gave
-# 32-36 minutes against 37 with more timing failures from the contention.
+# process: on a 2-core machine the suite is CPU-bound (31 CPU-minutes in one process, 43-49 in
+# two workers that contend), and two workers took 32-36 minutes against 38-39 in one, with more
+# timing failures.
 TEST_WORKERS ?= 0
 
 bootstrap:

@@ -46,7 +46,7 @@ REQUEST_LOG = "kafka-request.log"
 # by one), after the spec's own; unset by default. ``-XX:TieredStopAtLevel=1`` suits short-lived
 # lightly loaded test brokers, where the C2 compiler's work is never paid back (a 3-broker start
 # measured 19.4 -> 10.4 CPU-s); brokers with the SASL_SSL listener never get them (see
-# ``LocalCluster._suite_jvm_args``).
+# ``LocalCluster._env_jvm_args``).
 # Not LINKWATCH_*: every variable with that prefix is read as a config key by the commands.
 JVM_ARGS_ENV = "TESTBED_BROKER_JVM_ARGS"
 
@@ -250,17 +250,26 @@ PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "linkwatch-port-blocks"
 _reserved: dict[int, int] = {}
 
 
+def try_lock(path: Path) -> int | None:
+    """An exclusive ``flock`` on ``path`` (created if missing): the open descriptor, held until
+    it is closed or the process exits, or None when another open file holds the lock now."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _reserve(blocks: set[int]) -> bool:
     """Reserve every block in ``blocks`` for this process; False (nothing kept) when another
     live process holds one of them."""
     taken: list[int] = []
     for block in sorted(blocks - _reserved.keys()):
-        PORT_LOCK_DIR.mkdir(parents=True, exist_ok=True)
-        fd = os.open(PORT_LOCK_DIR / f"{block * 100}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = try_lock(PORT_LOCK_DIR / f"{block * 100}.lock")
+        if fd is None:
             for t in taken:
                 os.close(_reserved.pop(t))  # closing the file drops its lock
             return False
@@ -571,8 +580,8 @@ class LocalCluster:
             for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")
         ]
 
-    def _suite_jvm_args(self) -> list[str]:
-        # Not for a secured cluster: its SCRAM (PBKDF2, 4096 rounds) and TLS handshakes are hot
+    def _env_jvm_args(self) -> list[str]:
+        # The arguments of JVM_ARGS_ENV; not for a secured cluster: its SCRAM (PBKDF2, 4096 rounds) and TLS handshakes are hot
         # crypto loops that run several times slower without C2 (a wrong password's refusal
         # then came after the client's bootstrap timeout, and the test saw only the timeout).
         return [] if self.spec.secured else shlex.split(os.environ.get(JVM_ARGS_ENV, ""))
@@ -590,7 +599,7 @@ class LocalCluster:
             f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
             f"-javaagent:{runtime.jolokia_jar}=port={node.ports.jolokia},host={HOST}",
             *self.spec.extra_jvm_args,
-            *self._suite_jvm_args(),
+            *self._env_jvm_args(),
             "-cp",
             runtime.classpath,
             "kafka.Kafka",

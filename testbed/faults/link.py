@@ -16,7 +16,6 @@ qdisc, also by ``revert_all``.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from linkwatch.errors import SetupError
+from testbed.cluster import try_lock
 from testbed.faults.registry import register, unregister
 
 DEV = "lo"
@@ -70,11 +70,12 @@ class CongestedLink:
             root = _tc("qdisc", "show", "dev", DEV)
             if "htb" in root or "netem" in root or "tbf" in root:
                 raise SetupError(f"{DEV} already has a root qdisc ({root.strip()}): not changing it")
-        except SetupError:
+        except BaseException:
             self._drop_lock()
             raise
-        _tc("qdisc", "add", "dev", DEV, "root", "handle", "1:", "htb", "default", "1")
+        # From here ``stop`` (also through ``revert_all``) undoes whatever was done, lock included.
         self._token = register(f"congested link port {self.port}", self.stop)
+        _tc("qdisc", "add", "dev", DEV, "root", "handle", "1:", "htb", "default", "1")
         _tc("class", "add", "dev", DEV, "parent", "1:", "classid", "1:1", "htb", "rate", "100gbit")
         _tc("class", "add", "dev", DEV, "parent", "1:", "classid", CLASS, "htb", "rate", "100gbit")
         for way in ("sport", "dport"):
@@ -101,19 +102,13 @@ class CongestedLink:
         self._drop_lock()
 
     def _take_lock(self) -> None:
-        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.lock_wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    raise SetupError(
-                        f"{DEV} is being shaped by another process (lock {LOCK}) for over {self.lock_wait_s:.0f} s"
-                    ) from None
-                time.sleep(0.5)
+        while (fd := try_lock(LOCK)) is None:
+            if time.monotonic() > deadline:
+                raise SetupError(
+                    f"{DEV} is being shaped by another process (lock {LOCK}) for over {self.lock_wait_s:.0f} s"
+                )
+            time.sleep(0.5)
         self._lock_fd = fd
 
     def _drop_lock(self) -> None:

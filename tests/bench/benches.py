@@ -193,3 +193,19 @@ def run(bench: Bench, cluster: ClusterState | None) -> str:
 def params(part: str, cluster: bool) -> list[Any]:
     """The pytest params of the benches of ``part`` that need (or do not need) the session cluster."""
     return [b.param() for b in BENCHES if b.part == part and b.needs_cluster == cluster]
+
+
+def bench_tests(part: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The two tests of a part's file, bound there to the names pytest collects
+    (``test_bench_without_a_cluster``, ``test_bench_on_the_session_cluster``): its benches without
+    a cluster, and those on the session cluster."""
+
+    @pytest.mark.parametrize("bench", params(part, cluster=False))
+    def without_a_cluster(bench: Bench) -> None:
+        run(bench, None)
+
+    @pytest.mark.parametrize("bench", params(part, cluster=True))
+    def on_the_session_cluster(bench: Bench, cluster3: ClusterState) -> None:
+        run(bench, cluster3)
+
+    return without_a_cluster, on_the_session_cluster

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.cluster import ClusterState
-from tests.bench.benches import Bench, params, run
+from tests.bench.benches import bench_tests
 
 pytestmark = pytest.mark.minutes(5)
 
-
-@pytest.mark.parametrize("bench", params("recover", cluster=True))
-def test_bench_on_the_session_cluster(bench: Bench, cluster3: ClusterState) -> None:
-    run(bench, cluster3)
+_, test_bench_on_the_session_cluster = bench_tests("recover")

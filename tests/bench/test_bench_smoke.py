@@ -3,10 +3,7 @@ minutes-long ones have files of their own beside this one, so the suite's worker
 
 from __future__ import annotations
 
-import pytest
-
-from testbed.cluster import ClusterState
-from tests.bench.benches import BENCH, BENCHES, PARTS, Bench, params, run
+from tests.bench.benches import BENCH, BENCHES, PARTS, bench_tests
 
 
 def test_every_bench_has_a_smoke_run() -> None:
@@ -20,11 +17,4 @@ def test_every_part_has_its_test_file() -> None:
     assert {f"test_bench_{part}.py" for part in PARTS} <= here
 
 
-@pytest.mark.parametrize("bench", params("smoke", cluster=False))
-def test_bench_without_a_cluster(bench: Bench) -> None:
-    run(bench, None)
-
-
-@pytest.mark.parametrize("bench", params("smoke", cluster=True))
-def test_bench_on_the_session_cluster(bench: Bench, cluster3: ClusterState) -> None:
-    run(bench, cluster3)
+test_bench_without_a_cluster, test_bench_on_the_session_cluster = bench_tests("smoke")

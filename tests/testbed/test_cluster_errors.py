@@ -18,6 +18,9 @@ def test_port_already_taken(tmp_path: Path) -> None:
     base = find_free_base_port(1, start=41000)
     taken = node_ports(base, 1).controller
     with socket.socket() as s:
+        # As a broker binds (and as port_in_use checks): a connection of an earlier test still
+        # in TIME_WAIT on this port does not make it taken.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", taken))
         s.listen()
         with pytest.raises(
