@@ -25,7 +25,10 @@
    says, replayed on the same bytes.
 
    Never reads outside buf[0:len]; holds no state between calls; returns the number of lines,
-   or -1 if they are more than cap (nothing else written is meaningful then), -2 before lw_init. */
+   or -1 if they are more than cap (nothing else written is meaningful then), -2 before lw_init.
+
+   lw_group then accounts a scanned block's lines at once (scanner.py's BlockScan.group): their
+   stage rows grouped by kind, and the slow ones. */
 
 #define _GNU_SOURCE
 #include <locale.h>
@@ -247,4 +250,51 @@ long lw_scan(const char *buf, long len, long max_line, const char *names, long n
         p = nl + 1;
     }
     return k;
+}
+
+#define MAX_KINDS 256 /* request types: Kafka has ~90 APIs */
+
+/* After lw_scan, for its n lines (every kind in [0, n_kinds)):
+
+     counts[j]          the number of lines of kind j (n_kinds entries)
+     grouped[7n]        the stage rows (7 doubles each) ordered by kind, each kind's rows in line
+                        order: kind j's rows start at row counts[0] + ... + counts[j - 1]
+     slow[m], slowness[m]  the indexes, in line order, of the lines whose slowness is at least
+                        threshold, and that slowness: the total time, less the remote time for a
+                        Fetch (kind fetch_a or fetch_b: a fetch waits in purgatory by design)
+     lo[0], hi[0]       the index of a line with the least (secs, millis), and of one with the most
+
+   Returns the number of slow lines, or -1 (nothing meaningful written) if a line's kind is not
+   in [0, n_kinds) or n_kinds > MAX_KINDS. Holds no state; writes only within the sizes given. */
+long lw_group(const int32_t *kinds, const int64_t *secs, const int64_t *millis, const double *stages, long n,
+              long n_kinds, long fetch_a, long fetch_b, double threshold, int64_t *counts, double *grouped,
+              int64_t *slow, double *slowness, int64_t *lo, int64_t *hi) {
+    int64_t at[MAX_KINDS];
+    if (n_kinds > MAX_KINDS || n_kinds < 1) return -1;
+    for (long j = 0; j < n_kinds; j++) counts[j] = 0;
+    long m = 0, least = 0, most = 0;
+    for (long k = 0; k < n; k++) {
+        int32_t kind = kinds[k];
+        if (kind < 0 || kind >= n_kinds) return -1;
+        counts[kind]++;
+        const double *row = stages + (size_t)k * NSTAGES;
+        double s = (kind == fetch_a || kind == fetch_b) ? row[0] - row[3] : row[0];
+        if (s >= threshold) {
+            slow[m] = k;
+            slowness[m] = s;
+            m++;
+        }
+        if (secs[k] < secs[least] || (secs[k] == secs[least] && millis[k] < millis[least])) least = k;
+        if (secs[k] > secs[most] || (secs[k] == secs[most] && millis[k] > millis[most])) most = k;
+    }
+    int64_t off = 0;
+    for (long j = 0; j < n_kinds; j++) {
+        at[j] = off;
+        off += counts[j];
+    }
+    for (long k = 0; k < n; k++)
+        memcpy(grouped + (size_t)(at[kinds[k]]++) * NSTAGES, stages + (size_t)k * NSTAGES, NSTAGES * sizeof(double));
+    *lo = least;
+    *hi = most;
+    return m;
 }

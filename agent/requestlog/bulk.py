@@ -4,8 +4,8 @@ The common case (a window holds ~10 s of a busy log, a block a fraction of a sec
 is accounted alone. Two ways, the first that is available:
 
 * :func:`ingest_compiled` — the compiled scanner (:mod:`agent.requestlog.scanner`) reads every
-  line's request type, stamp and stage times in one C call; the block is accounted by numpy over
-  whole columns.
+  line's request type, stamp and stage times in one C call, a second groups them by request type
+  and finds the slow lines; each stage's values are counted by one C loop per request type.
 * :func:`ingest_python` — per line only positions, two cache lookups and one slice
   (:func:`scan_lines`, reading the shape of :mod:`agent.requestlog.shape`); per request type
   the tails of all its lines decoded by one msgspec call (:mod:`agent.requestlog.typed`).
@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import operator
 
-import numpy as np
-
 from agent.health import Health
 from agent.requestlog.parse import LineParser, TimestampParser, is_follower_fetch
-from agent.requestlog.scanner import FETCH_INDEX, FOLLOWER_INDEX, KIND_REQUESTS, BlockScan
+from agent.requestlog.scanner import KIND_REQUESTS, NSTAGES, BlockScan, Grouped
 from agent.requestlog.shape import (
     API_TYPES,
     BODY,
@@ -67,73 +65,66 @@ def ingest_compiled(
     block: bytes, parser: LineParser, agg: WindowAggregator, health: Health, scan: BlockScan
 ) -> list[ClosedWindow] | None:
     """:func:`ingest_python` with the compiled scanner: one call reads every line's request type,
-    stamp and stage times (:class:`~agent.requestlog.scanner.BlockScan`), and the block is
-    accounted by numpy over whole columns: the stamps by one cached read per distinct second,
-    the stage rows of each request type handed to its accumulator as one array
-    (:meth:`RequestAccumulator.add_rows`), the slow lines found by one comparison. The same
-    conditions and the same result as :func:`ingest_python`; None (nothing changed but caches)
-    for a block it does not take."""
+    stamp and stage times, and a second groups the stage rows by request type and finds the slow
+    lines (:class:`~agent.requestlog.scanner.BlockScan`); the stamps are read once per distinct
+    second, each request type's rows counted per stage by one C loop
+    (:meth:`RequestAccumulator.add_rows`). The same conditions and the same result as
+    :func:`ingest_python`; None (nothing changed but caches) for a block it does not take."""
     n = scan.scan(block, parser.max_line_bytes)
     if not n:
         return None
-    kinds = scan.kinds[:n]
-    if kinds.min() < 0:
+    grouped = scan.group(n, agg.slow_threshold_ms)
+    if grouped is None:
         return None
-    tss = _stamps(block, scan, n, parser.ts)
-    if tss is None:
+    stamps = _stamps(block, scan, n, grouped, parser.ts)
+    if stamps is None:
         return None
-    tmin, tmax = int(tss.min()), int(tss.max())
+    tmin, tmax, last = stamps
     win = _bulk_window(agg, tmin, tmax)
     if win is None:
         return None
-    rows = scan.stages[:n]
-    counts = np.bincount(kinds)
-    present = np.flatnonzero(counts).tolist()
-    # The rows grouped by request type (one sort, then views of one fresh array per block).
-    grouped = rows[np.argsort(kinds, kind="stable")] if len(present) > 1 else rows.copy()
-    at = 0
-    for kind in present:
+    for kind, (first, end) in grouped.spans.items():
         request = KIND_REQUESTS[kind]
         acc = win.requests.get(request)
         if acc is None:
             acc = win.requests[request] = RequestAccumulator(agg.memo)
-        end = at + int(counts[kind])
-        acc.add_rows(grouped[at:end])
-        at = end
-    # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
-    totals = rows[:, ROW_TOTAL]
-    fetch = (kinds == FETCH_INDEX) | (kinds == FOLLOWER_INDEX)
-    slowness = np.where(fetch, totals - rows[:, ROW_REMOTE], totals)
-    slow = np.flatnonzero(slowness >= agg.slow_threshold_ms).tolist()
+        acc.add_rows(grouped.rows[first * NSTAGES : end * NSTAGES])
     starts, ends = scan.starts, scan.ends
-    for k in slow:
-        line = block[int(starts[k]) : int(ends[k])]
-        agg.keep_slow(win, parser.parse(line), float(slowness[k]))
+    for k, slowness in zip(grouped.slow, grouped.slowness, strict=True):
+        agg.keep_slow(win, parser.parse(block[starts[k] : ends[k]]), slowness)
     if tmax > agg.watermark:
         agg.watermark = tmax
-    parser.ts.last_ms = int(tss[-1])
+    parser.ts.last_ms = last
     health.lines_read += n
     return []
 
 
-def _stamps(block: bytes, scan: BlockScan, n: int, ts_parser: TimestampParser) -> np.ndarray | None:
-    """Epoch ms of the scanned lines' stamps: each distinct second read once through the
-    parser's per-second cache (:meth:`TimestampParser.second_ms`), plus the milliseconds; None
-    if a second is not certain (invalid, or a repeated local hour: read line by line then)."""
-    secs, millis = scan.secs[:n], scan.millis[:n]
-    if secs[0] == secs[n - 1] and (secs == secs[0]).all():
-        at = int(scan.starts[0])
-        base = ts_parser.second_ms(block[at + 1 : at + 20])
-        return None if base is None else millis + base
-    _, first, inverse = np.unique(secs, return_index=True, return_inverse=True)
-    bases = []
-    for k in first.tolist():
-        at = int(scan.starts[k])
+def _stamps(
+    block: bytes, scan: BlockScan, n: int, grouped: Grouped, ts_parser: TimestampParser
+) -> tuple[int, int, int] | None:
+    """Epoch ms of the earliest, the latest and the last of the scanned lines' stamps, each
+    distinct second read once through the parser's per-second cache
+    (:meth:`TimestampParser.second_ms`); None if a second is not certain (invalid, or a repeated
+    or skipped local hour: read line by line then). The earliest and latest lines by (second,
+    millisecond) are those by epoch ms: between certain local seconds the zone's offset never
+    moves a later second before an earlier one (a move back repeats an hour, one forward skips
+    one, and those are not certain)."""
+    secs = scan.secs
+    lo, hi, last = grouped.lo, grouped.hi, n - 1
+    seconds = (secs[lo],) if secs[lo] == secs[hi] else dict.fromkeys(secs[:n].tolist())
+    starts, bases = scan.starts, {}
+    for sec in seconds:
+        at = starts[lo if sec == secs[lo] else secs.index(sec)]
         base = ts_parser.second_ms(block[at + 1 : at + 20])
         if base is None:
             return None
-        bases.append(base)
-    return np.array(bases, np.int64)[inverse] + millis
+        bases[sec] = base
+    millis = scan.millis
+    return (
+        bases[secs[lo]] + millis[lo],
+        bases[secs[hi]] + millis[hi],
+        bases[secs[last]] + millis[last],
+    )
 
 
 def ingest_python(

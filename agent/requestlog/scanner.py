@@ -1,6 +1,8 @@
 """The compiled block scanner (``_scan.c``, built by ``make build-ext`` into ``_scan.so``), loaded
 with ctypes: one call per block reads every line's request type, stamp and stage times into
-reused numpy arrays (:class:`BlockScan`), no Python object per line.
+reused arrays (:class:`BlockScan`, the standard library's :mod:`array`: no numpy on a broker), no
+Python object per line; a second call groups the block's stage rows by request type and finds
+its slow lines (:meth:`BlockScan.group`).
 
 When the library is missing or does not load, :func:`block_scan` gives None and the agent runs the
 pure-Python path (:func:`agent.requestlog.ingest.ingest_block` takes either); :data:`STATUS`
@@ -12,9 +14,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from array import array
+from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from agent.requestlog.parse import MAX_STAGE_MS, REQUEST_TYPES
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE
@@ -31,6 +33,7 @@ FETCH_INDEX = 0
 KIND_REQUESTS = (FETCH_CONSUMER, *(REQUEST_TYPES[name] for name in API_NAMES[1:]), FETCH_FOLLOWER)
 FOLLOWER_INDEX = len(API_NAMES)
 assert KIND_REQUESTS[1] == PRODUCE
+assert len(KIND_REQUESTS) <= 256  # _scan.c's MAX_KINDS (lw_group refuses more)
 _NAMES = b"".join(name.encode() + b"\0" for name in API_NAMES)
 # As agent.requestlog.typed: values each below this sum within MAX_STAGE_MS.
 _VALUE_LIMIT = MAX_STAGE_MS / 8
@@ -52,6 +55,10 @@ def load(library: Path = LIBRARY) -> tuple[ctypes.CDLL | None, str]:
     fn.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_long]
     fn.argtypes += [ctypes.c_long, ctypes.c_double, ctypes.c_long, p, p, p, p, p, p]
     fn.restype = ctypes.c_long
+    group = lib.lw_group
+    group.argtypes = [p, p, p, p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_double]
+    group.argtypes += [p, p, p, p, p, p]
+    group.restype = ctypes.c_long
     return lib, "compiled"
 
 
@@ -71,27 +78,60 @@ def announce() -> str:
     return STATUS
 
 
+def _zeros(typecode: str, n: int) -> array:
+    return array(typecode, bytes(n * array(typecode).itemsize))
+
+
+def _address(a: array) -> int:
+    return a.buffer_info()[0]
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A scanned block accounted at once (:meth:`BlockScan.group`), valid until the next call.
+
+    ``rows`` holds the block's stage rows (7 doubles each, :data:`~agent.requestlog.window.ROW_ORDER`)
+    grouped by request type: ``spans[kind] = (first, end)`` rows of each kind present, in
+    :data:`KIND_REQUESTS` order, each kind's rows in line order. ``slow`` the indexes of the lines
+    whose slowness (total time, less the remote time for a Fetch) is at least the threshold, in
+    line order, and ``slowness`` theirs; ``lo``/``hi`` a line with the earliest and one with the
+    latest stamp (second, then millisecond)."""
+
+    rows: memoryview
+    spans: dict[int, tuple[int, int]]
+    slow: list[int]
+    slowness: list[float]
+    lo: int
+    hi: int
+
+
 class BlockScan:
-    """One thread's reused output arrays and the call that fills them."""
+    """One thread's reused output arrays and the calls that fill them."""
 
     def __init__(self, capacity: int = 4096) -> None:
         self._grow(capacity)
+        self.counts = _zeros("q", len(KIND_REQUESTS))
+        self._ends = array("q", [0, 0])
 
     def _grow(self, capacity: int) -> None:
         self.capacity = capacity
-        self.starts = np.zeros(capacity, np.int64)
-        self.ends = np.zeros(capacity, np.int64)
-        self.kinds = np.zeros(capacity, np.int32)
-        self.secs = np.zeros(capacity, np.int64)
-        self.millis = np.zeros(capacity, np.int64)
-        self.stages = np.zeros((capacity, NSTAGES), np.float64)
+        self.starts = _zeros("q", capacity)
+        self.ends = _zeros("q", capacity)
+        self.kinds = _zeros("i", capacity)
+        self.secs = _zeros("q", capacity)
+        self.millis = _zeros("q", capacity)
+        self.stages = _zeros("d", capacity * NSTAGES)  # line k's row: [k * NSTAGES, (k + 1) * NSTAGES)
+        self.grouped = _zeros("d", capacity * NSTAGES)
+        self.slow = _zeros("q", capacity)
+        self.slowness = _zeros("d", capacity)
         arrays = (self.starts, self.ends, self.kinds, self.secs, self.millis, self.stages)
-        self._pointers = tuple(a.ctypes.data for a in arrays)
+        self._pointers = tuple(map(_address, arrays))
 
     def scan(self, block: bytes, max_line_bytes: int) -> int:
         """Scan ``block``; returns its number of lines, whose results are the first that many
         entries of the arrays (valid until the next call). ``kinds[k]`` is an index into
-        :data:`KIND_REQUESTS`, or -1 for a line to read by the general path."""
+        :data:`KIND_REQUESTS`, or -1 for a line to read by the general path; line ``k``'s stage
+        times are :meth:`row` ``(k)``."""
         assert _LIB is not None
         n = _LIB.lw_scan(
             block, len(block), max_line_bytes, _NAMES, len(API_NAMES), FETCH_INDEX, _VALUE_LIMIT,
@@ -103,6 +143,37 @@ class BlockScan:
         if n < 0:
             raise OSError(f"lw_scan failed ({n})")
         return n
+
+    def row(self, k: int) -> list[float]:
+        """Line ``k``'s stage times, as the log line writes them (totalTimeMs first)."""
+        return self.stages[k * NSTAGES : (k + 1) * NSTAGES].tolist()
+
+    def group(self, n: int, slow_threshold_ms: float) -> Grouped | None:
+        """The first ``n`` scanned lines accounted in one C call (:class:`Grouped`); None if one of
+        them is flagged for the general path (kind -1)."""
+        assert _LIB is not None
+        counts, ends = self.counts, self._ends
+        m = _LIB.lw_group(
+            self._pointers[2], self._pointers[3], self._pointers[4], self._pointers[5], n,
+            len(KIND_REQUESTS), FETCH_INDEX, FOLLOWER_INDEX, slow_threshold_ms, _address(counts),
+            _address(self.grouped), _address(self.slow), _address(self.slowness), _address(ends),
+            _address(ends) + ends.itemsize,
+        )  # fmt: skip
+        if m < 0:
+            return None
+        spans, at = {}, 0
+        for kind, c in enumerate(counts):
+            if c:
+                spans[kind] = (at, at + c)
+                at += c
+        return Grouped(
+            memoryview(self.grouped)[: n * NSTAGES],
+            spans,
+            self.slow[:m].tolist(),
+            self.slowness[:m].tolist(),
+            ends[0],
+            ends[1],
+        )
 
 
 _local = threading.local()

@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import count, filterfalse
 
-import numpy as np
-
 from agent.requestlog.parse import STAGE_KEYS, ParsedRequest, exemplar_fields
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
 
@@ -53,8 +51,6 @@ except ImportError:  # another interpreter: the same contract in Python
 from linkwatch.sketch import _MAPPING, MIN_POSITIVE_MS, LatencySketch
 
 CHUNK = 2048
-# Stage rows of the compiled path a request type's accumulator holds before it folds them.
-BULK_ROWS = 1 << 15
 # Distinct values a stage's raw counts may hold before they are folded into buckets.
 RAW_KEYS = 1 << 14
 _FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
@@ -218,22 +214,19 @@ class RequestAccumulator:
     times (:data:`ROW_ORDER`) in ``pending`` (one list append per line); the bulk path counts a
     block's decoded tails' stage times per stage in ``raw`` (:meth:`count`). Both
     are folded into each stage's buckets once per distinct value: rows every :data:`CHUNK`,
-    raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close."""
+    raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close. The compiled
+    path counts its rows into ``raw`` as the bulk path does (:meth:`add_rows`)."""
 
-    __slots__ = ("bulk", "bulk_rows", "columns", "memo", "pending", "raw", "stages")
+    __slots__ = ("columns", "memo", "pending", "raw", "stages")
 
     def __init__(self, memo: ValueMemo | None = None) -> None:
         self.pending: list[tuple[float, ...] | list[float]] = []
-        self.bulk: list[np.ndarray] = []  # (n, 7) float64 stage rows of the compiled path
-        self.bulk_rows = 0
         self.stages = tuple(StageAccumulator() for _ in STAGES)
         self.raw: tuple[Counter[object], ...] = tuple(Counter() for _ in STAGES)
         self.columns = tuple(self.raw[i] for i in ROW_ORDER)  # raw in the log line's order
         self.memo = memo if memo is not None else ValueMemo()
 
     def fold(self) -> None:
-        if self.bulk:
-            self._fold_bulk()
         if self.pending:
             rows = zip(*self.pending, strict=True)
             self.pending = []
@@ -244,23 +237,17 @@ class RequestAccumulator:
                 acc.fold(raw, self.memo)
                 raw.clear()
 
-    def add_rows(self, rows: np.ndarray) -> None:
-        """Account stage rows (:data:`ROW_ORDER`, float64, one row per line) as they are: kept
-        until :data:`BULK_ROWS` are held (bounded memory per window), then folded."""
-        self.bulk.append(rows)
-        self.bulk_rows += len(rows)
-        if self.bulk_rows >= BULK_ROWS:
+    def add_rows(self, rows: memoryview) -> None:
+        """Count stage rows of the compiled path (doubles, 7 a row in :data:`ROW_ORDER`, one row
+        per line), one C loop per stage over a strided view, as :meth:`count` counts decoded
+        tails: a float and an int of the same value are one key of a Counter, so the buckets,
+        exact sums, min and max are the same whichever path read it. Folds if a stage holds
+        :data:`RAW_KEYS` distinct values (bounded memory per window)."""
+        width = len(ROW_ORDER)
+        for j, raw in enumerate(self.columns):
+            _count_elements(raw, rows[j::width])
+        if max(map(len, self.raw)) >= RAW_KEYS:
             self.fold()
-
-    def _fold_bulk(self) -> None:
-        """Each stage's held values counted per distinct value (one sort per stage) and folded
-        as the other paths' counts are: a float and an int of the same value are one key of a
-        Counter, so the buckets, exact sums, min and max are the same whichever path read it."""
-        rows = np.concatenate(self.bulk) if len(self.bulk) > 1 else self.bulk[0]
-        self.bulk, self.bulk_rows = [], 0
-        for stage, column in zip(ROW_ORDER, rows.T, strict=True):
-            values, counts = np.unique(column, return_counts=True)
-            self.stages[stage].fold(dict(zip(values.tolist(), counts.tolist(), strict=True)), self.memo)
 
     def count(self, tails: list[object]) -> None:
         """Count the stage times of decoded tails (:class:`agent.requestlog.typed.Tail`), one

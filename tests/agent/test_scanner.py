@@ -50,7 +50,7 @@ def scanned(line: bytes) -> tuple[int, str, list[float]] | None:
     base = parser.ts.second_ms(line[at + 1 : at + 20])
     if base is None:
         return None  # the bulk path leaves an uncertain second to the general path
-    return base + int(scan.millis[0]), scanner.KIND_REQUESTS[kind], scan.stages[0].tolist()
+    return base + int(scan.millis[0]), scanner.KIND_REQUESTS[kind], scan.row(0)
 
 
 def assert_same_or_flagged(line: bytes) -> bool:
@@ -124,7 +124,7 @@ def test_a_block_of_more_lines_than_the_arrays_hold_is_read_whole() -> None:
     lines = ALL_LINES * 5
     scan = scanner.BlockScan(capacity=16)
     assert scan.scan(b"".join(line + b"\n" for line in lines), 1 << 20) == len(lines)
-    assert scan.capacity >= len(lines) and (scan.kinds[: len(lines)] >= 0).all()
+    assert scan.capacity >= len(lines) and min(scan.kinds[: len(lines)]) >= 0
 
 
 # -- whole blocks: the compiled path against the pure-Python path ------------------------------
@@ -220,9 +220,9 @@ def test_a_whole_capture_takes_the_compiled_bulk_path(name: str) -> None:
     assert bulk.ingest_compiled(block, LineParser(), agg, Health(), scan) == []
 
 
-def test_rows_held_past_the_bound_are_folded_to_the_same_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_values_held_past_the_bound_are_folded_to_the_same_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     want, _, _ = ingest(ALL_LINES, True, monkeypatch, 10**6, **ONE_WINDOW)
-    monkeypatch.setattr("agent.requestlog.window.BULK_ROWS", 7)
+    monkeypatch.setattr("agent.requestlog.window.RAW_KEYS", 7)
     got, _, _ = ingest(ALL_LINES, True, monkeypatch, 25, **ONE_WINDOW)
     assert got == want
 
@@ -276,14 +276,14 @@ def test_threads_scanning_at_once_each_read_their_own_blocks() -> None:
     for name, block in blocks.items():
         scan = scanner.BlockScan()
         n = scan.scan(block, 1 << 20)
-        want[name] = (scan.kinds[:n].tolist(), scan.stages[:n].tolist())
+        want[name] = (scan.kinds[:n].tolist(), scan.stages[: n * scanner.NSTAGES].tolist())
 
     def read(name: str) -> bool:
         scan = scanner.block_scan()
         assert scan is not None
         for _ in range(50):
             n = scan.scan(blocks[name], 1 << 20)
-            if (scan.kinds[:n].tolist(), scan.stages[:n].tolist()) != want[name]:
+            if (scan.kinds[:n].tolist(), scan.stages[: n * scanner.NSTAGES].tolist()) != want[name]:
                 return False
         return True
 
