@@ -28,7 +28,8 @@
    or -1 if they are more than cap (nothing else written is meaningful then), -2 before lw_init.
 
    lw_group then accounts a scanned block's lines at once (scanner.py's BlockScan.group): their
-   stage rows grouped by kind, and the slow ones. */
+   stage rows grouped by kind, and the slow ones; lw_unique counts one kind's rows per distinct
+   value of each stage (scanner.py's count_rows, when a window folds them). */
 
 #define _GNU_SOURCE
 #include <locale.h>
@@ -297,4 +298,45 @@ long lw_group(const int32_t *kinds, const int64_t *secs, const int64_t *millis, 
     *lo = least;
     *hi = most;
     return m;
+}
+
+/* For n rows (7 doubles each, e.g. one request type's rows of lw_group's grouped): per stage j,
+   its distinct values at values[j * n] (in the order first seen), how many rows had each at
+   counts[j * n], and their number in distinct[j]. Counted in an open-addressing table keyed by
+   the value's bits: keys and slots have room for cap entries, cap a power of two >= 2n. The
+   values are lw_scan's (finite, not negative: no -0.0, no NaN), so equal values have equal bits. */
+void lw_unique(const double *rows, long n, double *values, int64_t *counts, int64_t *distinct, uint64_t *keys,
+               int64_t *slots, long cap) {
+    int shift = 64;
+    while (shift > 1 && (1L << (64 - shift)) < cap) shift--;
+    const uint64_t mask = (uint64_t)cap - 1;
+    for (int j = 0; j < NSTAGES; j++) {
+        double *v = values + (size_t)j * n;
+        int64_t *c = counts + (size_t)j * n;
+        long d = 0;
+        for (long h = 0; h < cap; h++) slots[h] = -1;
+        for (long k = 0; k < n; k++) {
+            double x = rows[(size_t)k * NSTAGES + j];
+            uint64_t bits;
+            memcpy(&bits, &x, sizeof bits);
+            uint64_t h = (bits * 0x9E3779B97F4A7C15ULL) >> shift;
+            for (;;) {
+                int64_t at = slots[h];
+                if (at < 0) {
+                    slots[h] = d;
+                    keys[h] = bits;
+                    v[d] = x;
+                    c[d] = 1;
+                    d++;
+                    break;
+                }
+                if (keys[h] == bits) {
+                    c[at]++;
+                    break;
+                }
+                h = (h + 1) & mask;
+            }
+        }
+        distinct[j] = d;
+    }
 }

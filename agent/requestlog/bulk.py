@@ -5,7 +5,8 @@ is accounted alone. Two ways, the first that is available:
 
 * :func:`ingest_compiled` — the compiled scanner (:mod:`agent.requestlog.scanner`) reads every
   line's request type, stamp and stage times in one C call, a second groups them by request type
-  and finds the slow lines; each stage's values are counted by one C loop per request type.
+  and finds the slow lines; the rows are counted per distinct value of each stage by a third when
+  the window folds them.
 * :func:`ingest_python` — per line only positions, two cache lookups and one slice
   (:func:`scan_lines`, reading the shape of :mod:`agent.requestlog.shape`); per request type
   the tails of all its lines decoded by one msgspec call (:mod:`agent.requestlog.typed`).
@@ -67,9 +68,10 @@ def ingest_compiled(
     """:func:`ingest_python` with the compiled scanner: one call reads every line's request type,
     stamp and stage times, and a second groups the stage rows by request type and finds the slow
     lines (:class:`~agent.requestlog.scanner.BlockScan`); the stamps are read once per distinct
-    second, each request type's rows counted per stage by one C loop
-    (:meth:`RequestAccumulator.add_rows`). The same conditions and the same result as
-    :func:`ingest_python`; None (nothing changed but caches) for a block it does not take."""
+    second, each request type's rows held by its accumulator until they are counted per distinct
+    value of each stage by a third call (:meth:`RequestAccumulator.add_rows`). The same
+    conditions and the same result as :func:`ingest_python`; None (nothing changed but caches)
+    for a block it does not take."""
     n = scan.scan(block, parser.max_line_bytes)
     if not n:
         return None

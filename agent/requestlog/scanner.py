@@ -59,6 +59,8 @@ def load(library: Path = LIBRARY) -> tuple[ctypes.CDLL | None, str]:
     group.argtypes = [p, p, p, p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_double]
     group.argtypes += [p, p, p, p, p, p]
     group.restype = ctypes.c_long
+    lib.lw_unique.argtypes = [p, ctypes.c_long, p, p, p, p, p, ctypes.c_long]
+    lib.lw_unique.restype = None
     return lib, "compiled"
 
 
@@ -90,8 +92,8 @@ def _address(a: array) -> int:
 class Grouped:
     """A scanned block accounted at once (:meth:`BlockScan.group`), valid until the next call.
 
-    ``rows`` holds the block's stage rows (7 doubles each, :data:`~agent.requestlog.window.ROW_ORDER`)
-    grouped by request type: ``spans[kind] = (first, end)`` rows of each kind present, in
+    ``rows`` holds the block's stage rows (7 doubles each,
+    :data:`~agent.requestlog.window.ROW_ORDER`) grouped by request type: ``spans[kind] = (first, end)`` rows of each kind present, in
     :data:`KIND_REQUESTS` order, each kind's rows in line order. ``slow`` the indexes of the lines
     whose slowness (total time, less the remote time for a Fetch) is at least the threshold, in
     line order, and ``slowness`` theirs; ``lo``/``hi`` a line with the earliest and one with the
@@ -174,6 +176,25 @@ class BlockScan:
             ends[0],
             ends[1],
         )
+
+
+def count_rows(rows: array) -> list[tuple[list[float], list[int]]]:
+    """Stage rows (doubles, :data:`NSTAGES` a row) counted per distinct value of each stage, in
+    the rows' stage order: (values, counts) each, values in the order first seen. One C call (a
+    hash table per stage)."""
+    assert _LIB is not None
+    n = len(rows) // NSTAGES
+    values, counts = _zeros("d", n * NSTAGES), _zeros("q", n * NSTAGES)
+    cap = 1 << max(4, (2 * n - 1).bit_length())  # the table's room: a power of two >= 2n
+    distinct, keys, slots = _zeros("q", NSTAGES), _zeros("Q", cap), _zeros("q", cap)  # alive for the call
+    _LIB.lw_unique(
+        _address(rows), n, _address(values), _address(counts), _address(distinct), _address(keys),
+        _address(slots), cap,
+    )  # fmt: skip
+    return [
+        (values[j * n : j * n + d].tolist(), counts[j * n : j * n + d].tolist())
+        for j, d in enumerate(distinct)
+    ]
 
 
 _local = threading.local()

@@ -30,6 +30,7 @@ import heapq
 import math
 import operator
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ except ImportError:  # another interpreter: the same contract in Python
 from linkwatch.sketch import _MAPPING, MIN_POSITIVE_MS, LatencySketch
 
 CHUNK = 2048
+# Stage rows of the compiled path a request type's accumulator holds before it folds them.
+BULK_ROWS = 1 << 15
 # Distinct values a stage's raw counts may hold before they are folded into buckets.
 RAW_KEYS = 1 << 14
 _FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
@@ -215,18 +218,22 @@ class RequestAccumulator:
     block's decoded tails' stage times per stage in ``raw`` (:meth:`count`). Both
     are folded into each stage's buckets once per distinct value: rows every :data:`CHUNK`,
     raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close. The compiled
-    path counts its rows into ``raw`` as the bulk path does (:meth:`add_rows`)."""
+    path's rows are held in ``bulk`` and counted when folded (:meth:`add_rows`)."""
 
-    __slots__ = ("columns", "memo", "pending", "raw", "stages")
+    __slots__ = ("bulk", "columns", "memo", "pending", "raw", "stages")
 
     def __init__(self, memo: ValueMemo | None = None) -> None:
         self.pending: list[tuple[float, ...] | list[float]] = []
+        self.bulk: array | None = None  # stage rows of the compiled path, 7 doubles a row
         self.stages = tuple(StageAccumulator() for _ in STAGES)
         self.raw: tuple[Counter[object], ...] = tuple(Counter() for _ in STAGES)
         self.columns = tuple(self.raw[i] for i in ROW_ORDER)  # raw in the log line's order
         self.memo = memo if memo is not None else ValueMemo()
 
     def fold(self) -> None:
+        if self.bulk is not None:
+            bulk, self.bulk = self.bulk, None
+            self._fold_bulk(bulk)
         if self.pending:
             rows = zip(*self.pending, strict=True)
             self.pending = []
@@ -238,16 +245,23 @@ class RequestAccumulator:
                 raw.clear()
 
     def add_rows(self, rows: memoryview) -> None:
-        """Count stage rows of the compiled path (doubles, 7 a row in :data:`ROW_ORDER`, one row
-        per line), one C loop per stage over a strided view, as :meth:`count` counts decoded
-        tails: a float and an int of the same value are one key of a Counter, so the buckets,
-        exact sums, min and max are the same whichever path read it. Folds if a stage holds
-        :data:`RAW_KEYS` distinct values (bounded memory per window)."""
-        width = len(ROW_ORDER)
-        for j, raw in enumerate(self.columns):
-            _count_elements(raw, rows[j::width])
-        if max(map(len, self.raw)) >= RAW_KEYS:
+        """Hold stage rows of the compiled path (doubles, 7 a row in :data:`ROW_ORDER`, one row per
+        line) until :data:`BULK_ROWS` are held (bounded memory per window), then fold them."""
+        if self.bulk is None:
+            self.bulk = array("d")
+        self.bulk.frombytes(rows.cast("B"))
+        if len(self.bulk) >= BULK_ROWS * len(ROW_ORDER):
             self.fold()
+
+    def _fold_bulk(self, bulk: array) -> None:
+        """The held rows counted per distinct value of each stage (one C call, a hash per stage)
+        and folded as the other paths' counts are: a float and an int of the same value are one
+        key of a Counter, so the buckets, exact sums, min and max are the same whichever path read
+        it."""
+        from agent.requestlog.scanner import count_rows
+
+        for stage, (values, counts) in zip(ROW_ORDER, count_rows(bulk), strict=True):
+            self.stages[stage].fold(dict(zip(values, counts, strict=True)), self.memo)
 
     def count(self, tails: list[object]) -> None:
         """Count the stage times of decoded tails (:class:`agent.requestlog.typed.Tail`), one

@@ -220,9 +220,9 @@ def test_a_whole_capture_takes_the_compiled_bulk_path(name: str) -> None:
     assert bulk.ingest_compiled(block, LineParser(), agg, Health(), scan) == []
 
 
-def test_values_held_past_the_bound_are_folded_to_the_same_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_held_past_the_bound_are_folded_to_the_same_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     want, _, _ = ingest(ALL_LINES, True, monkeypatch, 10**6, **ONE_WINDOW)
-    monkeypatch.setattr("agent.requestlog.window.RAW_KEYS", 7)
+    monkeypatch.setattr("agent.requestlog.window.BULK_ROWS", 7)
     got, _, _ = ingest(ALL_LINES, True, monkeypatch, 25, **ONE_WINDOW)
     assert got == want
 
