@@ -247,7 +247,7 @@ def part2(path: Path, rate: int, seconds: float, command: list[str] | None = Non
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         cfg.write_text(
-            f"cluster: bench\nbroker_id: 1\nrequest_log:\n  path: {log}\nprometheus:\n  port: {port}\nhost:\n  enabled: false\n"
+            f"cluster: bench\nbroker_id: 1\nrequest_log:\n  path: {log}\nmetrics:\n  port: {port}\nhost:\n  enabled: false\n"
         )
         command = command or [sys.executable, "-m", "cli.main"]
         agent = subprocess.Popen([*command, "agent", "--config", str(cfg)])
