@@ -154,6 +154,13 @@ class ClusterSpec:
     # A SASL_SSL listener on every broker: SCRAM-SHA-512, these users (name -> password).
     secured: bool = False
     scram_users: dict[str, str] = field(default_factory=lambda: {"linkwatch": "linkwatch-secret"})
+    # auto.create.topics.enable. None: off for a secured cluster (shaped like production: topics
+    # are created before use, linkwatch's own by `linkwatch topics --create`), on for a plain one.
+    auto_create_topics: bool | None = None
+
+    @property
+    def creates_topics_on_use(self) -> bool:
+        return not self.secured if self.auto_create_topics is None else self.auto_create_topics
 
     def validate(self) -> None:
         if self.brokers not in (1, 3):
@@ -515,7 +522,7 @@ class LocalCluster:
             "share.coordinator.state.topic.replication.factor": str(rf),
             "share.coordinator.state.topic.min.isr": str(max(1, rf - 1)),
             "group.initial.rebalance.delay.ms": "0",
-            "auto.create.topics.enable": "true",
+            "auto.create.topics.enable": str(spec.creates_topics_on_use).lower(),
             "num.io.threads": "4",
             "num.network.threads": "2",
             "log.retention.check.interval.ms": "30000",

@@ -5,14 +5,23 @@ wrong password that fails with an error naming authentication, quickly."""
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
@@ -21,6 +30,7 @@ from linkwatch.errors import KafkaConnectError
 from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from probe.config import ProbeConfig
 from probe.service import ProbeService
+from testbed.alert_stack import Process, binary, free_port
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 pytestmark = pytest.mark.cluster
@@ -173,3 +183,173 @@ def test_a_wrong_password_is_one_line_naming_authentication(section: dict[str, A
     )
     assert "authentication failed (SaslAuthenticationFailedError" in message
     assert PASSWORD not in message and "\n" not in message
+
+
+# --- docs/quickstart.md, walked as written --------------------------------------------------------
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "docs/quickstart.md"
+ETC = "/etc/linkwatch"
+# The commands of the walk, in its order: a step added to the doc is added here too.
+WALK = [
+    ["init"],
+    ["topics", "-c"],
+    ["topics", "-c", "--create"],
+    ["lag", "check", "-c"],
+    ["probe", "check", "-c"],
+    ["agent", "check", "-c"],
+]
+
+
+def _walk(etc: Path) -> list[list[str]]:
+    """The ``linkwatch`` lines of the quickstart's ``sh`` blocks in order, ``/etc/linkwatch``
+    replaced by ``etc``."""
+    blocks = re.findall(r"```sh\n(.*?)```", QUICKSTART.read_text(), re.S)
+    lines = [line for block in blocks for line in block.splitlines() if line.startswith("linkwatch ")]
+    return [shlex.split(line.replace(ETC, str(etc)))[1:] for line in lines]
+
+
+def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@pytest.mark.timing
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian prometheus missing")
+def test_the_quickstart_walk_reaches_prometheus(
+    secured: ClusterState, section: dict[str, Any], tmp_path: Path
+) -> None:
+    """docs/quickstart.md on a broker whose only client listener is SASL_SSL and which creates
+    no topic on use: every ``linkwatch`` command of the doc run as written (init, the topics
+    plan and its creation, the three checks), the configs edited as step 2 says, the three
+    processes started by their units' ExecStart, and the doc's Prometheus example (targets
+    pointed here) scraping them: every job up, each one's metrics there, no secret in any
+    output."""
+    etc = tmp_path / "etc"
+    walk = _walk(etc)
+    assert [[a for a in argv if not a.startswith("/")] for argv in walk] == WALK
+    linkwatch = Path(sys.executable).with_name("linkwatch")
+
+    def run(argv: list[str], code: int = 0) -> str:
+        done = subprocess.run([str(linkwatch), *argv], capture_output=True, text=True, timeout=120)
+        out = done.stdout + done.stderr
+        assert done.returncode == code, f"linkwatch {' '.join(argv)} exited {done.returncode}:\n{out}"
+        assert PASSWORD not in out
+        return out
+
+    run(walk[0])  # init
+    (etc / "kafka.password").write_text(PASSWORD + "\n")
+    kafka = {**section, "sasl_password_file": str(etc / "kafka.password")}
+    ports = {job: free_port() for job in ("agent", "lag", "probe")}
+    node = secured.nodes[0]
+
+    def lag(doc: dict[str, Any]) -> None:
+        doc["kafka"].update(kafka)
+        doc["metrics"]["port"] = ports["lag"]
+
+    def probe(doc: dict[str, Any]) -> None:
+        doc["kafka"].update(kafka)
+        doc["metrics"]["port"] = ports["probe"]
+
+    def agent(doc: dict[str, Any]) -> None:
+        doc["broker_id"] = node.node_id
+        doc["request_log"].update(path=str(node.request_log), position_file=str(tmp_path / "position"))
+        doc["jmx"]["jolokia_url"] = node.jolokia_url
+        doc["log_dirs"]["paths"] = node.log_dirs
+        doc["kafka"].update(kafka, enabled=True, spool_dir=str(tmp_path / "spool"))
+        doc["capture"]["kafka"].update(kafka)
+        doc["metrics"]["port"] = ports["agent"]
+
+    _edit(etc / "lag.yaml", lag)
+    _edit(etc / "probe.yaml", probe)
+    _edit(etc / "agent.yaml", agent)
+
+    plan = run(walk[1], code=1)  # a dry run exits 1 while topics are missing
+    assert "would create linkwatch.samples, linkwatch.findings" in plan, plan
+    assert "created linkwatch.samples" in run(walk[2])
+    again = run(walk[1])
+    assert "would create" not in again, again
+    for argv in walk[3:]:
+        out = run(argv)
+        assert "✓" in out and "✗" not in out, out
+
+    procs: list[Process] = []
+    try:
+        for unit in ("agent", "lag", "probe"):
+            text = (etc / f"systemd/linkwatch-{unit}.service").read_text()
+            exec_start = re.search(r"^ExecStart=(.*)$", text, re.M)
+            assert exec_start, text
+            argv = shlex.split(exec_start.group(1))
+            procs.append(Process(unit, [str(linkwatch), *argv[1:]], tmp_path / f"{unit}.log"))
+        prom = _doc_prometheus(etc, ports, tmp_path)
+        procs.append(prom)
+        url = prom.url
+        prom.wait_http(f"{url}/-/ready", 60)
+        wanted = {
+            'up{job="linkwatch-agent"}': 1,
+            'up{job="linkwatch-lag"}': 1,
+            'up{job="linkwatch-probe"}': 1,
+            "linkwatch_agent_lines_read_total > 0": 1,
+            'linkwatch_kafka_up{process="lag"} == 1': 1,
+            'linkwatch_kafka_up{process="probe"} == 1': 1,
+            "linkwatch_probe_sent_total > 0": 1,
+        }
+        deadline, missing = time.monotonic() + 120, dict(wanted)
+        while missing and time.monotonic() < deadline:
+            for expr in list(missing):
+                if [s for s in _query(url, expr) if s["value"][1] != "0"]:
+                    del missing[expr]
+            time.sleep(1)
+        assert not missing, f"no answer to {sorted(missing)} in Prometheus; logs under {tmp_path}"
+    finally:
+        for p in reversed(procs):
+            p.stop()
+    for unit in ("agent", "lag", "probe"):
+        log = (tmp_path / f"{unit}.log").read_text()
+        assert PASSWORD not in log and "Traceback" not in log, f"{unit}:\n{log[-3000:]}"
+
+
+class _Prometheus(Process):
+    url = ""
+
+
+def _doc_prometheus(etc: Path, ports: dict[str, int], tmp_path: Path) -> _Prometheus:
+    """The Prometheus example ``init`` wrote (its rules included), with its targets pointed at
+    this host's ports and a 1 s scrape; ``promtool check config`` passes on it first."""
+    doc = yaml.safe_load((etc / "prometheus.yml").read_text())
+    doc["global"]["scrape_interval"] = "1s"
+    doc.pop("alerting", None)  # no Alertmanager in this walk
+    for job in doc["scrape_configs"]:
+        name = job["job_name"].removeprefix("linkwatch-")
+        if name not in ports:
+            continue
+        static = job["static_configs"][:1]
+        static[0]["targets"] = [f"127.0.0.1:{ports[name]}"]
+        job["static_configs"] = static
+    doc["scrape_configs"] = [
+        j for j in doc["scrape_configs"] if j["job_name"].removeprefix("linkwatch-") in ports
+    ]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    check = subprocess.run([binary("promtool"), "check", "config", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    port = free_port()
+    prom = _Prometheus(
+        "prometheus",
+        [
+            binary("prometheus"),
+            f"--config.file={path}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        tmp_path / "prometheus.log",
+    )
+    prom.url = f"http://127.0.0.1:{port}"
+    return prom
+
+
+def _query(url: str, expr: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(
+        f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=10
+    ) as r:
+        return json.loads(r.read())["data"]["result"]
