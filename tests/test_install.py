@@ -25,7 +25,7 @@ import yaml
 
 from agent.requestlog import scanner
 from cli.main import main
-from tests.wheelkit import built_wheel
+from tests.wheelkit import built_wheel, uv_install
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = shutil.which("uv")
@@ -253,13 +253,7 @@ def _venv(where: Path, requirement: str) -> Iterator[Path]:
         [UV, "venv", "-q", "--python", sys.executable, str(where)], check=True, env=env, timeout=120
     )
     python = where / "bin" / "python"
-    subprocess.run(
-        [UV, "pip", "install", "-q", "--python", str(python), requirement],
-        check=True,
-        env=env,
-        timeout=600,
-        capture_output=True,
-    )
+    uv_install(python, [requirement], env)
     yield python
     shutil.rmtree(where, ignore_errors=True)
 

@@ -29,3 +29,21 @@ def built_wheel() -> Path:
     )
     [wheel] = out.glob("*.whl")
     return wheel
+
+
+def uv_install(python: Path, requirements: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
+    """``uv pip install`` into the environment of ``python``: from uv's cache alone first
+    (``--offline``), from the index only if something is not cached there. An index that sends
+    no caching headers makes every online install revalidate, and an sdist-only package (pyspark)
+    is then downloaded and built again each time: 80 s and 2 GB more in uv's cache per install,
+    which filled this machine's disk. ``make bootstrap`` has cached what the lock file names."""
+    assert UV is not None, "uv is not installed (make bootstrap installs it)"
+    argv = [UV, "pip", "install", "-q", "--python", str(python), *requirements]
+    offline = subprocess.run(
+        [*argv, "--offline"], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    if offline.returncode == 0:
+        return
+    online = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if online.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed:\n{online.stderr[-3000:]}")

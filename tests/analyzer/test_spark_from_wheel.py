@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from testbed.spark import SparkClusterSpec, SparkStandalone, find_free_base_port, master_json
-from tests.wheelkit import built_wheel
+from tests.wheelkit import built_wheel, uv_install
 
 pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster]
 
@@ -90,7 +90,7 @@ def test_the_report_runs_from_the_wheel_on_the_cluster_with_bare_executors(tmp_p
         (executors, [PYSPARK, "pyarrow", "numpy", "pandas"]),
     ):
         _run([UV, "venv", "-q", "--python", sys.executable, str(venv)], work, env)
-        _run([UV, "pip", "install", "-q", "--python", str(venv / "bin/python"), *requirement], work, env)
+        uv_install(venv / "bin/python", requirement, env, work)
     bare = subprocess.run([str(executors / "bin/python"), "-c", "import ddsketch"], capture_output=True)
     assert bare.returncode != 0, "the executors' Python must not have ddsketch of its own"
 
