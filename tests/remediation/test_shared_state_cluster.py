@@ -95,6 +95,10 @@ def test_a_dry_run_creates_nothing_on_the_cluster(
     assert replicas(admin, topic_name) == before
 
 
+# The holder keeps the lease only while its group session holds (heartbeats from a real broker's
+# group coordinator): one loaded whole-suite run lost it mid-test (LeaveGroup at close answered
+# UnknownMemberId), so no holder answered. A failure is rerun once.
+@pytest.mark.timing
 def test_commands_reach_the_holder_through_its_inbox(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
 ) -> None:
