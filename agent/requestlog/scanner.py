@@ -93,8 +93,9 @@ class Grouped:
     """A scanned block accounted at once (:meth:`BlockScan.group`), valid until the next call.
 
     ``rows`` holds the block's stage rows (7 doubles each,
-    :data:`~agent.requestlog.window.ROW_ORDER`) grouped by request type: ``spans[kind] = (first, end)`` rows of each kind present, in
-    :data:`KIND_REQUESTS` order, each kind's rows in line order. ``slow`` the indexes of the lines
+    :data:`~agent.requestlog.window.ROW_ORDER`) grouped by request type: ``spans[kind] = (first,
+    end)`` rows of each kind present, in :data:`KIND_REQUESTS` order, each kind's rows in line
+    order. ``slow`` the indexes of the lines
     whose slowness (total time, less the remote time for a Fetch) is at least the threshold, in
     line order, and ``slowness`` theirs; ``lo``/``hi`` a line with the earliest and one with the
     latest stamp (second, then millisecond)."""

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from itertools import count, filterfalse
 
 from agent.requestlog.parse import STAGE_KEYS, ParsedRequest, exemplar_fields
+from agent.requestlog.scanner import count_rows
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
 
 try:  # the C helper behind Counter.update (CPython): counts without per-item Python calls
@@ -258,8 +259,6 @@ class RequestAccumulator:
         and folded as the other paths' counts are: a float and an int of the same value are one
         key of a Counter, so the buckets, exact sums, min and max are the same whichever path read
         it."""
-        from agent.requestlog.scanner import count_rows
-
         for stage, (values, counts) in zip(ROW_ORDER, count_rows(bulk), strict=True):
             self.stages[stage].fold(dict(zip(values, counts, strict=True)), self.memo)
 
