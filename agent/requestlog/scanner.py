@@ -127,6 +127,7 @@ class BlockScan:
         self.grouped = _zeros("d", capacity * NSTAGES)
         self.slow = _zeros("q", capacity)
         self.slowness = _zeros("d", capacity)
+        # lw_scan's output arguments, in its order (starts, ends, kinds, secs, millis, stages)
         arrays = (self.starts, self.ends, self.kinds, self.secs, self.millis, self.stages)
         self._pointers = tuple(map(_address, arrays))
 
@@ -156,8 +157,9 @@ class BlockScan:
         them is flagged for the general path (kind -1)."""
         assert _LIB is not None
         counts, ends = self.counts, self._ends
+        kinds, secs, millis, stages = self._pointers[2:]  # the arrays lw_scan filled
         m = _LIB.lw_group(
-            self._pointers[2], self._pointers[3], self._pointers[4], self._pointers[5], n,
+            kinds, secs, millis, stages, n,
             len(KIND_REQUESTS), FETCH_INDEX, FOLLOWER_INDEX, slow_threshold_ms, _address(counts),
             _address(self.grouped), _address(self.slow), _address(self.slowness), _address(ends),
             _address(ends) + ends.itemsize,
