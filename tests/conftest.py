@@ -7,7 +7,9 @@ parallel worktrees do not collide. Every fault injected by a test is reverted af
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -38,6 +40,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=TIMING_RERUN_DELAY_S))
+
+
+# LINKWATCH_TEST_CPU=FILE appends one JSON line per test phase: its wall time and the whole
+# machine's busy CPU seconds meanwhile (from /proc/stat, so the brokers, Spark and processes the
+# test drives are counted, which the test process's own times would miss). Meaningful on an
+# otherwise quiet machine with one worker; it is how the suite's CPU is attributed to tests.
+_CPU_LOG = os.environ.get("LINKWATCH_TEST_CPU")
+
+
+def _busy_cpu_s() -> float:
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not _CPU_LOG:
+        yield
+        return
+    wall, cpu = time.monotonic(), _busy_cpu_s()
+    yield
+    with open(_CPU_LOG, "a") as f:
+        f.write(
+            json.dumps({"test": item.nodeid, "wall_s": time.monotonic() - wall, "cpu_s": _busy_cpu_s() - cpu})
+            + "\n"
+        )
 
 
 @pytest.fixture(scope="session")
