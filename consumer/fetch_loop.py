@@ -570,8 +570,11 @@ class FetchLoop:
         try:
             with self._producer_lock:
                 if self._producer is None:
+                    # A send waits at most 1 s for metadata (a samples topic missing or its
+                    # leader away): publishing the client's timings never stalls fetching for
+                    # kafka-python's default minute; what is not sent is counted below.
                     self._producer = KafkaProducer(
-                        **kafka_python_kwargs(self.config.kafka, "consumer-samples")
+                        **kafka_python_kwargs(self.config.kafka, "consumer-samples"), max_block_ms=1000
                     )
             for rec in records:
                 self._producer.send(SAMPLES_TOPIC, value=rec.to_json(), key=rec.dedup_key().encode())

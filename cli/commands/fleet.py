@@ -69,6 +69,7 @@ def app(
             f"fleet fault {f.kind}:{f.broker} extra_ms {f.extra_ms:g} from {f.start_ms} to {f.end_ms}",
             flush=True,
         )
+    _require_topic(bootstrap, topic)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     deadline = time.monotonic() + duration if duration > 0 else None
@@ -79,4 +80,26 @@ def app(
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop after closing the producer
         publish(
             fleet, bootstrap, topic, should_stop=should_stop, on_window=lambda s: print(s.line(), flush=True)
+        )
+
+
+def _require_topic(bootstrap: str, topic: str) -> None:
+    """One line, exit 2, when the cluster does not answer or has no ``topic`` (as ``linkwatch
+    load`` checks): a producer would otherwise wait a minute for the topic's metadata and fail
+    without naming it (clusters with ``auto.create.topics.enable=false``, the testbed's too)."""
+    from linkwatch.errors import SetupError
+    from linkwatch.kafka_client import admin_client, kafka_python_kwargs
+    from linkwatch.reach import check_bootstrap, kafka_errors
+
+    check_bootstrap(bootstrap, key="--bootstrap")
+    with kafka_errors(bootstrap, key="--bootstrap"):
+        admin = admin_client(**kafka_python_kwargs(bootstrap, "fleet"))
+        try:
+            listed = admin.list_topics()
+        finally:
+            admin.close()
+    if topic not in listed:
+        raise SetupError(
+            f"topic {topic} does not exist at {bootstrap}: create it first "
+            "(`linkwatch topics --create -c CONFIG`, CONFIG naming this cluster)"
         )

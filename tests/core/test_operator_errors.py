@@ -55,6 +55,7 @@ UNREACHABLE = [
     (["remediate", "undo", "-c", "{cfg}", "a-1"], "REM"),
     (["consume", "some-topic", "--bootstrap", "{addr}"], None),
     (["load", "--bootstrap", "{addr}", "--duration", "1"], None),
+    (["fleet", "--bootstrap", "{addr}", "--duration", "1", "--brokers", "3"], None),
     (["report", "--from", "0", "--to", "1000", "--source", "kafka", "-c", "{cfg}"], 'bootstrap: "{addr}"\n'),
 ]
 

@@ -14,6 +14,7 @@ from agent.requestlog.window import StageAccumulator, ValueMemo
 from linkwatch import records as R
 from linkwatch.errors import ConfigError
 from linkwatch.sketch import LatencySketch
+from testbed.cluster import ClusterState
 from testbed.fleet import (
     CAPTURE_PROFILE,
     CAPTURE_SOURCE,
@@ -262,6 +263,20 @@ def test_the_command_names_a_bad_setting_before_connecting(capsys: pytest.Captur
     assert "brokers 0" in capsys.readouterr().err
     assert main(["fleet", "--bootstrap", "127.0.0.1:1", "--fault", "disk:1"]) == 2
     assert "kind 'disk'" in capsys.readouterr().err
+
+
+def test_the_command_names_a_missing_topic_instead_of_waiting_for_it(
+    cluster3: ClusterState, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session cluster creates no topic on use (as production's): the command says which topic
+    is missing, in one line, rather than a producer waiting a minute for its metadata."""
+    from cli.main import main
+
+    argv = ["fleet", "--bootstrap", cluster3.bootstrap, "--topic", "no-such-samples", "--brokers", "3"]
+    assert main([*argv, "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("linkwatch: error: topic no-such-samples does not exist")
 
 
 def test_latency_scale_scales_every_stage_time_and_the_typical_broker_leads() -> None:
