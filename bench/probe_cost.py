@@ -13,10 +13,10 @@ One run, two phases of ``--seconds`` each on the same cluster:
   connected: the phase measures the steady state. The /metrics endpoint is not served (no
   scraper here), so its cost is not in the figures.
 
-Before the idle phase the run creates what any cluster in use already has and the probe would
-otherwise create inside its phase: ``__consumer_offsets`` (a FindCoordinator) and
-``linkwatch.samples`` (the testbed's defaults: 3 partitions, RF 3). Their replica fetchers then
-run in both phases, and the difference is what the probe adds on a cluster in use.
+Before the idle phase the run creates what any cluster in use already has: ``__consumer_offsets``
+(a FindCoordinator, else made inside the probe's phase) and ``linkwatch.samples`` (3 partitions,
+RF 3, the testbed's broker defaults; the cluster creates no topic on use). Their replica
+fetchers then run in both phases, and the difference is what the probe adds on a cluster in use.
 
 Per phase, read before and after from every broker's Jolokia: requests (sum of
 ``kafka.network:type=RequestMetrics,name=RequestsPerSec`` ``Count`` over request types, both

@@ -26,10 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzer.base import InMemorySink
 from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
-from linkwatch.records import SAMPLES_TOPIC
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
-from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
+from testbed.load import KeyDistribution, ProducerLoad, ensure_own_topics, ensure_topic
 from tests.analyzer.request_log_feed import RequestLogFeed
 
 KEY = ("slow_broker", "broker:2")
@@ -63,7 +62,8 @@ def main() -> None:
         from kafka import KafkaAdminClient
 
         admin = KafkaAdminClient(bootstrap_servers=state.bootstrap)
-        ensure_topic(admin, SAMPLES_TOPIC, 3, 1)
+        # As every test and bench makes it (the session cluster's may exist, with its partitions).
+        ensure_own_topics(state.bootstrap)
         ensure_topic(admin, "bench.load", 6, 3)
         admin.close()
         feed = RequestLogFeed(state, "bench", args.window_s).start()

@@ -3,7 +3,9 @@
 * :func:`config_for_node` — an :class:`agent.config.AgentConfig` for a node of a
   :class:`testbed.cluster.ClusterState`, with overrides merged per section;
 * :func:`start_agents_in_process` — one :class:`agent.runner.Agent` per config, each in a thread;
-* :func:`start_agent_process` — ``linkwatch agent --config`` as a subprocess.
+* :func:`start_agent_process` — ``linkwatch agent --config`` as a subprocess;
+* :func:`ensure_output_topics` — the topics those agents publish to, created before they start
+  (both starters call it: the testbed's clusters create no topic on use).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import yaml
 from agent.config import AgentConfig
 from agent.runner import Agent
 from linkwatch.records import DEFAULT_CLUSTER
+from testbed.load import ensure_own_topics
 
 
 def config_for_node(node, cluster: str = DEFAULT_CLUSTER, **overrides) -> AgentConfig:
@@ -38,8 +41,22 @@ def config_for_node(node, cluster: str = DEFAULT_CLUSTER, **overrides) -> AgentC
     return AgentConfig.model_validate(data)
 
 
+def ensure_output_topics(configs: list[AgentConfig]) -> None:
+    """linkwatch's own topics on every cluster an agent of ``configs`` publishes to (its
+    ``kafka.topic`` the samples topic): the testbed's clusters create no topic on use, and an
+    agent does not create its output topic (an operator runs ``linkwatch topics --create``)."""
+    seen: set[tuple[str, str]] = set()
+    for cfg in configs:
+        out = cfg.kafka
+        if out.enabled and (out.bootstrap_servers, out.topic) not in seen:
+            seen.add((out.bootstrap_servers, out.topic))
+            ensure_own_topics(out, samples=out.topic)
+
+
 def start_agents_in_process(configs: list[AgentConfig]) -> list[tuple[Agent, threading.Thread]]:
-    """Start one :class:`Agent` per config in a daemon thread each; stop with ``agent.stop()``."""
+    """Start one :class:`Agent` per config in a daemon thread each; stop with ``agent.stop()``.
+    The topics they publish to are created first (:func:`ensure_output_topics`)."""
+    ensure_output_topics(configs)
     out = []
     for cfg in configs:
         agent = Agent(cfg).start()
@@ -52,7 +69,9 @@ def start_agents_in_process(configs: list[AgentConfig]) -> list[tuple[Agent, thr
 def start_agent_process(
     config: AgentConfig, config_path: Path, log_path: Path | None = None
 ) -> subprocess.Popen:
-    """Write ``config`` to ``config_path`` and run ``linkwatch agent --config`` on it."""
+    """Write ``config`` to ``config_path`` and run ``linkwatch agent --config`` on it, once the
+    topic it publishes to exists (:func:`ensure_output_topics`)."""
+    ensure_output_topics([config])
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     return subprocess.Popen(

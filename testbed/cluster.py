@@ -154,13 +154,15 @@ class ClusterSpec:
     # A SASL_SSL listener on every broker: SCRAM-SHA-512, these users (name -> password).
     secured: bool = False
     scram_users: dict[str, str] = field(default_factory=lambda: {"linkwatch": "linkwatch-secret"})
-    # auto.create.topics.enable. None: off for a secured cluster (shaped like production: topics
-    # are created before use, linkwatch's own by `linkwatch topics --create`), on for a plain one.
-    auto_create_topics: bool | None = None
+    # auto.create.topics.enable. Off, as in production: a topic is created before it is used
+    # (a test's own with testbed.load.ensure_topic, linkwatch's with ensure_own_topics, as
+    # `linkwatch topics --create` does), so a component that would depend on creation on use fails
+    # here as it would there.
+    auto_create_topics: bool = False
 
     @property
     def creates_topics_on_use(self) -> bool:
-        return not self.secured if self.auto_create_topics is None else self.auto_create_topics
+        return self.auto_create_topics
 
     def validate(self) -> None:
         if self.brokers not in (1, 3):

@@ -5,6 +5,8 @@ Used by tests, the demo and ``linkwatch load``. Keys follow :class:`KeyDistribut
 partitions and hot keys). Counters are kept per partition so callers can turn them into
 per-broker throughput with the partition leaders. :meth:`LoadStats.recent` and
 :func:`p99_ms` are the one place the ack p99 of the last seconds is computed (demo, benches).
+The testbed's clusters create no topic on use: :func:`ensure_topic` makes a test's own topic,
+:func:`ensure_own_topics` linkwatch's (samples, findings).
 """
 
 from __future__ import annotations
@@ -18,9 +20,14 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from linkwatch.errors import ConfigError
+from linkwatch.records import FINDINGS_TOPIC, SAMPLES_TOPIC
 from linkwatch.sketch import exact_quantile
+
+if TYPE_CHECKING:
+    from linkwatch.kafka_client import KafkaClientConfig
 
 
 @dataclass(frozen=True)
@@ -254,13 +261,57 @@ def ensure_topic(
         new = NewTopic(topic, replica_assignments=assignment, topic_configs=configs or {})
     with contextlib.suppress(TopicAlreadyExistsError):
         admin.create_topics([new])
-    deadline = time.monotonic() + 30
+    wait_for_leaders(admin, topic, partitions)
+
+
+def ensure_own_topics(
+    kafka: KafkaClientConfig | str, samples: str = SAMPLES_TOPIC, findings: str = FINDINGS_TOPIC
+) -> list[str]:
+    """linkwatch's own topics (:func:`linkwatch.topics.own_topics`) on the cluster ``kafka``
+    names (a ``kafka:`` section, or bootstrap servers), the missing ones created as ``linkwatch
+    topics --create`` creates them; returns the names created, once every partition of both has
+    a leader.
+
+    The testbed's clusters create no topic on use (``auto.create.topics.enable=false``, as in
+    production): whatever starts an agent, probe, lag collector or analyzer that publishes to or
+    reads these calls this first. A topic that exists is left as it is, whatever its partitions:
+    one way to make them, so tests sharing a cluster never wait for a partition count another
+    test did not give them."""
+    from kafka.errors import TopicAlreadyExistsError
+
+    from linkwatch import topics
+    from linkwatch.kafka_client import admin_client, kafka_python_kwargs
+
+    specs = topics.own_topics(samples, findings)
+    admin = admin_client(**kafka_python_kwargs(kafka, "testbed-topics"))
+    try:
+        created: list[str] = []
+        # Another helper may create one between the plan and the create: its topic will do.
+        with contextlib.suppress(TopicAlreadyExistsError):
+            states = topics.plan(admin, specs)
+            brokers = len(admin._client.cluster.brokers())  # as `linkwatch topics --create`
+            created = topics.apply(admin, states, brokers)
+        for spec in specs:
+            wait_for_leaders(admin, spec.name)
+        return created
+    finally:
+        admin.close()
+
+
+def wait_for_leaders(admin, topic: str, partitions: int | None = None, timeout_s: float = 30.0) -> None:
+    """Return once ``topic`` is in the metadata with a leader for each of its partitions (and has
+    ``partitions`` of them, when given); TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         leaders = partition_leaders(admin, topic)
-        if len(leaders) == partitions and all(v >= 0 for v in leaders.values()):
+        if (
+            leaders
+            and (partitions is None or len(leaders) == partitions)
+            and all(v >= 0 for v in leaders.values())
+        ):
             return
         time.sleep(0.2)
-    raise TimeoutError(f"topic {topic} has no leader for every partition after 30s")
+    raise TimeoutError(f"topic {topic} has no leader for every partition after {timeout_s:g}s")
 
 
 def _leaders(admin, topics: Sequence[str]) -> dict[str, dict[int, int]] | None:

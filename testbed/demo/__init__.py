@@ -23,13 +23,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from linkwatch import topics
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from testbed.load import (
     ConsumerLoad,
     KeyDistribution,
     ProducerLoad,
+    ensure_own_topics,
     ensure_topic,
     p99_ms,
     partition_leaders,
@@ -116,12 +116,11 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
     console = console or Console()
     if opts.duration_s < 15:
         raise ValueError(f"duration_s={opts.duration_s}: the demo needs at least 15 s")
-    # Shaped like production: no topic is created on first use; linkwatch's own are created as an
-    # operator creates them (`linkwatch topics --create`, docs/quickstart.md), the demo's below.
+    # Shaped like production (as every testbed cluster): no topic is created on first use;
+    # linkwatch's own are created as an operator creates them (`linkwatch topics --create`,
+    # docs/quickstart.md), the demo's below.
     cluster = LocalCluster(
-        ClusterSpec(
-            brokers=3, root=opts.root, base_port=find_free_base_port(3, start=19000), auto_create_topics=False
-        )
+        ClusterSpec(brokers=3, root=opts.root, base_port=find_free_base_port(3, start=19000))
     )
     if cluster.state() is not None:
         cluster.down()  # a demo directory left by a killed earlier demo is ours to clear
@@ -135,7 +134,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         from linkwatch.kafka_client import admin_client
 
         admin = admin_client(bootstrap_servers=state.bootstrap, client_id="linkwatch-demo")
-        created = topics.apply(admin, topics.plan(admin, topics.own_topics()), len(state.nodes))
+        created = ensure_own_topics(state.bootstrap)
         console.print(f"[bold]topics[/] created {', '.join(created)} (the cluster creates none on use)")
         ensure_topic(admin, opts.topic, opts.partitions, 3)
         if opts.serve_topic:

@@ -23,6 +23,7 @@ from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsCon
 from analyzer.sinks import TerminalSink
 from linkwatch.kafka_client import KafkaClientConfig
 from linkwatch.records import Finding
+from testbed.load import ensure_own_topics
 
 RESTORE_HOLD_S = 20.0  # the demo's hold before leadership returns (production default: 300 s)
 
@@ -124,6 +125,8 @@ class AnalyzerComponent:
         )
         if cfg.spark_log is not None:
             cfg.spark_log.unlink(missing_ok=True)  # this run's log only
+        # It reads the samples topic and may publish findings; the cluster creates no topic on use.
+        ensure_own_topics(cluster.bootstrap, cfg.samples_topic, cfg.findings_topic)
         pipeline = None
         if self.remediate_topics:
             from findings.pipeline import PipelineConfig, build_pipeline

@@ -11,6 +11,7 @@ from typing import Any
 
 from lag.runner import LagConfig, LagService, format_statuses, start_in_thread
 from testbed.cluster import ClusterState
+from testbed.load import ensure_own_topics
 
 
 class LagComponent:
@@ -45,6 +46,8 @@ class LagComponent:
         )
 
     def start(self, cluster: ClusterState) -> None:
+        if self.publish:
+            ensure_own_topics(cluster.bootstrap)  # the cluster creates no topic on use
         self._thread, self._stop, self.service = start_in_thread(self.config(cluster), printer=self._keep)
         self.metrics_port = self.service.serve_metrics()
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 
 from agent.health import Health
 from agent.jmx.collector import JMX_STAGES, ExporterReader, JmxCollector, JolokiaReader, stage_mbean
@@ -77,6 +77,11 @@ def test_jmx_exporter_endpoint_gives_the_same_windows_as_jolokia(
     )
     snap = exporter.reader.read()
     assert (stage_mbean("TotalTimeMs", PRODUCE), "Mean") in snap
+    admin = KafkaAdminClient(bootstrap_servers=monitoring.state.bootstrap)
+    try:
+        create_topic(admin, topic_name, partitions=3, rf=1)  # the cluster creates none on use
+    finally:
+        admin.close()
     jolokia.collect(0)
     exporter.collect(0)
     produce(monitoring.state.bootstrap, topic_name, 200)

@@ -18,6 +18,7 @@ from pathlib import Path
 from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
 from testbed.cluster import ClusterState
+from testbed.load import ensure_own_topics
 
 MARKER = "Completed request:"
 STAGE_KEYS = {s: f"{s}TimeMs" for s in R.STAGES}
@@ -51,6 +52,7 @@ class RequestLogFeed:
     def start(self) -> RequestLogFeed:
         from kafka import KafkaProducer
 
+        ensure_own_topics(self.cluster.bootstrap)  # the samples topic: the cluster creates none on use
         self._producer = KafkaProducer(
             bootstrap_servers=self.cluster.bootstrap, linger_ms=20, acks=1, client_id="linkwatch-feed"
         )

@@ -32,7 +32,7 @@ from analyzer.slow_broker import SlowBrokerConfig
 from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
 from testbed import faults
-from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
+from testbed.load import KeyDistribution, ProducerLoad, ensure_own_topics, ensure_topic
 from tests.analyzer.request_log_feed import RequestLogFeed
 
 pytestmark = [pytest.mark.minutes(3), pytest.mark.cluster, pytest.mark.timing]
@@ -235,7 +235,9 @@ def live(cluster3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("live")
     zipf, uniform = f"zipf-{tmp.name[-6:]}", f"uniform-{tmp.name[-6:]}"
     admin = KafkaAdminClient(bootstrap_servers=cluster3.bootstrap, client_id="e2e-live")
-    ensure_topic(admin, R.SAMPLES_TOPIC, 3, 1)
+    # The samples the feed writes, the findings the analyzer publishes: made as every test on
+    # the shared cluster makes them (another may have made them already, with its partitions).
+    ensure_own_topics(cluster3.bootstrap)
     for topic in (zipf, uniform):
         ensure_topic(admin, topic, 6, 3)
     admin.close()

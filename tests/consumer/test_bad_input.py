@@ -47,6 +47,7 @@ def _run(
 
 def test_dead_letter_path(cluster3, admin, topic_name):
     create_topic(admin, topic_name, partitions=2)
+    create_topic(admin, f"{topic_name}.dead-letter", partitions=3, replication=3)  # none made on use
     _send(cluster3.bootstrap, topic_name, [GOOD, *MALFORMED, FLAKY, POISON, GOOD])
     group = f"g-{uuid.uuid4().hex[:6]}"
     cfg = ConsumerConfig(bootstrap_servers=cluster3.bootstrap, group_id=group, max_retries=2)

@@ -101,6 +101,8 @@ def _corrupt(cluster: ClusterState, broker: int, topic: str, partition: int, mar
 )
 def test_corrupt_batch(cluster3, admin, topic_name, on_exhausted, p0_offsets, dead, stopped):
     create_topic(admin, topic_name, partitions=2)  # partition 0 led by broker 1
+    if on_exhausted == "dead_letter":  # the cluster creates no topic on use
+        create_topic(admin, f"{topic_name}.dead-letter", partitions=3, replication=3)
     producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, linger_ms=0)
     for i in range(20):
         producer.send(topic_name, value=b"rec-%03d" % i, partition=0).get(30)  # one batch each

@@ -18,6 +18,7 @@ from consumer import AsyncFetchConsumer, ConsumerConfig
 from consumer.metrics import APP_BROKER
 from linkwatch.records import SAMPLES_TOPIC, ClientFetch, RecordError, decode
 from linkwatch.sketch import LatencySketch
+from testbed.load import ensure_own_topics
 from tests.consumer.conftest import create_topic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
@@ -31,6 +32,7 @@ def _sample(registry, name: str, **labels: str) -> float | None:
 
 def test_timings_metrics_samples_and_span_links(cluster3, admin, topic_name):
     create_topic(admin, topic_name, partitions=3)
+    ensure_own_topics(cluster3.bootstrap)  # publish_samples: to linkwatch.samples, made before use
     producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap)
     for i in range(300):
         headers = [("traceparent", f"00-{TRACE_ID}-{i + 1:016x}-01".encode())] if i % 3 == 0 else []

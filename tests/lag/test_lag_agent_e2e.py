@@ -29,7 +29,7 @@ from testbed.agents import config_for_node, start_agent_process
 from testbed.cluster import ClusterState
 from testbed.faults import evict_page_cache
 from tests.agent.conftest import free_port
-from tests.lag.lagkit import month_old_topic, write_load
+from tests.lag.lagkit import make_topic, month_old_topic, write_load
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
@@ -98,7 +98,8 @@ def test_hoststats_window_cold_read_risk_and_agent_confirmation(
     data = month_old_topic(admin, cluster3.bootstrap, topic_name, group_name)
     old, fresh, leader = data.old, data.fresh, data.leader
     pdir = partition_dir(cluster3.node(leader).log_dirs, topic_name, 0)
-    url = running_agent(leader)
+    url = running_agent(leader)  # linkwatch.samples is created before the agent starts
+    findings_topic = make_topic(admin, f"{topic_name}-findings", partitions=3, rf=3)  # none on use
 
     cfg = LagConfig.model_validate(
         {
@@ -108,7 +109,7 @@ def test_hoststats_window_cold_read_risk_and_agent_confirmation(
             "interval_s": 1.0,
             "collector": {"include": [f"^{old}$", f"^{fresh}$"], "window_s": 3.0, "min_evaluations": 3},
             "metrics": {"port": 0},
-            "publish": {"samples": False, "findings": True, "findings_topic": f"{topic_name}-findings"},
+            "publish": {"samples": False, "findings": True, "findings_topic": findings_topic},
             "cold_read": {
                 "windows_from": "samples",
                 "max_host_age_s": 30,

@@ -23,6 +23,7 @@ from probe.ledger import BrokerWindow
 from probe.service import ProbeService
 from probe.topic import owners, read_view
 from testbed.faults import PauseDutyCycle, restore_preferred_leaders
+from testbed.load import ensure_topic
 from tests.probe.cluster_config import probe_config
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]
@@ -64,13 +65,15 @@ class Run:
 
 
 @pytest.fixture
-def probe_run(cluster3) -> Iterator[Run]:
+def probe_run(cluster3, admin) -> Iterator[Run]:
+    samples = f"samples-{uuid.uuid4().hex[:8]}"
+    ensure_topic(admin, samples, 3, 3)  # the probe publishes there; the cluster creates none on use
     cfg = probe_config(
         cluster3.bootstrap,
         WINDOW_S,
         deadline_ms=DEADLINE_MS,
         forget_after_ms=10_000,
-        samples_topic=f"samples-{uuid.uuid4().hex[:8]}",
+        samples_topic=samples,
     )
     run = Run(cfg)
     run.thread.start()

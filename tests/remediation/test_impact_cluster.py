@@ -44,6 +44,7 @@ def test_the_impact_guard_stops_an_action_that_hurts(
 ) -> None:
     create_topic(admin, topic_name, RF3)
     samples = f"{topic_name}-probe"
+    create_topic(admin, samples, {p: RF3[p] for p in range(3)})  # the probe's; none made on use
     probe = ProbeService(probe_config(cluster3.bootstrap, 2, samples_topic=samples))
     stop = threading.Event()
     runner = threading.Thread(target=probe.run, args=(stop,), daemon=True)
