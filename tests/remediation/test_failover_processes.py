@@ -7,6 +7,11 @@ nothing on the cluster (its next write or change is refused and audited ``fenced
 is not lost; the demotion is done exactly once; and the cap still holds after the failover (a
 demotion of a second broker is refused by the new holder).
 
+A free-disk reassignment (``rebalance_disks``, throttled moves run as a sliding window) is
+stopped the same way while a move is in flight: the standby finishes the moves in flight
+(``on_restart: finish``), runs the ones never started, clears the throttles, and the old holder,
+resumed, sends no move.
+
 The default run takes three cases (frozen with a step written ``intent``; frozen inside a
 change, before the fencing check; killed while a step is being verified);
 ``LINKWATCH_ALL_FAILPOINTS=1`` runs both ways at every point but ``before_call`` (the documented
@@ -30,7 +35,16 @@ from kafka.admin import NewTopic
 
 from remediation.audit import read_audit
 from testbed.cluster import ClusterState
-from tests.remediation.kit import config, create_topic, demoting, finding, leaders, wait_until
+from tests.remediation.kit import (
+    config,
+    create_topic,
+    demoting,
+    finding,
+    leaders,
+    replicas,
+    throttles,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster, pytest.mark.timing]
 
@@ -85,9 +99,9 @@ class Member:
         self.log.close()
 
 
-def _publish(bootstrap: str, topic: str, subject: str) -> None:
+def _publish(bootstrap: str, topic: str, subject: str, rule: str = "slow_broker") -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    f = finding("slow_broker", subject, stage="local")
+    f = finding(rule, subject, stage="local")
     producer.send(topic, f.to_json()).get(30)
     producer.close()
 
@@ -202,6 +216,102 @@ def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
         # The old holder never took the lease back on its stale assignment.
         assert not a.events("lease_acquired", since=frozen_at), a.events(since=frozen_at)
         assert sorted(after_resume.values()).count(2) == 0
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+
+
+# Moves of 3 MB at 300 kB/s: the first 1 MiB fetch is not held by the throttle, the rest takes
+# ~7 s a move, so a move is still in flight when the holder stops at its next change.
+MOVE_SIZES = [3_000_000, 2_800_000, 2_600_000, 2_400_000]
+MOVE_THROTTLE_BYTES_PER_S = 300_000
+REASSIGN_CASES = ["frozen", "killed"] if os.environ.get("LINKWATCH_ALL_FAILPOINTS") else ["frozen"]
+
+
+def _moving(admin, topic: str) -> list[int]:
+    return sorted(tp.partition for tp in admin.list_partition_reassignments() if tp.topic == topic)
+
+
+@pytest.mark.parametrize("how", REASSIGN_CASES)
+def test_a_holder_stopped_mid_reassignment_sends_nothing_after_and_the_standby_finishes_it(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path, fill_broker1_dir, how: str
+) -> None:
+    filled = fill_broker1_dir(MOVE_SIZES)
+    findings_topic = f"{topic_name}-findings"
+    admin.create_topics([NewTopic(findings_topic, 1, 3)])
+    settings = {
+        "findings_topic": findings_topic,
+        "lease": {
+            "enabled": True,
+            "topic": f"{topic_name}-lease",
+            "state_topic": f"{topic_name}-state",
+            "group": f"{topic_name}-g",
+            "session_timeout_ms": SESSION_MS,
+        },
+        **filled.rebalance_disks(
+            target_ratio=0.4, window=2, throttle_bytes_per_s=MOVE_THROTTLE_BYTES_PER_S, poll_s=0.2
+        ),
+        "on_restart": "finish",
+    }
+    before = replicas(admin, topic_name)
+    subject = f"log_dir:1:{filled.path}"
+    a = Member("a", tmp_path, cluster3.bootstrap, settings)
+    b: Member | None = None
+    try:
+        wait_until(lambda: a.events("lease_acquired"), 60, "a holding the lease")
+        b = Member("b", tmp_path, cluster3.bootstrap, settings)
+        wait_until(lambda: b.events("started"), 60, "b started (standby)")
+        _publish(cluster3.bootstrap, findings_topic, subject, rule="hot_disk")
+        wait_until(lambda: _moving(admin, topic_name), 60, "a's first move in flight")
+        # Its next change to the cluster (the next move, or a throttle) stops it: a move is
+        # still in flight then, a slot's move at most intended.
+        (a.points / "before_fence").touch()
+        wait_until(a.frozen, 60, "a stopped at its next change")
+        frozen_at = time.time()
+        in_flight = _moving(admin, topic_name)
+        assert in_flight, "no move in flight when a stopped: the case under test did not happen"
+        if how == "killed":
+            a.proc.kill()
+            a.proc.wait(10)
+        wait_until(lambda: b.events("lease_acquired"), 4 * SESSION_MS / 1000, "b taking the lease")
+        recovered = wait_until(lambda: b.events("recover"), 120, "b recovering a's action")
+        assert recovered[0]["status"] == "recovered", recovered
+        print(f"in flight when a stopped: {in_flight}; b recovered: {recovered[0]['note']}")
+        remaining = frozen_at + 2 * SESSION_MS / 1000 - time.time()
+        if how == "frozen":
+            time.sleep(max(0.0, remaining))
+            resumed_at = time.time()
+            os.kill(a.proc.pid, signal.SIGCONT)
+            wait_until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale change refused (fenced)")
+        wait_until(
+            lambda: not _moving(admin, topic_name) and throttles(admin, topic_name) == {},
+            120,
+            "no move in flight and no throttle left",
+        )
+        time.sleep(2)  # a resumed holder's late change would show by now
+
+        events = [e for m in (a, b) for e in m.events()]
+        plan = next(e["plan"] for e in events if e["event"] == "plan" and e["plan"].get("subject") == subject)
+        moves = {m["params"]["partition"]: m["params"] for m in plan["steps"]}
+        now = replicas(admin, topic_name)
+        # Every move happened at most once: a partition holds its replicas from before the plan or
+        # after its move, never a third set; the moves in flight when a stopped were finished.
+        for partition, move in moves.items():
+            assert now[partition] in (move["before"], move["after"]), (partition, move, now[partition])
+        for partition in in_flight:
+            assert now[partition] == moves[partition]["after"], (partition, in_flight, now)
+        assert now != before, "nothing moved"
+        assert not throttles(admin, topic_name)
+        # The old holder sent no move after it stopped, and never took the lease back.
+        sent_after = [
+            e
+            for e in a.events("step", since=frozen_at)
+            if e.get("status") not in ("intent", "cancelled", "failed")
+        ]
+        assert not sent_after, sent_after
+        assert not a.events("lease_acquired", since=frozen_at), a.events(since=frozen_at)
+        assert [e["action"] for e in recovered] == [plan["id"]]
     finally:
         a.stop()
         if b is not None:
