@@ -232,6 +232,20 @@ def posted_alert(
     }
 
 
+def prometheus_api(url: str, path: str, params: dict[str, Any] | list[tuple[str, str]]) -> Any:
+    """GET a path of the Prometheus HTTP API at ``url``; the ``data`` of a successful answer."""
+    with urllib.request.urlopen(f"{url}{path}?" + urllib.parse.urlencode(params), timeout=10) as r:
+        doc = json.loads(r.read())
+    if doc.get("status") != "success":
+        raise ValueError(f"{path} {params!r} failed: {doc}")
+    return doc["data"]
+
+
+def prometheus_query(url: str, expr: str) -> list[dict[str, Any]]:
+    """An instant query to the Prometheus at ``url``; the result vector."""
+    return prometheus_api(url, "/api/v1/query", {"query": expr})["result"]
+
+
 class AlertStack:
     """Receiver, Alertmanager and Prometheus, started in that order, stopped in reverse.
     Each writes under ``workdir/<name>`` (:attr:`COMPONENTS`)."""
@@ -350,17 +364,11 @@ class AlertStack:
 
     # --- what tests and the demo look at ----------------------------------------------------
     def _api(self, path: str, params: dict[str, Any] | list[tuple[str, str]]) -> Any:
-        """GET a Prometheus HTTP API path; the ``data`` of a successful answer."""
-        url = f"{self.prometheus_url}{path}?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=10) as r:
-            doc = json.loads(r.read())
-        if doc.get("status") != "success":
-            raise ValueError(f"{path} {params!r} failed: {doc}")
-        return doc["data"]
+        return prometheus_api(self.prometheus_url, path, params)
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """Instant query through Prometheus's HTTP API; the result vector."""
-        return self._api("/api/v1/query", {"query": expr})["result"]
+        return prometheus_query(self.prometheus_url, expr)
 
     def query_range(
         self, expr: str, start_s: float, end_s: float, step_s: float = 5.0

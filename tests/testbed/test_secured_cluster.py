@@ -5,7 +5,6 @@ wrong password that fails with an error naming authentication, quickly."""
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
@@ -13,8 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +27,7 @@ from linkwatch.errors import KafkaConnectError
 from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from probe.config import ProbeConfig
 from probe.service import ProbeService
-from testbed.alert_stack import Process, binary, free_port
+from testbed.alert_stack import Process, binary, free_port, prometheus_query
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 pytestmark = pytest.mark.cluster
@@ -281,9 +278,8 @@ def test_the_quickstart_walk_reaches_prometheus(
             assert exec_start, text
             argv = shlex.split(exec_start.group(1))
             procs.append(Process(unit, [str(linkwatch), *argv[1:]], tmp_path / f"{unit}.log"))
-        prom = _doc_prometheus(etc, ports, tmp_path)
+        prom, url = _doc_prometheus(etc, ports, tmp_path)
         procs.append(prom)
-        url = prom.url
         prom.wait_http(f"{url}/-/ready", 60)
         wanted = {
             'up{job="linkwatch-agent"}': 1,
@@ -297,7 +293,7 @@ def test_the_quickstart_walk_reaches_prometheus(
         deadline, missing = time.monotonic() + 120, dict(wanted)
         while missing and time.monotonic() < deadline:
             for expr in list(missing):
-                if [s for s in _query(url, expr) if s["value"][1] != "0"]:
+                if [s for s in prometheus_query(url, expr) if s["value"][1] != "0"]:
                     del missing[expr]
             time.sleep(1)
         assert not missing, f"no answer to {sorted(missing)} in Prometheus; logs under {tmp_path}"
@@ -309,13 +305,10 @@ def test_the_quickstart_walk_reaches_prometheus(
         assert PASSWORD not in log and "Traceback" not in log, f"{unit}:\n{log[-3000:]}"
 
 
-class _Prometheus(Process):
-    url = ""
-
-
-def _doc_prometheus(etc: Path, ports: dict[str, int], tmp_path: Path) -> _Prometheus:
+def _doc_prometheus(etc: Path, ports: dict[str, int], tmp_path: Path) -> tuple[Process, str]:
     """The Prometheus example ``init`` wrote (its rules included), with its targets pointed at
-    this host's ports and a 1 s scrape; ``promtool check config`` passes on it first."""
+    this host's ports and a 1 s scrape, started; ``promtool check config`` passes on it first.
+    Returns the process and its URL."""
     doc = yaml.safe_load((etc / "prometheus.yml").read_text())
     doc["global"]["scrape_interval"] = "1s"
     doc.pop("alerting", None)  # no Alertmanager in this walk
@@ -334,7 +327,7 @@ def _doc_prometheus(etc: Path, ports: dict[str, int], tmp_path: Path) -> _Promet
     check = subprocess.run([binary("promtool"), "check", "config", str(path)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     port = free_port()
-    prom = _Prometheus(
+    prom = Process(
         "prometheus",
         [
             binary("prometheus"),
@@ -344,12 +337,4 @@ def _doc_prometheus(etc: Path, ports: dict[str, int], tmp_path: Path) -> _Promet
         ],
         tmp_path / "prometheus.log",
     )
-    prom.url = f"http://127.0.0.1:{port}"
-    return prom
-
-
-def _query(url: str, expr: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(
-        f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=10
-    ) as r:
-        return json.loads(r.read())["data"]["result"]
+    return prom, f"http://127.0.0.1:{port}"
