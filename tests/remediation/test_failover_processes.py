@@ -99,6 +99,17 @@ class Member:
         self.log.close()
 
 
+def _lease(topic_name: str) -> dict[str, Any]:
+    """The members' shared lease (and state topic), named after the test's topic."""
+    return {
+        "enabled": True,
+        "topic": f"{topic_name}-lease",
+        "state_topic": f"{topic_name}-state",
+        "group": f"{topic_name}-g",
+        "session_timeout_ms": SESSION_MS,
+    }
+
+
 def _publish(bootstrap: str, topic: str, subject: str, rule: str = "slow_broker") -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     f = finding(rule, subject, stage="local")
@@ -145,13 +156,7 @@ def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
     admin.create_topics([NewTopic(findings_topic, 1, 3)])
     settings = {
         "findings_topic": findings_topic,
-        "lease": {
-            "enabled": True,
-            "topic": f"{topic_name}-lease",
-            "state_topic": f"{topic_name}-state",
-            "group": f"{topic_name}-g",
-            "session_timeout_ms": SESSION_MS,
-        },
+        "lease": _lease(topic_name),
         **demoting(topic_name),
         "caps": {"max_demoted_brokers": 1, "max_demoted_share": None},
         # Two brokers with findings must reach the cap, not the breaker on bad brokers.
@@ -242,13 +247,7 @@ def test_a_holder_stopped_mid_reassignment_sends_nothing_after_and_the_standby_f
     admin.create_topics([NewTopic(findings_topic, 1, 3)])
     settings = {
         "findings_topic": findings_topic,
-        "lease": {
-            "enabled": True,
-            "topic": f"{topic_name}-lease",
-            "state_topic": f"{topic_name}-state",
-            "group": f"{topic_name}-g",
-            "session_timeout_ms": SESSION_MS,
-        },
+        "lease": _lease(topic_name),
         **filled.rebalance_disks(
             target_ratio=0.4, window=2, throttle_bytes_per_s=MOVE_THROTTLE_BYTES_PER_S, poll_s=0.2
         ),
