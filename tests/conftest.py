@@ -42,7 +42,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=TIMING_RERUN_DELAY_S))
 
 
-# LINKWATCH_TEST_CPU=FILE appends one JSON line per test phase: its wall time and the whole
+# LINKWATCH_TEST_CPU=FILE appends one JSON line per test (setup, call and teardown together,
+# so a fixture's start is counted in the first test using it): its wall time and the whole
 # machine's busy CPU seconds meanwhile (from /proc/stat, so the brokers, Spark and processes the
 # test drives are counted, which the test process's own times would miss). Meaningful on an
 # otherwise quiet machine with one worker; it is how the suite's CPU is attributed to tests.
