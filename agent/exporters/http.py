@@ -81,8 +81,10 @@ class AgentHttpServer:
                 started.append(None)
             except BaseException as e:  # reported to start()'s caller
                 started.append(e)
-                ready.set()
+                if self._runner is not None:  # set up before the bind failed: free what it holds
+                    loop.run_until_complete(self._runner.cleanup())
                 loop.close()
+                ready.set()
                 return
             ready.set()
             loop.run_forever()
@@ -93,6 +95,9 @@ class AgentHttpServer:
         self._thread.start()
         ready.wait()
         if started[0] is not None:
+            # The thread ends by itself after a failed start: wait for it, so close() never asks
+            # its loop (closed, or closing) to stop (a race that raised "Event loop is closed").
+            self._thread.join(timeout=10)
             self.close()
             if isinstance(started[0], OSError):
                 raise ListenError("the agent's /metrics", self.host, self.port, started[0]) from None
