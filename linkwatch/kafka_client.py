@@ -312,6 +312,13 @@ def admin_client(**configs: Any) -> Any:
     return _admin_class()(**configs)
 
 
+def known_brokers(admin: Any) -> list[Any]:
+    """The brokers (``BrokerMetadata``: ``nodeId``, ``host``, ``port``, ``rack``) in the
+    metadata an admin client fetched at bootstrap. kafka-python keeps them on the client's
+    private cluster view and has no public call for it; this is the one place that reads it."""
+    return list(admin._client.cluster.brokers())
+
+
 @functools.cache
 def _admin_class() -> type:
     from kafka import KafkaAdminClient  # kafka-python: only where clients are built

@@ -113,7 +113,12 @@ class KafkaProbes:
     def answers(self) -> Probe:
         from linkwatch import reach
         from linkwatch.errors import LinkwatchError
-        from linkwatch.kafka_client import describe, explained_connect_errors, kafka_python_kwargs
+        from linkwatch.kafka_client import (
+            describe,
+            explained_connect_errors,
+            kafka_python_kwargs,
+            known_brokers,
+        )
 
         try:
             reach.check_kafka(self.kafka, self.key)
@@ -124,7 +129,7 @@ class KafkaProbes:
         except LinkwatchError as e:
             self._failed = str(e)
             return Probe(False, self.key, str(e))
-        brokers = len(self._admin._client.cluster.brokers())
+        brokers = len(known_brokers(self._admin))
         return Probe(True, self.key, f"{describe(self.kafka)} answers ({brokers} brokers)")
 
     def topics(self, named: Mapping[str, str], missing_ok: Iterable[str] = ()) -> list[Probe]:

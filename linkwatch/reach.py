@@ -154,7 +154,7 @@ def _kafka_brokers(
     """Bootstrap a Kafka client within ``budget_s``; the brokers the cluster advertises."""
     from kafka.errors import IncompatibleBrokerVersion, KafkaError
 
-    from linkwatch.kafka_client import admin_client
+    from linkwatch.kafka_client import admin_client, known_brokers
 
     timeout_ms = max(1000, int(budget_s * 1000))
     with quiet_client():
@@ -182,7 +182,7 @@ def _kafka_brokers(
             ) from None
         try:
             # The metadata the bootstrap fetched (the client keeps it on its cluster view).
-            brokers = admin._client.cluster.brokers()
+            brokers = known_brokers(admin)
             return [f"{b.host}:{b.port}" for b in brokers]
         finally:
             admin.close()

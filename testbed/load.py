@@ -280,7 +280,7 @@ def ensure_own_topics(
     from kafka.errors import TopicAlreadyExistsError
 
     from linkwatch import topics
-    from linkwatch.kafka_client import admin_client, kafka_python_kwargs
+    from linkwatch.kafka_client import admin_client, kafka_python_kwargs, known_brokers
 
     specs = topics.own_topics(samples, findings)
     admin = admin_client(**kafka_python_kwargs(kafka, "testbed-topics"))
@@ -289,7 +289,7 @@ def ensure_own_topics(
         # Another helper may create one between the plan and the create: its topic will do.
         with contextlib.suppress(TopicAlreadyExistsError):
             states = topics.plan(admin, specs)
-            brokers = len(admin._client.cluster.brokers())  # as `linkwatch topics --create`
+            brokers = len(known_brokers(admin))  # as `linkwatch topics --create`
             created = topics.apply(admin, states, brokers)
         for spec in specs:
             wait_for_leaders(admin, spec.name)

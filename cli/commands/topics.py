@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from linkwatch.config import load_config
-from linkwatch.kafka_client import explained_connect_errors, kafka_python_kwargs
+from linkwatch.kafka_client import explained_connect_errors, kafka_python_kwargs, known_brokers
 from linkwatch.reach import check_kafka
 from linkwatch.topics import TopicsConfig, apply, own_topics, plan
 
@@ -42,7 +42,7 @@ def app(
         if not create:
             typer.echo(f"dry run: would create {', '.join(missing)} (run again with --create)")
             raise typer.Exit(1)
-        brokers = len(admin._client.cluster.brokers())
+        brokers = len(known_brokers(admin))
         for name in apply(admin, states, brokers):
             typer.echo(f"created {name}")
     finally:
