@@ -78,6 +78,7 @@ from testbed import faults
 from testbed.agents import config_for_node, start_agents_in_process
 from testbed.alert_stack import SHIPPED_SCRAPE_S, AlertStack, ScrapeTarget, agent_targets
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from testbed.demo.probe import ProbeComponent
 from testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, ensure_topic
 
 CLUSTER = "fm"
@@ -809,31 +810,6 @@ class Loads:
         self.running, self.current = [], None
 
 
-def start_probe(
-    state: ClusterState, window_s: int, root: Path
-) -> tuple[Any, threading.Event, threading.Thread, int]:
-    """The probe (one partition led by every broker, Poisson probes), publishing its windows to
-    the samples topic and serving its metrics, in a thread of this process."""
-    from probe.config import ProbeConfig
-    from probe.service import ProbeService
-
-    cfg = ProbeConfig.model_validate(
-        {
-            "bootstrap_servers": state.bootstrap,
-            "cluster": CLUSTER,
-            "instance": "fm-probe",
-            "window_s": window_s,
-            "metrics": {"port": 0},
-        }
-    )
-    probe = ProbeService(cfg)
-    port = probe.serve_metrics()
-    stop = threading.Event()
-    thread = threading.Thread(target=probe.run, args=(stop,), name="probe", daemon=True)
-    thread.start()
-    return probe, stop, thread, port
-
-
 def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
     from kafka import KafkaAdminClient
 
@@ -874,8 +850,11 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         loads.set(BOTH)
         stops.append(loads.stop)
         stops.append(ConsumerLoad(state.bootstrap, "fm-uniform", "fm-group").start().stop)
-        probe, probe_stop, probe_thread, probe_port = start_probe(state, args.window_s, root)
-        stops.append(lambda: (probe_stop.set(), probe_thread.join(30), probe.close()))
+        # The probe: one partition led by every broker, Poisson probes, its windows on the
+        # samples topic and its gauges served (the demo's component, under this run's cluster).
+        probe = ProbeComponent(args.window_s, cluster=CLUSTER, instance="fm-probe")
+        stops.append(probe.stop)
+        probe.start(state)
         cfg = analyzer_config(state, root, args.evaluation, args.window_s, args.analyzer)
         t0 = time.time()
         service = AnalysisService(cfg, sinks=[sink]).start()
@@ -887,7 +866,9 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         targets.append(
             ScrapeTarget("linkwatch-analyzer", f"127.0.0.1:{service.metrics_port}", {"cluster": CLUSTER})
         )
-        targets.append(ScrapeTarget("linkwatch-probe", f"127.0.0.1:{probe_port}", {"cluster": CLUSTER}))
+        targets.append(
+            ScrapeTarget("linkwatch-probe", f"127.0.0.1:{probe.metrics_port}", {"cluster": CLUSTER})
+        )
         stack = alert_stack(root / "alerts", targets, args.prometheus).start()
         stops.append(stack.stop)
         ticker = Ticker(service).start()

@@ -62,6 +62,7 @@ from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from testbed.demo.agents import AgentsComponent
 from testbed.demo.analyzer import AnalyzerComponent, demo_config
+from testbed.demo.probe import ProbeComponent
 from testbed.load import KeyDistribution, ProducerLoad, ensure_topic, partition_leaders
 from testbed.recovery import PAUSE_MS, fault_round, one_round, wait_restored
 
@@ -125,6 +126,9 @@ def run_draws(args: argparse.Namespace) -> None:
         ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19400))
     )
     agents = AgentsComponent()
+    # The probe, as the fault matrix runs it: a leader paused between reads looks fast to its own
+    # request timings, and only the clients' view finds it (--no-probe: the agents' view alone).
+    probe = ProbeComponent(agents.window_s) if args.probe else None
     loads: fm.Loads | None = None
     analyzer: AnalyzerComponent | None = None
     rows: list[tuple[str, fm.Scenario, dict]] = []
@@ -137,6 +141,8 @@ def run_draws(args: argparse.Namespace) -> None:
             ensure_topic(admin, topic, 6, 3)
         fm.victim_topics(admin, state.bootstrap, {v for s in chosen for v in s.victims})
         agents.start(state)
+        if probe is not None:
+            probe.start(state)
         loads = fm.Loads(state.bootstrap)
         loads.set(fm.BOTH)
         ctx = fm.Ctx(state, admin, cluster)
@@ -166,6 +172,8 @@ def run_draws(args: argparse.Namespace) -> None:
             analyzer.stop()
         if loads is not None:
             loads.stop()
+        if probe is not None:
+            probe.stop()
         agents.stop()
         cluster.down()
         shutil.rmtree(root, ignore_errors=True)
@@ -286,6 +294,12 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=0, help="time N random fault draws instead of rounds")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kinds", default=",".join(REMEDIABLE), help="fault kinds to draw from")
+    ap.add_argument(
+        "--probe",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with the draws: run the probe beside the agents, as the fault matrix does (default)",
+    )
     ap.add_argument("--before-s", type=float, default=15.0)
     ap.add_argument(
         "--modes", default="without,with", help="the analyzer without remediation, with it, or both (default)"

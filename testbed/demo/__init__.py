@@ -4,8 +4,8 @@ Timeline for ``duration_s`` seconds: start the cluster, produce Zipf-keyed load 
 show live per-broker throughput and produce latency, pause one broker's JVM in a duty cycle
 for the middle third, then remove the fault. Components plug in as :class:`DemoComponent`
 objects with start/lines/stop, one module each: :mod:`.agents` (an agent per broker),
-:mod:`.lag` (the lag collector), :mod:`.alerting` (the alert stack), :mod:`.analyzer` (the Spark
-analyzer). Everything started is stopped on the way out, on Ctrl-C too.
+:mod:`.lag` (the lag collector), :mod:`.probe` (the probe), :mod:`.alerting` (the alert stack),
+:mod:`.analyzer` (the Spark analyzer). Everything started is stopped on the way out, on Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -92,9 +92,13 @@ def default_components(
     from testbed.demo.agents import AgentsComponent, scrape_targets
     from testbed.demo.alerting import AlertingDemoComponent
     from testbed.demo.lag import LagComponent
+    from testbed.demo.probe import ProbeComponent
 
     agents, lag = AgentsComponent(), LagComponent()
-    comps: list[Callable[[], DemoComponent]] = [lambda: agents, lambda: lag]
+    # The probe: the clients' view of each leader, which a leader paused between reads hides
+    # from its own request timings (its windows feed the analyzer, its gauges the probe alerts).
+    probe = ProbeComponent(agents.window_s)
+    comps: list[Callable[[], DemoComponent]] = [lambda: agents, lambda: lag, lambda: probe]
     found = None
     if analyzer:
         from testbed.demo.analyzer import AnalyzerComponent, demo_config
@@ -105,7 +109,7 @@ def default_components(
         comps.append(lambda: found)
     # The alert stack last: it scrapes what the others serve, the analyzer's findings included.
     alerting = AlertingDemoComponent(
-        workdir / "alerts", lambda _cluster: scrape_targets(agents, lag, analyzer=found)
+        workdir / "alerts", lambda _cluster: scrape_targets(agents, lag, analyzer=found, probe=probe)
     )
     comps.append(lambda: alerting)
     return comps

@@ -91,14 +91,18 @@ class AgentsComponent:
         self._spool.cleanup()
 
 
-def scrape_targets(agents: AgentsComponent, lag, cluster: str = "demo", analyzer=None) -> list:
+def scrape_targets(agents: AgentsComponent, lag, cluster: str = "demo", analyzer=None, probe=None) -> list:
     """The /metrics endpoints the demo's Prometheus scrapes: every agent, the lag collector and,
-    when it runs, the analyzer (whose findings the slow-node alerts read)."""
+    when they run, the analyzer (whose findings the slow-node alerts read) and the probe."""
     from testbed.alert_stack import ScrapeTarget, agent_targets
 
     targets = agent_targets(agents.metrics_ports(), cluster)
     if lag.metrics_port:
         targets.append(ScrapeTarget("linkwatch-lag", f"127.0.0.1:{lag.metrics_port}", {"cluster": cluster}))
+    if probe is not None and probe.metrics_port:
+        targets.append(
+            ScrapeTarget("linkwatch-probe", f"127.0.0.1:{probe.metrics_port}", {"cluster": cluster})
+        )
     if analyzer is not None and analyzer.metrics_port:
         targets.append(
             ScrapeTarget("linkwatch-analyzer", f"127.0.0.1:{analyzer.metrics_port}", {"cluster": cluster})

@@ -41,6 +41,9 @@ def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
     assert "created linkwatch.samples, linkwatch.findings" in text
     # The agents' per-stage p99 table appeared once their first window closed.
     assert "agent p99 ms, last window" in text and "b2 Produce" in text
+    # The probe ran beside them: the clients' view of every leader, once its first window closed.
+    assert "probe (clients' view of each leader)" in text
+    assert all(f"broker {b}" in text.split("probe (clients' view")[-1] for b in (1, 2, 3)), text[-2000:]
     assert summary["acked"] > 0.9 * 24 * 400 * 0.8 and summary["errors"] == 0
     assert summary["consumed"] > 0
     p50 = summary["median_p50_ms_by_phase"]
