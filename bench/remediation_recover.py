@@ -63,7 +63,7 @@ from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_b
 from testbed.demo.agents import AgentsComponent
 from testbed.demo.analyzer import AnalyzerComponent, demo_config
 from testbed.demo.probe import ProbeComponent
-from testbed.load import KeyDistribution, ProducerLoad, ensure_topic, partition_leaders
+from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
 from testbed.recovery import PAUSE_MS, fault_round, one_round, wait_restored
 
 VICTIM = 2
@@ -82,15 +82,14 @@ def cleared_then_restored(
     leads a partition of ``serve`` again (the remediator restores it a hold time after the clear);
     None for a step not reached within ``timeout_s``. Both are printed, so a late restore says
     whether the analyzer or the remediator was late."""
-    start = time.monotonic()
-    cleared = None
-    while (waited := time.monotonic() - start) < timeout_s:
-        if cleared is None and not finding_active(analyzer):
-            cleared = waited
-        if VICTIM in partition_leaders(admin, "serve").values():
-            return cleared, waited
-        time.sleep(1.0)
-    return cleared, None
+    cleared: list[float] = []
+
+    def note_clear(waited_s: float) -> None:
+        if not cleared and not finding_active(analyzer):
+            cleared.append(waited_s)
+
+    restored = wait_restored(admin, "serve", VICTIM, timeout_s, on_poll=note_clear)
+    return (cleared[0] if cleared else None), restored
 
 
 def default_config() -> AnalyzerConfig:

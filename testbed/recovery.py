@@ -58,11 +58,19 @@ def one_round(
     }
 
 
-def wait_restored(admin: Any, topic: str, victim: int, timeout_s: float) -> float | None:
+def wait_restored(
+    admin: Any,
+    topic: str,
+    victim: int,
+    timeout_s: float,
+    on_poll: Callable[[float], None] | None = None,
+) -> float | None:
     """Seconds until ``victim`` leads a partition of ``topic`` again (None: not within
-    ``timeout_s``)."""
+    ``timeout_s``). ``on_poll(waited_s)`` runs before each look (to time another step beside)."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
+    while (waited := time.monotonic() - start) < timeout_s:
+        if on_poll is not None:
+            on_poll(waited)
         if victim in partition_leaders(admin, topic).values():
             return time.monotonic() - start
         time.sleep(1.0)
