@@ -73,6 +73,7 @@ def _hidden(value: Any) -> Any:
 
 
 logging.getLogger("kafka.admin.client").addFilter(HidePasswords())
+_log = logging.getLogger(__name__)
 
 
 class KafkaClientConfig(StrictModel):
@@ -304,24 +305,37 @@ def spark_kafka_options(kafka: KafkaClientConfig | str) -> dict[str, str]:
 
 
 def admin_client(**configs: Any) -> Any:
-    """``kafka.KafkaAdminClient(**configs)``, whose IO thread is stopped when the constructor
-    fails. kafka-python (3.0.12) starts that thread, then bootstraps; a bootstrap that fails
-    leaves the thread running for the life of the process, so a retry loop over an outage
-    (``linkwatch.reach.connect``, a check every back-off) leaked one thread per attempt. Build
-    every admin client through this."""
+    """``kafka.KafkaAdminClient(**configs)`` with two mends of kafka-python (3.0.12); build
+    every admin client through this.
+
+    * Its IO thread is stopped when the constructor fails: kafka-python starts that thread, then
+      bootstraps; a bootstrap that fails left the thread running for the life of the process,
+      so a retry loop over an outage (``linkwatch.reach.connect``, a check every back-off)
+      leaked one thread per attempt.
+    * A request for the controller survives the restart of the broker it went to. The client
+      keeps the broker it first sent controller requests to and its own view of the brokers,
+      which it does not refresh by itself; a broker that restarts (a rolling restart) leaves
+      that view without it, and every later controller request (reassignments, leader
+      elections, topic creation) failed with ``UnknownBrokerIdError`` for good — the probe's
+      topic keeper and the remediator's leader elections stopped working after one. On that
+      error (or the broker not ready), the view is refreshed, the controller asked again, and
+      the request sent once more.
+    """
     return _admin_class()(**configs)
 
 
 def known_brokers(admin: Any) -> list[Any]:
-    """The brokers (``BrokerMetadata``: ``nodeId``, ``host``, ``port``, ``rack``) in the
-    metadata an admin client fetched at bootstrap. kafka-python keeps them on the client's
-    private cluster view and has no public call for it; this is the one place that reads it."""
+    """The brokers (each with ``node_id``, ``host``, ``port``, ``rack``) in the metadata an
+    admin client holds. kafka-python keeps them on the client's private cluster view and has no
+    public call for it; this is the one place that reads it."""
     return list(admin._client.cluster.brokers())
 
 
 @functools.cache
 def _admin_class() -> type:
-    from kafka import KafkaAdminClient  # kafka-python: only where clients are built
+    from kafka import KafkaAdminClient, errors  # kafka-python: only where clients are built
+
+    stale = (errors.UnknownBrokerIdError, errors.NodeNotReadyError, errors.KafkaConnectionError)
 
     class Admin(KafkaAdminClient):
         def __init__(self, **configs: Any) -> None:
@@ -333,6 +347,16 @@ def _admin_class() -> type:
                     with contextlib.suppress(Exception):
                         net.stop(timeout_ms=5000)
                 raise
+
+        async def _send_request_to_controller(self, *args: Any, **kwargs: Any) -> Any:
+            # Runs on the client's IO thread (kafka-python's own coroutine): see admin_client.
+            try:
+                return await super()._send_request_to_controller(*args, **kwargs)
+            except stale as e:
+                _log.info("admin: controller request failed (%s); refreshing the broker view", e)
+                self._controller_id = None
+                await self._manager.cluster.refresh_metadata()
+                return await super()._send_request_to_controller(*args, **kwargs)
 
     return Admin
 

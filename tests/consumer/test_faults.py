@@ -3,6 +3,7 @@ deleted while consumed. Each: no loss beyond what is reported, nothing wedged, c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
 
 from consumer import AsyncFetchConsumer, ConsumerConfig
 from probe.commits import coordinator_partition
@@ -412,3 +414,41 @@ def test_coordinator_broker_killed_retry_logs_and_cpu_bounded(own_cluster):
     # loaded full run the outage's own work (reconnects, logging) measured 0.194 against 0.086.
     assert outage_cpu <= max(2 * baseline_cpu, baseline_cpu + 0.15)
     assert sorted(set(got)) == sorted((p, o) for p in range(6) for o in range(20))  # nothing lost
+
+
+def test_an_admin_client_survives_the_restart_of_its_controller_broker(own_cluster):
+    """``linkwatch.kafka_client.admin_client`` on this module's cluster (its brokers restart).
+
+    kafka-python's admin client sends controller requests (reassignments, leader elections,
+    topic creation) to the broker it picked first and keeps its own view of the brokers, which
+    it does not refresh by itself: after that broker restarted, every controller request failed
+    with ``UnknownBrokerIdError`` for good (the probe's topic keeper and the remediator's
+    elections stopped after one rolling restart, seen in the fault matrix's draws)."""
+    from kafka import TopicPartition
+
+    from linkwatch.kafka_client import admin_client
+
+    state = own_cluster.state()
+    assert state is not None
+    admin = admin_client(bootstrap_servers=state.bootstrap, client_id="controller-restart")
+    try:
+        topic = f"t-{uuid.uuid4().hex[:10]}"
+        create_topic(admin, topic, partitions=3)
+        parts = [TopicPartition(topic, p) for p in range(3)]
+        assert admin.list_partition_reassignments(parts) == {}
+        victim = admin._controller_id  # kafka-python's pick (private): the broker to restart
+        assert victim in (1, 2, 3)
+        own_cluster.stop_node(victim)
+        try:
+            # A keeper goes on asking while the broker is down (the answer may be an error): the
+            # client's view of the brokers is refreshed without it.
+            time.sleep(2)
+            with contextlib.suppress(KafkaError):
+                admin.list_partition_reassignments(parts)
+        finally:
+            own_cluster.start_node(victim)
+        assert admin.list_partition_reassignments(parts) == {}
+        # Another controller request on the same client, after the first one's refresh.
+        admin.elect_leaders(0, {topic: [0, 1, 2]}, raise_errors=False)
+    finally:
+        admin.close()
