@@ -109,3 +109,14 @@ def admin(cluster3: ClusterState):
 def topic_name() -> str:
     """A fresh topic name per test (topics are never shared between tests)."""
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port another socket listens on for the test: a server asked for it must fail."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]

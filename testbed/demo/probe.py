@@ -14,20 +14,29 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 from probe.config import ProbeConfig
 from probe.ledger import BrokerWindow
 from probe.service import ProbeService, format_window
 from testbed.cluster import ClusterState
+from testbed.load import ensure_own_topics
 
 
 class ProbeComponent:
     name = "probe"
 
-    def __init__(self, window_s: int = 5, cluster: str = "demo", instance: str = "demo-probe") -> None:
+    def __init__(
+        self,
+        window_s: int = 5,
+        cluster: str = "demo",
+        instance: str = "demo-probe",
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         self.window_s = window_s
         self.cluster = cluster
         self.instance = instance
+        self.settings = dict(settings or {})  # more probe settings (``ProbeConfig`` keys)
         self.service: ProbeService | None = None
         self.metrics_port: int | None = None
         self._stop = threading.Event()
@@ -42,16 +51,17 @@ class ProbeComponent:
                 "instance": self.instance,
                 "window_s": self.window_s,
                 "metrics": {"port": 0},
+                **self.settings,
             }
         )
 
     def start(self, cluster: ClusterState) -> None:
+        cfg = self.config(cluster)
         # The probe creates and keeps its own topic (topic.manage, its default); the samples topic
         # it publishes to is linkwatch's, created as an operator creates it.
-        from testbed.load import ensure_own_topics
-
-        ensure_own_topics(cluster.bootstrap)
-        self.service = ProbeService(self.config(cluster))
+        if cfg.publish_samples:
+            ensure_own_topics(cluster.bootstrap, cfg.samples_topic)
+        self.service = ProbeService(cfg)
         self.metrics_port = self.service.serve_metrics()
         self._thread = threading.Thread(
             target=self.service.run, args=(self._stop, self._on_window), name="probe", daemon=True

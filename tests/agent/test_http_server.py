@@ -123,18 +123,14 @@ def test_clients_trickling_headers_do_not_block_others(server: AgentHttpServer) 
             s.close()
 
 
-def test_port_in_use_fails_at_start() -> None:
+def test_port_in_use_fails_at_start(taken_port: int) -> None:
     # Many times: a failed start once raced its own clean-up (about 2 % of starts raised
     # "Event loop is closed" instead of naming the port).
     for _ in range(100):
-        with socket.socket() as taken:
-            taken.bind(("127.0.0.1", 0))
-            taken.listen()
-            port = taken.getsockname()[1]
-            with pytest.raises(
-                ListenError, match=f"cannot listen on 127.0.0.1:{port}: the address is already in use"
-            ):
-                AgentHttpServer(CollectorRegistry(), port=port).start()
+        with pytest.raises(
+            ListenError, match=f"cannot listen on 127.0.0.1:{taken_port}: the address is already in use"
+        ):
+            AgentHttpServer(CollectorRegistry(), port=taken_port).start()
 
 
 def test_scrapes_do_not_wait_behind_slow_page_cache_checks(server: AgentHttpServer) -> None:

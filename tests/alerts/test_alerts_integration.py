@@ -204,34 +204,21 @@ def _start_async_consumer(cluster: ClusterState, live_stops: list) -> list[Scrap
 
 def _start_probe(cluster: ClusterState, live_stops: list) -> list[ScrapeTarget]:
     """The probe (one partition led by every broker) with its metrics on a loopback /metrics."""
-    import threading
+    from testbed.demo.probe import ProbeComponent
 
-    from probe.config import ProbeConfig
-    from probe.service import ProbeService
-
-    cfg = ProbeConfig(
-        bootstrap_servers=cluster.bootstrap,
+    probe = ProbeComponent(
+        2,
         cluster=CLUSTER,
         instance="alerts-it-probe",
-        interval_ms=500,
-        window_s=2,
-        topic={"name": "alerts-it-probe", "check_interval_s": 10},
-        metrics={"port": 0},
-        publish_samples=False,
+        settings={
+            "interval_ms": 500,
+            "topic": {"name": "alerts-it-probe", "check_interval_s": 10},
+            "publish_samples": False,
+        },
     )
-    service = ProbeService(cfg)
-    port = service.serve_metrics()
-    stop = threading.Event()
-    thread = threading.Thread(target=service.run, args=(stop,), name="alerts-it-probe", daemon=True)
-    thread.start()
-
-    def _stop() -> None:
-        stop.set()
-        thread.join(15)
-        service.close()
-
-    live_stops.append(_stop)
-    return [ScrapeTarget("linkwatch-probe", f"127.0.0.1:{port}", {"cluster": CLUSTER})]
+    live_stops.append(probe.stop)
+    probe.start(cluster)
+    return [ScrapeTarget("linkwatch-probe", f"127.0.0.1:{probe.metrics_port}", {"cluster": CLUSTER})]
 
 
 def _cold_group(bootstrap: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from pathlib import Path
 
@@ -45,15 +44,11 @@ def test_disabled_starts_nothing() -> None:
     assert serve_metrics(MetricsServerConfig(enabled=False), _registry()) is None
 
 
-def test_a_taken_port_is_an_error_not_a_silent_run() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with pytest.raises(
-            ListenError, match=f"cannot listen on 127.0.0.1:{port}: the address is already in use"
-        ):
-            serve_metrics(MetricsServerConfig(port=port), _registry())
+def test_a_taken_port_is_an_error_not_a_silent_run(taken_port: int) -> None:
+    with pytest.raises(
+        ListenError, match=f"cannot listen on 127.0.0.1:{taken_port}: the address is already in use"
+    ):
+        serve_metrics(MetricsServerConfig(port=taken_port), _registry())
 
 
 def test_other_servers_start_the_same_way() -> None:
