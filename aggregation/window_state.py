@@ -19,7 +19,9 @@
   ``send`` and ``throttle`` times (:func:`~spark_metrics.transforms.client_windows`);
 * probe samples: per (leader broker, window) the summed counts and the produce, end-to-end and
   commit sketches, merged by :func:`aggregation.sketch_math.merge` as
-  :func:`spark_metrics.sketch_merge.probe_windows` does.
+  :func:`spark_metrics.sketch_merge.probe_windows` does;
+* JMX gauges: per (broker, window) the newest JVM start time read
+  (:func:`~spark_metrics.transforms.broker_starts`).
 
 Contract:
 
@@ -27,7 +29,7 @@ Contract:
   of times: a record whose ``key`` was already merged is skipped (``duplicates``), so a
   micro-batch re-run, the start-up rebuild from the archive overlapping the stream, or an
   agent's spool re-send never counts a window twice. Only records of this ``cluster`` and of
-  the three kinds above are kept; other kinds are ``skipped`` (they reach the archive, not this
+  the kinds above are kept; other kinds are ``skipped`` (they reach the archive, not this
   state). Malformed JSON is dropped and counted in ``dropped[reason]``, never raised.
 * Memory is bounded twice: windows older than ``horizon_ms`` before the newest ``now`` seen
   (lookback + watermark) are evicted with their dedup keys (``expired`` counts their records),
@@ -49,8 +51,8 @@ Contract:
   sizes: every (topic, partition, broker) replica; log dirs: every (broker, log dir) — or when
   it ended ``settle_ms`` or more before ``now_ms``. Windows
   are released in order: from the oldest incomplete window on, that kind's rows wait.
-  Exemplars and probe samples are evidence read for windows the rules already judged, and
-  are not held.
+  Exemplars, probe samples and JVM start times are evidence read for windows the rules
+  already judged, and are not held.
 * Thread-safe: the stream's micro-batch callback adds while the service's tick evaluates.
 """
 
@@ -74,6 +76,7 @@ from aggregation.sketch_math import (
 from linkwatch import records as R
 from linkwatch.aggregates import (
     Aggregates,
+    BrokerStartWindow,
     ClientWindow,
     HotKey,
     ImbalanceWindow,
@@ -89,6 +92,7 @@ KINDS: tuple[str, ...] = (
     R.LogDirUsage.KIND,
     R.SlowRequest.KIND,
     R.ProbeSample.KIND,
+    R.BrokerGauges.KIND,
 )
 
 
@@ -155,6 +159,7 @@ class _Window:
     logdirs: dict[tuple[int, str], tuple[int, int, int, float | None]] = field(default_factory=dict)
     clients: dict[tuple[int, str, str], _Clients] = field(default_factory=dict)
     probes: dict[int, _Probe] = field(default_factory=dict)
+    starts: dict[int, int] = field(default_factory=dict)  # broker -> newest JVM start time (ms)
     # broker -> the stage sketches its agent sent for this window (StageSketch.window_sketches)
     announced: dict[int, int] = field(default_factory=dict)
 
@@ -243,6 +248,11 @@ class WindowState:
             return self._merge_exemplar(win, rec)
         if isinstance(rec, R.ProbeSample):
             return self._merge_probe(win, rec)
+        if isinstance(rec, R.BrokerGauges):
+            started = rec.values.get(R.BrokerGauges.JVM_START_TIME)
+            low, high = R.EPOCH_MS_RANGE
+            if started is not None and low < started <= high:  # NaN is out too
+                win.starts[rec.broker] = max(win.starts.get(rec.broker, 0), int(started))
         if isinstance(rec, R.PartitionSize):
             cell = (rec.topic, rec.partition, rec.broker)
             if cell not in win.partitions or rec.ts_ms > win.partitions[cell][0]:
@@ -354,6 +364,11 @@ class WindowState:
             logdirs = _logdir_rows([(s, w) for s, w in picked if s < upto["logdirs"]])
             clients = _client_rows(picked)
             probes = _probe_rows(picked)
+            starts = [
+                BrokerStartWindow(broker=b, window_start_ms=s, started_ms=t)
+                for s, w in picked
+                for b, t in w.starts.items()
+            ]
         return Aggregates(
             cluster=self.cluster,
             window_s=self.window_ms // 1000,
@@ -365,6 +380,7 @@ class WindowState:
             hot_keys=tuple(hot_keys),
             client_windows=clients,
             probes=probes,
+            broker_starts=starts,
         )
 
     def _frontier(self, kind: str, now_ms: int | None) -> float:

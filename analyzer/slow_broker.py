@@ -30,10 +30,14 @@ module walks those readings over time and writes the findings:
   already active, not raised new (a cluster slowing broker by broker is not a slow broker).
 * **Brokers going down and coming back.** A broker known in the lookback with no row in a window
   and nobody waiting on it is down (a clean shutdown moves its leadership away first; a crash),
-  not slow. For ``restart_grace_windows`` after one goes down or comes back, broker findings
-  are provisional too (its peers carry its load), and the returning broker's own for
-  ``returning_grace_windows`` (it catches up: replicas, a cold page cache, a JVM compiling): a
-  planned rolling restart is nothing to remediate.
+  not slow. A broker whose JVM start time (read by its agent over JMX,
+  :class:`~linkwatch.aggregates.BrokerStartWindow`) changes restarted, however short its downtime:
+  a restart shorter than a window leaves rows in every window, and while it rejoins the ISR
+  and takes its leadership back its peers wait on it. For ``restart_grace_windows`` after one
+  goes down, comes back or restarts, broker findings are provisional too (its peers carry its
+  load), and the returning broker's own for ``returning_grace_windows`` (it catches up:
+  replicas, a cold page cache, a JVM compiling): a planned rolling restart is nothing to
+  remediate. A broker that stalls keeps its JVM, so a stall is never read as a restart.
 * **Slow clients.** A broker above the line whose largest excess is a client's stage (``send``,
   ``throttle``) walks a score of its own per request type; the finding names the client from
   the slow-request exemplars and is never a broker's.
@@ -45,6 +49,7 @@ away, a quiet cluster) says nothing, and a fault that leaves evidence less often
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import statistics
 from collections import Counter, defaultdict
@@ -210,7 +215,10 @@ class Model:
     readings: list[Reading]
     brokers: dict[int, list[Step]]
     cluster: list[Step]
-    changing: list[bool]  # per reading: a broker went down or came back within restart_grace_windows
+    changing: list[
+        bool
+    ]  # per reading: a broker went down, came back or restarted within restart_grace_windows
+    restarted: list[frozenset[int]]  # per reading: the brokers whose JVM started in its window
 
     @property
     def windows(self) -> list[int]:
@@ -234,11 +242,34 @@ def evaluate(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> Model:
         ("blamed", 1, 1) if r.common else ("healthy", 0, 0) if r.reporting else ("hold", 0, 0)
         for r in readings
     ]
-    transitions = [i > 0 and r.absent != readings[i - 1].absent for i, r in enumerate(readings)]
+    restarted = restarts(data, windows)
+    transitions = [
+        (i > 0 and r.absent != readings[i - 1].absent) or bool(restarted[i]) for i, r in enumerate(readings)
+    ]
     changing = [
         any(transitions[max(0, i - cfg.restart_grace_windows + 1) : i + 1]) for i in range(len(readings))
     ]
-    return Model(rows, readings, walks, walk(cluster_states, windows, cfg), changing)
+    return Model(rows, readings, walks, walk(cluster_states, windows, cfg), changing, restarted)
+
+
+def restarts(data: Aggregates, windows: Sequence[int]) -> list[frozenset[int]]:
+    """Per window of ``windows`` (window starts, oldest first): the brokers that restarted in it.
+    A restart is a JVM start time read in the lookback that is newer than another read for the
+    same broker (the JVM before it): a cluster's first start, or an analyzer started beside
+    running brokers, is none. A start is placed in the window it falls in (it is often read a
+    window late: the JMX endpoint comes up after the JVM); one after the newest window's end in
+    the newest window."""
+    if not windows:
+        return []
+    out: list[set[int]] = [set() for _ in windows]
+    starts: dict[int, set[int]] = defaultdict(set)
+    for s in data.broker_starts:
+        starts[s.broker].add(s.started_ms)
+    for broker, times in starts.items():
+        for t in sorted(times)[1:]:
+            if t >= windows[0]:
+                out[bisect.bisect_right(windows, t) - 1].add(broker)
+    return [frozenset(b) for b in out]
 
 
 def broker_scores(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> dict[tuple[int, str], int]:
@@ -364,15 +395,19 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             hold = "the latest window reads common mode (the cluster's): not raised new"
         elif model.changing[-1]:
             hold = (
-                "a broker went down or came back within restart_grace_windows (a restart, the others "
-                "carrying its load, a returning broker catching up): not raised new"
+                "a broker went down, came back or restarted within restart_grace_windows (a restart, "
+                "the others carrying its load, a returning broker catching up): not raised new"
             )
-        returning = {b for r in model.readings[-cfg.returning_grace_windows - 1 :] for b in r.absent}
+        recent = slice(-cfg.returning_grace_windows - 1, None)
+        returning = {b for r in model.readings[recent] for b in r.absent} | {
+            b for bs in model.restarted[recent] for b in bs
+        }
         for b, steps in sorted(model.brokers.items()):
             if steps and steps[-1].active:
                 f = self._broker_finding(data, now_ms, model, b, steps)
                 why = hold or (
-                    f"broker {b} was down within returning_grace_windows: it is catching up, not raised new"
+                    f"broker {b} was down or restarted within returning_grace_windows: it is catching "
+                    "up, not raised new"
                     if b in returning
                     else ""
                 )

@@ -149,6 +149,17 @@ class ProbeBrokerWindow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BrokerStartWindow:
+    """When a broker's JVM started, as its agent read it (``BrokerGauges`` value
+    ``jvm_start_time_ms``) in one window; the newest when it read several. A start
+    time that changes from one window to a later one is a restart, however short its downtime."""
+
+    broker: int
+    window_start_ms: int
+    started_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Aggregates:
     """Everything a detector may look at for one evaluation. Rows are in no particular order."""
 
@@ -162,3 +173,4 @@ class Aggregates:
     hot_keys: Sequence[HotKey] = ()
     client_windows: Sequence[ClientWindow] = ()
     probes: Sequence[ProbeBrokerWindow] = ()
+    broker_starts: Sequence[BrokerStartWindow] = ()  # only where the agents read JMX

@@ -63,6 +63,10 @@ FETCH_FOLLOWER = "FetchFollower"
 STAGES = ("requestQueue", "local", "remote", "throttle", "responseQueue", "send", "total")
 
 
+# A plausible time in ms since the epoch, (low, high]: a reader leaves a time outside it out.
+EPOCH_MS_RANGE = (0.0, 1e15)
+
+
 class RecordError(ValueError):
     """A record that cannot be used. ``reason`` is a short label for drop counters."""
 
@@ -155,6 +159,8 @@ class BrokerGauges(Record):
     ``TotalTimeMs.Produce.mean``)."""
 
     KIND: ClassVar[str] = "broker_gauges"
+    # The value the analyzer reads: when the broker's JVM started (ms since the epoch).
+    JVM_START_TIME: ClassVar[str] = "jvm_start_time_ms"
     broker: int
     window_s: int
     values: dict[str, float]
@@ -420,6 +426,7 @@ def field_types(cls: type[Record]) -> dict[str, Any]:
 
 
 __all__ = [
+    "EPOCH_MS_RANGE",
     "FETCH_CONSUMER",
     "FETCH_FOLLOWER",
     "FINDINGS_TOPIC",

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from linkwatch import records as R
 from linkwatch.aggregates import (
     Aggregates,
+    BrokerStartWindow,
     ClientWindow,
     HotKey,
     ImbalanceWindow,
@@ -38,6 +39,7 @@ class AggregateFrames:
     imbalances: DataFrame
     probes: DataFrame
     client_windows: DataFrame | None = None  # None: the caller reads no exemplars
+    broker_starts: DataFrame | None = None  # None: the caller reads no JMX gauges
 
     @property
     def broker_stages(self) -> DataFrame:
@@ -67,6 +69,7 @@ def aggregate(
         imbalances=tf.all_imbalances(partitions, logdirs),
         client_windows=tf.client_windows(kind(R.SlowRequest), window_s),
         probes=probe_windows(kind(R.ProbeSample), window_s),
+        broker_starts=tf.broker_starts(kind(R.BrokerGauges), window_s),
     )
 
 
@@ -104,4 +107,7 @@ def collect(
         if frames.client_windows is not None
         else [],
         probes=probes,
+        broker_starts=_rows(frames.broker_starts, BrokerStartWindow)
+        if frames.broker_starts is not None
+        else [],
     )

@@ -119,6 +119,23 @@ def client_windows(slow: DataFrame, window_s: int) -> DataFrame:
     )
 
 
+# --- broker restarts -------------------------------------------------------------------------
+
+
+def broker_starts(gauges: DataFrame, window_s: int) -> DataFrame:
+    """JMX readings (``BrokerGauges``) → per (broker, window) the newest JVM start time read:
+    the columns of :class:`linkwatch.aggregates.BrokerStartWindow`. Readings without one (no
+    Runtime mbean, an older agent) or with one outside :data:`linkwatch.records.EPOCH_MS_RANGE`
+    are left out, as :class:`aggregation.window_state.WindowState` leaves them out."""
+    started = F.col("values")[R.BrokerGauges.JVM_START_TIME]
+    low, high = R.EPOCH_MS_RANGE
+    return (
+        gauges.where(started.isNotNull() & ~F.isnan(started) & (started > low) & (started <= high))
+        .groupBy("broker", window_start("ts_ms", window_s).alias("window_start_ms"))
+        .agg(F.max(started).cast("long").alias("started_ms"))
+    )
+
+
 # --- partitions, log dirs, imbalance ----------------------------------------------------------
 
 

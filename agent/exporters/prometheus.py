@@ -40,6 +40,7 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "linkwatch_broker_offline_partitions": ("OfflinePartitionsCount (active controller only)", ()),
     "linkwatch_broker_leader_count": ("LeaderCount", ()),
     "linkwatch_broker_partition_count": ("PartitionCount", ()),
+    "linkwatch_broker_jvm_start_time_seconds": ("Start of the broker's JVM (Runtime StartTime)", ()),
     "linkwatch_logdir_capacity_bytes": ("Capacity of the log dir's file system", ("log_dir",)),
     "linkwatch_logdir_used_bytes": ("Used bytes of the log dir's file system", ("log_dir",)),
     "linkwatch_logdir_partition_bytes": ("Sum of partition sizes in the log dir", ("log_dir",)),

@@ -9,7 +9,11 @@ consecutive snapshots into window values:
   Kafka feeds them stage times rounded to whole milliseconds, so they agree with the request
   log's mean to within 0.5 ms;
 * the gauges of ``docs/metrics.md`` (handler/network idle, queue sizes, log flush window mean,
-  under-replicated / under-min-ISR / offline partitions, leader and partition counts).
+  under-replicated / under-min-ISR / offline partitions, leader and partition counts);
+* ``jvm_start_time_ms``: the broker JVM's start (``java.lang:type=Runtime`` ``StartTime``, ms
+  since the epoch). A new value means the broker restarted; the slow-broker model reads it to
+  tell a restart (planned, nothing to remediate) from a stall, even when the broker was down
+  for less than a window (:mod:`analyzer.slow_broker`).
 
 A failed read (source down, timeout, bad payload) is counted (``jmx_read_failed``), marks the
 source down, and the next good read starts a fresh window; the agent keeps going.
@@ -77,6 +81,8 @@ GAUGE_MBEANS = (
     ("kafka.server:type=ReplicaManager,name=PartitionCount", "Value", "linkwatch_broker_partition_count"),
 )
 LOG_FLUSH = "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs"
+RUNTIME = "java.lang:type=Runtime"
+START_TIME = BrokerGauges.JVM_START_TIME  # RUNTIME's StartTime
 
 Snapshot = dict[tuple[str, str], float]
 
@@ -92,6 +98,7 @@ def wanted_mbeans() -> list[tuple[str, tuple[str, ...]]]:
     ]
     out += [(mbean, (attr,)) for mbean, attr, _ in GAUGE_MBEANS]
     out.append((LOG_FLUSH, ("Count", "Mean")))
+    out.append((RUNTIME, ("StartTime",)))
     return out
 
 
@@ -200,6 +207,9 @@ class JmxCollector:
                 if mbean == HANDLER_IDLE:
                     v = min(1.0, v / self.request_handler_pools)
                 out[name] = v
+        started = snap.get((RUNTIME, "StartTime"))
+        if started is not None and started > 0:
+            out[START_TIME] = started
         return out
 
     @staticmethod
@@ -229,6 +239,10 @@ class JmxCollector:
             if f"{name}.{request}.mean" in values
         }
         self.metrics.set_gauges("linkwatch_broker_jmx_stage_mean_seconds", stage_means)
+        if START_TIME in values:
+            self.metrics.set_gauges(
+                "linkwatch_broker_jvm_start_time_seconds", {(): values[START_TIME] / 1000}
+            )
         if "LogFlushRateAndTimeMs.mean" in values:
             self.metrics.set_gauges(
                 "linkwatch_broker_log_flush_seconds", {(): values["LogFlushRateAndTimeMs.mean"] / 1000}

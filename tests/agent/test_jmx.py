@@ -11,7 +11,14 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
 from agent.health import Health
-from agent.jmx.collector import JMX_STAGES, ExporterReader, JmxCollector, JolokiaReader, stage_mbean
+from agent.jmx.collector import (
+    JMX_STAGES,
+    START_TIME,
+    ExporterReader,
+    JmxCollector,
+    JolokiaReader,
+    stage_mbean,
+)
 from agent.requestlog.follow import FileFollower
 from agent.requestlog.parse import LineParser
 from linkwatch.records import PRODUCE, STAGES, BrokerGauges
@@ -42,6 +49,7 @@ def test_jolokia_window_means_agree_with_the_request_log(
         for n in cluster3.nodes
     }
     followers = {n.node_id: FileFollower(n.request_log) for n in cluster3.nodes}
+    asked_ms = time.time() * 1000
     for c in collectors.values():
         assert isinstance(c.collect(0)[0], BrokerGauges)  # first reading opens the window
     produce(cluster3.bootstrap, topic_name, 600)
@@ -61,6 +69,8 @@ def test_jolokia_window_means_agree_with_the_request_log(
             assert abs(jmx_mean - log_mean) <= 0.5 + 1e-6, (broker, stage, jmx_mean, log_mean)
         assert 0.0 <= values["RequestHandlerAvgIdlePercent"] <= 1.0
         assert values["PartitionCount"] >= 3
+        # The JVM's start: before this test asked, and at most an hour before (a session's cluster).
+        assert asked_ms - 3_600_000 < values[START_TIME] < asked_ms, values[START_TIME]
     assert not health.dropped
 
 
@@ -93,6 +103,7 @@ def test_jmx_exporter_endpoint_gives_the_same_windows_as_jolokia(
         key = f"{name}.{PRODUCE}.mean"
         assert b[key] == pytest.approx(a[key], rel=1e-9, abs=1e-9), key
     assert b["LeaderCount"] == a["LeaderCount"]
+    assert b[START_TIME] == a[START_TIME] > 0
     assert not health.dropped
 
 

@@ -138,6 +138,20 @@ def probe(
     )
 
 
+def gauges(broker: int, ts_ms: int, started_ms: float | None, **values: float) -> R.BrokerGauges:
+    """One JMX reading of a broker; ``started_ms`` its JVM's start (None: not read)."""
+    if started_ms is not None:
+        values[R.BrokerGauges.JVM_START_TIME] = started_ms
+    return R.BrokerGauges(
+        cluster=CLUSTER,
+        source=f"broker-{broker}",
+        ts_ms=ts_ms,
+        broker=broker,
+        window_s=WINDOW_S,
+        values=values,
+    )
+
+
 WMS = WINDOW_S * 1000
 # Hand-built record sets, one per shape each aggregate must handle (scenario -> records).
 SCENARIOS: dict[str, list[R.Record]] = {
@@ -185,6 +199,15 @@ SCENARIOS: dict[str, list[R.Record]] = {
         probe(2, T0 + 7, [3.0] * 10, [8.0] * 10),  # coordinated no commit: p99 null
         probe(3, T0 + 8, [3.0] * 10, [8.0] * 10, commits=[]),  # an empty sketch: p99 null
         probe(3, T0 + WMS, [3.0] * 10, [8.0] * 10, commits=[0.0] * 3),
+    ],
+    "JVM start times: a restart inside a window, none read, out of range": [
+        gauges(1, T0 + 1, T0 - 3_600_000.0, LeaderCount=3.0),
+        gauges(1, T0 + 6, T0 + 4_000.0),  # restarted inside the window: the newest start
+        gauges(1, T0 + WMS + 1, T0 + 4_000.0),
+        gauges(2, T0 + 2, None, LeaderCount=2.0),  # no Runtime mbean: no row
+        gauges(3, T0 + 3, 0.0),  # not a time: no row
+        gauges(3, T0 + 4, 1e16),
+        gauges(3, T0 + WMS + 2, float("nan")),
     ],
 }
 
@@ -239,13 +262,21 @@ _probes = st.builds(
     st.sampled_from(["probe-a", "probe-b"]),
     st.one_of(st.none(), st.lists(_latency, max_size=10)),
 )
+_gauges = st.builds(
+    gauges,
+    st.integers(1, 3),
+    _ts,
+    st.one_of(st.none(), st.sampled_from([0.0, -5.0, 1e16]), st.integers(T0 - 10**7, T0 + 10**7).map(float)),
+)
 
 
 @st.composite
 def record_sets(draw: st.DrawFn) -> tuple[list[R.Record], list[R.Record]]:
     """``(distinct, sent)``: records with distinct keys, and the same records as a stream
     delivers them — shuffled across windows, some re-sent (identical copies, as a spool does)."""
-    recs = draw(st.lists(st.one_of(_stages, _partitions, _logdirs, _exemplars, _probes), max_size=40))
+    recs = draw(
+        st.lists(st.one_of(_stages, _partitions, _logdirs, _exemplars, _probes, _gauges), max_size=40)
+    )
     distinct = list({r.dedup_key(): r for r in recs}.values())
     resent = draw(st.lists(st.sampled_from(distinct), max_size=8)) if distinct else []
     sent = draw(st.permutations(distinct + resent))
@@ -289,6 +320,7 @@ ROW_SETS = (
     "imbalances",
     "client_windows",
     "probes",
+    "broker_starts",
 )
 
 

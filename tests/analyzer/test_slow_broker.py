@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, walk_score
 from findings.policy import Action, FindingPolicyConfig, PolicyRule, decide
-from linkwatch.aggregates import Aggregates, ClientWindow, StageWindow
+from linkwatch.aggregates import Aggregates, BrokerStartWindow, ClientWindow, StageWindow
 from linkwatch.records import Finding
 
 WINDOW_S = 10
@@ -61,11 +61,18 @@ def scenario(n_windows: int, brokers: int, special: dict[int, dict[int, dict]]) 
     """Every broker at p99 20 ms / 100 requests, except ``special[broker][window]`` kwargs.
 
     ``clients={client_id: send_ms}`` in a window adds the agent's slow-request exemplars of
-    those clients (three each) on that broker, as spark_metrics collects them."""
-    rows, clients = [], []
+    those clients (three each) on that broker, as spark_metrics collects them;
+    ``jvm_started_ms=t`` the JVM start time its agent read in that window."""
+    rows, clients, starts = [], [], []
     for i in range(n_windows):
         for b in range(brokers):
             kw = dict(special.get(b, {}).get(i, {}))
+            if "jvm_started_ms" in kw:
+                starts.append(
+                    BrokerStartWindow(
+                        broker=b, window_start_ms=window(i), started_ms=kw.pop("jvm_started_ms")
+                    )
+                )
             if kw.get("absent"):  # the broker logged nothing in this window
                 continue
             for cid, send_ms in kw.pop("clients", {}).items():
@@ -81,7 +88,9 @@ def scenario(n_windows: int, brokers: int, special: dict[int, dict[int, dict]]) 
                     )
                 )
             rows.extend(broker_rows(b, i, **({"p99": 20.0} | kw)))
-    return Aggregates(cluster="c1", window_s=WINDOW_S, broker_stages=rows, client_windows=clients)
+    return Aggregates(
+        cluster="c1", window_s=WINDOW_S, broker_stages=rows, client_windows=clients, broker_starts=starts
+    )
 
 
 SLOW = {"p99": 800.0}
@@ -134,6 +143,35 @@ LEFT_OUT = {"p99": 200.0, "stage_p99": {**BUSY_STAGES, "remote": 190.0}}
 
 def now_after(n_windows: int) -> int:
     return window(n_windows)
+
+
+def jvm(started_ms: int, windows, then: dict[int, dict] | None = None) -> dict[int, dict]:
+    """A broker's agent reading its JVM's start time ``started_ms`` in every window of
+    ``windows``, merged into the broker's other window kwargs ``then``."""
+    then = then or {}
+    return {i: {"jvm_started_ms": started_ms} for i in windows} | {
+        i: kw | ({"jvm_started_ms": started_ms} if i in windows else {}) for i, kw in then.items()
+    }
+
+
+def sub_window_restart(jvm_restarts: bool) -> dict[int, dict[int, dict]]:
+    """A restart shorter than a window, as the fault matrix's rolling restart showed it: broker
+    2 shuts down in window 8 (its leadership moved away: it serves nothing, and leaders 0 and 1
+    wait on it in remote while the moved partitions' followers catch up), is back in window 9
+    with a new JVM, and leads again in windows 10-13 with a cold cache (its local work slow).
+    It has rows in every window, so it is never absent. ``jvm_restarts`` False: the same rows
+    with the same JVM throughout (a stall, not a restart)."""
+    old, new = window(0) - 3_600_000, window(9) + 2_000
+    broker2 = {8: {"count": 0, "p99": 20.0}} | {i: SLOW | {"stage": "local"} for i in range(10, 14)}
+    if jvm_restarts:
+        starts = jvm(old, range(9), broker2) | jvm(new, range(9, 14), broker2)
+    else:
+        starts = jvm(old, range(14), broker2)
+    return {
+        0: jvm(old - 5, range(14), slow_in([8, 9], stage="remote")),
+        1: jvm(old - 9, range(14), slow_in([8, 9], stage="remote")),
+        2: starts,
+    }
 
 
 # Rule 12, shaped like the fault matrix's run 4 (leader paused 900/1000 ms, 10 s windows): the
@@ -1119,6 +1157,31 @@ CASES = [
             for b in range(3)
         },
         {("slow_client", "client:slow-reader"): "send"},
+    ),
+    (
+        "rolling restart shorter than a window: its JVM start time changed, nothing is raised new",
+        14,
+        3,
+        sub_window_restart(jvm_restarts=True),
+        {},
+    ),
+    (
+        "the same rows with the same JVM: a stall, not a restart",
+        14,
+        3,
+        sub_window_restart(jvm_restarts=False),
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    (
+        "a cluster's first start inside the lookback is no restart",
+        8,
+        3,
+        {
+            0: jvm(window(0) + 1_000, range(8)),
+            1: jvm(window(0) + 1_200, range(8)),
+            2: jvm(window(0) + 1_500, range(8), slow_in(range(3, 8))),
+        },
+        {("slow_broker", "broker:2"): "local"},
     ),
     (
         "throttled client: the excess in throttle is the client's quota",
