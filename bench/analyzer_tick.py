@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from analyzer.base import InMemorySink
-from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
+from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsConfig
 from linkwatch import records as R
 from linkwatch.sketch import LatencySketch
 from spark_metrics.batch import write_archive
@@ -116,7 +116,7 @@ def service(state_dir: Path, evaluation: str, window_s: int, now_ms: int) -> Ana
         state_dir=state_dir,
         evaluation=evaluation,
         publish_findings=False,
-        prometheus=PrometheusConfig(enabled=False),
+        metrics=AnalyzerMetricsConfig(enabled=False),
     )
     return AnalysisService(cfg, sinks=[InMemorySink()], clock=lambda: now_ms / 1000)
 

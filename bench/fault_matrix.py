@@ -70,10 +70,11 @@ from aggregation.window_state import WindowState
 from analyzer.base import FindingSink
 from analyzer.engine import Engine
 from analyzer.registry import load_detectors
-from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
+from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsConfig
 from findings.policy import Action, SeverityPolicyConfig
 from linkwatch import records as R
 from linkwatch.aggregates import StageWindow
+from linkwatch.kafka_client import KafkaClientConfig
 from testbed import faults
 from testbed.agents import config_for_node, start_agents_in_process
 from testbed.alert_stack import SHIPPED_SCRAPE_S, AlertStack, ScrapeTarget, agent_targets
@@ -634,7 +635,7 @@ def analyzer_config(
         timings = {"lookback_windows": 90, "interval_s": 1.0, "trigger_s": 4.0, "watermark": "60 seconds"}
     return AnalyzerConfig(
         cluster=CLUSTER,
-        bootstrap=state.bootstrap,
+        kafka=KafkaClientConfig(bootstrap_servers=state.bootstrap),
         window_s=window_s,
         **timings,
         evaluation=evaluation,
@@ -643,7 +644,7 @@ def analyzer_config(
         spark_log=root / "spark.log",
         detectors={"slow_broker": None},
         policy=SeverityPolicyConfig(by_severity=info_too),
-        prometheus=PrometheusConfig(enabled=True, port=0),  # the service's metrics_port says which
+        metrics=AnalyzerMetricsConfig(enabled=True, port=0),  # the service's metrics_port says which
     )
 
 

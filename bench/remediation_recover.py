@@ -56,7 +56,7 @@ from typing import Any
 
 from _kit import read_samples  # bench/ is on sys.path (run as a script)
 
-from analyzer.service import AnalyzerConfig, PrometheusConfig
+from analyzer.service import AnalyzerConfig, AnalyzerMetricsConfig
 from linkwatch import records as R
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
@@ -99,7 +99,7 @@ def default_config() -> AnalyzerConfig:
     return AnalyzerConfig(
         cluster="demo",
         publish_findings=True,
-        prometheus=PrometheusConfig(enabled=False),
+        metrics=AnalyzerMetricsConfig(enabled=False),
         spark_conf={"spark.ui.showConsoleProgress": "false"},
     )
 

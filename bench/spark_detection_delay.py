@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzer.base import InMemorySink
-from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
+from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsConfig
+from linkwatch.kafka_client import KafkaClientConfig
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from testbed.load import KeyDistribution, ProducerLoad, ensure_own_topics, ensure_topic
@@ -72,7 +73,7 @@ def main() -> None:
         ).start()
         cfg = AnalyzerConfig(
             cluster="bench",
-            bootstrap=state.bootstrap,
+            kafka=KafkaClientConfig(bootstrap_servers=state.bootstrap),
             window_s=args.window_s,
             lookback_windows=90,
             interval_s=1.0,
@@ -81,7 +82,7 @@ def main() -> None:
             state_dir=root / "analyzer",
             publish_findings=False,
             detectors={"slow_broker": {"min_requests": 10, "history_windows": 10}},
-            prometheus=PrometheusConfig(enabled=False),
+            metrics=AnalyzerMetricsConfig(enabled=False),
         )
         service = AnalysisService(cfg, sinks=[InMemorySink()]).start()
         floor = service.detectors[0].config.fire_score * args.window_s  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from aggregation.window_state import WindowState
 from analyzer.base import InMemorySink
-from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
+from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsConfig
 from linkwatch import records as R
 from linkwatch.aggregates import Aggregates
 from spark_metrics.aggregate import aggregate, collect
@@ -119,7 +119,7 @@ def _service(state_dir: Path, evaluation: str, now_ms: int) -> AnalysisService:
         state_dir=state_dir,
         evaluation=evaluation,
         publish_findings=False,
-        prometheus=PrometheusConfig(enabled=False),
+        metrics=AnalyzerMetricsConfig(enabled=False),
     )
     return AnalysisService(cfg, sinks=[InMemorySink()], clock=lambda: now_ms / 1000)
 

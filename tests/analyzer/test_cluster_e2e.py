@@ -27,9 +27,10 @@ from pathlib import Path
 import pytest
 
 from analyzer.base import InMemorySink
-from analyzer.service import AnalysisService, AnalyzerConfig, HotKeySampling, PrometheusConfig
+from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsConfig, HotKeySampling
 from analyzer.slow_broker import SlowBrokerConfig
 from linkwatch import records as R
+from linkwatch.kafka_client import KafkaClientConfig
 from linkwatch.sketch import LatencySketch
 from testbed import faults
 from testbed.load import KeyDistribution, ProducerLoad, ensure_own_topics, ensure_topic
@@ -206,7 +207,7 @@ class Live:
 def _config(cluster, state_dir: Path, zipf_topic: str) -> AnalyzerConfig:
     return AnalyzerConfig(
         cluster="e2e",
-        bootstrap=cluster.bootstrap,
+        kafka=KafkaClientConfig(bootstrap_servers=cluster.bootstrap),
         window_s=WINDOW_S,
         # The archive is read back this far: wider than the stream's latency plus one
         # evaluation on a loaded machine, so the detectors always have their history.
@@ -222,7 +223,7 @@ def _config(cluster, state_dir: Path, zipf_topic: str) -> AnalyzerConfig:
             "hot_keys": {"min_sampled": 500},
         },
         hot_keys=HotKeySampling(topics=[zipf_topic]),
-        prometheus=PrometheusConfig(enabled=False),
+        metrics=AnalyzerMetricsConfig(enabled=False),
     )
 
 

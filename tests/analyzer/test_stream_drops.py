@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
+from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsConfig
 from spark_metrics.streaming import ARCHIVE_QUERY, DROP_REASONS, DROPS_OBSERVATION, WINDOW_QUERY
 
 QUERY_ID = str(uuid.uuid4())
@@ -63,7 +63,7 @@ def dropped(service: AnalysisService) -> dict[str, float]:
 
 def test_each_batch_is_counted_once_by_reason_and_other_queries_are_not(tmp_path: Path) -> None:
     service = AnalysisService(
-        AnalyzerConfig(state_dir=tmp_path, prometheus=PrometheusConfig(enabled=False)), sinks=[]
+        AnalyzerConfig(state_dir=tmp_path, metrics=AnalyzerMetricsConfig(enabled=False)), sinks=[]
     )
     assert set(dropped(service).values()) == {0.0}, "every reason is exported from the start"
     events = [
@@ -127,7 +127,7 @@ def test_a_checkpoint_resuming_with_a_future_watermark_is_reported(tmp_path: Pat
     assert checkpoint_watermark_ms(tmp_path / "none") is None
     cp = _checkpoint(tmp_path / "cp", {0: 0, 1: now_ms - 60_000, 12: 4_070_908_680_000})
     assert checkpoint_watermark_ms(cp) == 4_070_908_680_000  # the newest batch's, not the file order's
-    cfg = AnalyzerConfig(state_dir=tmp_path, prometheus=PrometheusConfig(enabled=False))
+    cfg = AnalyzerConfig(state_dir=tmp_path, metrics=AnalyzerMetricsConfig(enabled=False))
     service = AnalysisService(cfg, sinks=[], clock=lambda: now_ms / 1000)
     service._check_checkpoint(cp)
     assert "resumes with a watermark" in caplog.text and str(cp) in caplog.text

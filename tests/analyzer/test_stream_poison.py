@@ -19,8 +19,9 @@ import orjson
 import pytest
 
 from analyzer.base import InMemorySink
-from analyzer.service import AnalysisService, AnalyzerConfig, PrometheusConfig
+from analyzer.service import AnalysisService, AnalyzerConfig, AnalyzerMetricsConfig
 from linkwatch import records as R
+from linkwatch.kafka_client import KafkaClientConfig
 from spark_metrics.streaming import DROP_REASONS
 from testbed.load import ensure_topic
 from tests.aggregation.window_records import CLUSTER, WINDOW_S, logdir, stage
@@ -96,7 +97,7 @@ def test_valid_records_after_the_poison_set_are_archived_judged_and_the_poison_c
     ensure_topic(admin, topic_name, 3, 1, configs={"max.message.bytes": str(8 << 20)})
     cfg = AnalyzerConfig(
         cluster=CLUSTER,
-        bootstrap=cluster3.bootstrap,
+        kafka=KafkaClientConfig(bootstrap_servers=cluster3.bootstrap),
         samples_topic=topic_name,
         window_s=WINDOW_S,
         lookback_windows=150,  # the records' windows stay in the lookback however slow the start
@@ -106,7 +107,7 @@ def test_valid_records_after_the_poison_set_are_archived_judged_and_the_poison_c
         state_dir=tmp_path / "analyzer",
         publish_findings=False,
         detectors={"disk_imbalance": {"min_used_bytes": 0, "recent_windows": 3, "min_windows": 2}},
-        prometheus=PrometheusConfig(enabled=False),
+        metrics=AnalyzerMetricsConfig(enabled=False),
     )
     service = AnalysisService(cfg, sinks=[InMemorySink()]).start()
     producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, acks="all", max_request_size=8 << 20)
