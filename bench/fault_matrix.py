@@ -879,12 +879,19 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
         ctx = Ctx(state, admin, cluster)
         for s in chosen:
             print(f"{s.name}: victims {list(s.victims)} params {s.params} load {s.load}", flush=True)
-            try:
-                faults.restore_preferred_leaders(
-                    admin, [*TOPICS, *(SLOW_TOPIC.format(v=v) for v in s.victims)]
-                )
-            except Exception as e:  # said, and the scenario runs on the leaders there are
-                print(f"preferred leaders not restored before {s.name}: {e!r}", flush=True)
+            # A broker just restarted may be missing from the metadata for a few seconds more.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    faults.restore_preferred_leaders(
+                        admin, [*TOPICS, *(SLOW_TOPIC.format(v=v) for v in s.victims)]
+                    )
+                    break
+                except Exception as e:  # said, and the scenario runs on the leaders there are
+                    if time.monotonic() > deadline:
+                        print(f"preferred leaders not restored before {s.name}: {e!r}", flush=True)
+                        break
+                    time.sleep(1)
             loads.set(s.load)
             dropped_before = [a.health.drops() for a, _ in agents]
             with phases.phase(s.name, "before"):
