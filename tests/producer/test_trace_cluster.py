@@ -173,13 +173,28 @@ def test_confluent_producer_injects_and_ends_spans(cluster3, admin, topic_name):
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    producer = TracingConfluentProducer(
-        ConfluentProducer(
-            {"bootstrap.servers": cluster3.bootstrap, "client.id": "cf-trace", "message.max.bytes": 10_000}
-        ),
-        "cf-trace",
-        provider.get_tracer("app"),
+    # The admin client's broker knows the new topic; another broker may not yet (each learns it
+    # from the metadata log on its own), and a producer asking it fails partition 0 as unknown.
+    # A separate client waits until the topic is led, so the producer under test still learns
+    # the topic's partitions only when it first sends (partition 7 fails in its delivery report).
+    seer = ConfluentProducer({"bootstrap.servers": cluster3.bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        topic = seer.list_topics(topic_name, timeout=5).topics.get(topic_name)
+        if (
+            topic is not None
+            and topic.error is None
+            and 0 in topic.partitions
+            and topic.partitions[0].leader >= 0
+        ):
+            break
+        assert time.monotonic() < deadline, f"no leader of {topic_name}-0 seen after 30s"
+        time.sleep(0.2)
+    time.sleep(0.5)  # the other brokers apply the same metadata record within milliseconds
+    raw = ConfluentProducer(
+        {"bootstrap.servers": cluster3.bootstrap, "client.id": "cf-trace", "message.max.bytes": 10_000}
     )
+    producer = TracingConfluentProducer(raw, "cf-trace", provider.get_tracer("app"))
     reports = []
     producer.produce(topic_name, value=b"a", partition=0, headers=[("traceparent", b"stale"), ("k", b"v")],
                      on_delivery=lambda err, msg: reports.append((err, msg.offset())))  # fmt: skip
