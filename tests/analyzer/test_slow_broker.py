@@ -1534,3 +1534,26 @@ def test_a_broker_going_down_or_coming_back_holds_new_findings() -> None:
     assert [f.evidence.get("provisional") for f in SlowBrokerDetector(short).detect(data, now_after(14))] == [
         None
     ]
+
+
+def test_a_restart_is_placed_in_the_window_its_jvm_started() -> None:
+    """Start times as agents read them: the new JVM's start read a window late (its JMX
+    endpoint comes up after it), a start after the newest window's end, a broker read with one
+    JVM only (no restart), and a start before the lookback (no restart it sees)."""
+    from analyzer.slow_broker import restarts
+
+    windows = [window(i) for i in range(6)]
+    starts = [
+        BrokerStartWindow(broker=1, window_start_ms=window(0), started_ms=window(0) - 9_000_000),
+        BrokerStartWindow(broker=1, window_start_ms=window(3), started_ms=window(2) + 7_000),  # read late
+        BrokerStartWindow(broker=2, window_start_ms=window(0), started_ms=window(0) - 5_000_000),
+        BrokerStartWindow(broker=2, window_start_ms=window(5), started_ms=window(6) + 1_000),  # after the end
+        BrokerStartWindow(broker=3, window_start_ms=window(0), started_ms=window(1) + 2),  # its first JVM
+        BrokerStartWindow(broker=4, window_start_ms=window(0), started_ms=window(0) - 9_000),
+        BrokerStartWindow(
+            broker=4, window_start_ms=window(1), started_ms=window(0) - 2_000
+        ),  # before the lookback
+    ]
+    data = Aggregates(cluster="c1", window_s=WINDOW_S, broker_starts=starts)
+    assert restarts(data, windows) == [frozenset(), frozenset(), {1}, frozenset(), frozenset(), {2}]
+    assert restarts(data, []) == []
