@@ -215,9 +215,8 @@ class Model:
     readings: list[Reading]
     brokers: dict[int, list[Step]]
     cluster: list[Step]
-    changing: list[
-        bool
-    ]  # per reading: a broker went down, came back or restarted within restart_grace_windows
+    # Per reading: a broker went down, came back or restarted within restart_grace_windows.
+    changing: list[bool]
     restarted: list[frozenset[int]]  # per reading: the brokers whose JVM started in its window
 
     @property
