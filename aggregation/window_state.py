@@ -249,10 +249,7 @@ class WindowState:
         if isinstance(rec, R.ProbeSample):
             return self._merge_probe(win, rec)
         if isinstance(rec, R.BrokerGauges):
-            started = rec.values.get(R.BrokerGauges.JVM_START_TIME)
-            low, high = R.EPOCH_MS_RANGE
-            if started is not None and low < started <= high:  # NaN is out too
-                win.starts[rec.broker] = max(win.starts.get(rec.broker, 0), int(started))
+            return self._merge_start(win, rec)
         if isinstance(rec, R.PartitionSize):
             cell = (rec.topic, rec.partition, rec.broker)
             if cell not in win.partitions or rec.ts_ms > win.partitions[cell][0]:
@@ -276,6 +273,16 @@ class WindowState:
         cell.add(row, rec.capture_ratio)
         if rec.window_sketches:
             win.announced[rec.broker] = max(win.announced.get(rec.broker, 0), rec.window_sketches)
+        return True
+
+    @staticmethod
+    def _merge_start(win: _Window, rec: R.BrokerGauges) -> bool:
+        # As the transform: a reading without a plausible start time is left out (not a drop:
+        # the record's other gauges are not this state's).
+        started = rec.values.get(R.BrokerGauges.JVM_START_TIME)
+        low, high = R.EPOCH_MS_RANGE
+        if started is not None and low < started <= high:  # NaN is out too
+            win.starts[rec.broker] = max(win.starts.get(rec.broker, 0), int(started))
         return True
 
     def _merge_exemplar(self, win: _Window, rec: R.SlowRequest) -> bool:
