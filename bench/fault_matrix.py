@@ -950,6 +950,55 @@ def replay(
     return [(f.ts_ms / 1000, f) for _, f in sink.emitted], state
 
 
+def explain_draw(result: Run, name: str) -> list[str]:
+    """The model's walk over one scenario of a run, a line per window end (what a person reads
+    when a draw's verdict surprises them): seconds from the fault's onset, every broker's state
+    in that window (``b``lamed, ``h``ealthy, hold ``-``), score, ``A`` active and ``S`` slow;
+    the cluster's walk; whether a broker went down, came back or restarted within the grace;
+    the evidence each blamed broker carries (``!``: above the line), the Produce and consumer
+    Fetch p99s and the unexplained waits. The same engine, windows and settings as the replay."""
+    from analyzer import slow_broker as sb
+
+    marks = result.phases.marks.get(name)
+    if marks is None:
+        raise SystemExit(
+            f"--explain: no scenario {name!r} in the run; it holds {', '.join(result.phases.marks)}"
+        )
+    onset = marks["fault"][0]
+    start, end = marks["before"][0], marks["after"][1]
+    step = result.window_s * 1000
+    state = WindowState(CLUSTER, result.window_s, horizon_ms=1 << 40, max_records=1 << 30)
+    state.add(result.records)
+    cfg = sb.SlowBrokerConfig()
+    out = [f"{name}: fault {marks['fault'][1] - onset:.0f} s; window ends from the onset"]
+    now, seen = int(start * 1000) // step * step, None
+    while now <= end * 1000 + step:
+        model = sb.evaluate(state.aggregates(now, now - REPLAY_LOOKBACK_WINDOWS * step), now, cfg)
+        now += step
+        if not model.readings or model.readings[-1].window_start_ms == seen:
+            continue
+        r = model.readings[-1]
+        seen = r.window_start_ms
+        walks = " ".join(
+            f"b{b}:{'b' if s.state == 'blamed' else 'h' if s.state == 'healthy' else '-'}{s.score}"
+            f"{'A' if s.active else ''}{'S' if s.slow else ''}"
+            for b, steps in sorted(model.brokers.items())
+            for s in steps[-1:]
+        )
+        c = model.cluster[-1]
+        blamed = {
+            b: sorted({f"{x.family}:{x.stage}{'!' if x.slow else ''}" for x in ss})
+            for b, ss in sorted(r.blamed().items())
+        }
+        p99 = " ".join(f"{b}/{q[:4]}={v:.0f}" for (b, q), v in sorted(r.p99_ms.items()))
+        out.append(
+            f"{r.window_start_ms / 1000 + result.window_s - onset:+6.0f}s {walks} "
+            f"cluster:{c.score}{'A' if c.active else ''} changing={model.changing[-1]} "
+            f"blamed={blamed} unexplained={dict(r.unexplained)} p99 {p99}"
+        )
+    return out
+
+
 # --- judging ----------------------------------------------------------------------------------
 
 
@@ -1478,6 +1527,11 @@ def main() -> None:
         help="judge a saved run again instead of running (the replay uses the model as it is now)",
     )
     ap.add_argument(
+        "--explain",
+        metavar="SCENARIO",
+        help="with --from-run (or --smoke): print the model's walk over that scenario, window by window, and stop",
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
         help="seconds, no cluster: judge a run made up here (see smoke_run) through the replay and the table",
@@ -1521,6 +1575,9 @@ def main() -> None:
         result.scenarios = chosen
         if args.save_run:
             save_run(result, args.save_run)
+    if args.explain:
+        print("\n".join(explain_draw(result, args.explain)))
+        return
     spans = [(m["before"][0], m["after"][1]) for m in result.phases.marks.values()]
     replayed, state = replay(result.records, spans, result.window_s)
     rows = table([s for s in chosen if s.name in result.phases.marks], result, replayed, state)
