@@ -1156,12 +1156,13 @@ def judge(
     fire = min((i.start for i in hits), default=None)
     flaps = 0
     if fire is not None:
-        by_subject: dict[str, list[Interval]] = defaultdict(list)
-        for i in intervals:
-            if i.rule in SLOW_NODE[path] and i.subject in {h.subject for h in hits}:
-                by_subject[i.subject].append(i)
-        first = min(by_subject, key=lambda x: min(i.start for i in by_subject[x]))
-        flaps = 0 if _covered(by_subject[first], fire, fault_end) else 1
+        # The subject this scenario found first (not the one with the run's earliest finding: a
+        # subject found in an earlier draw too, the cluster's, would be judged from this fire
+        # on by intervals that began later), and all of its slow-node intervals (any rule: an
+        # escalation from degraded to slow is one finding going on).
+        first = min(hits, key=lambda i: i.start).subject
+        own = [i for i in intervals if i.rule in SLOW_NODE[path] and i.subject == first]
+        flaps = 0 if _covered(own, fire, fault_end) else 1
     ends = [i.end for i in hits]
     clear = None if not hits or None in ends else max(e for e in ends if e is not None) - fault_end
     return PathResult(
