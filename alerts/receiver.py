@@ -41,7 +41,7 @@ from alerts.config import ReceiverConfig
 from alerts.dedup import DedupCache, event_key
 from alerts.hooks import Hook, HookResult, load_hook
 from alerts.hooks.base import AlertEvent
-from alerts.hooks.findings import HookNotifier, finding_from_alert
+from alerts.hooks.findings import FiringAlerts, HookNotifier, finding_from_alert
 from alerts.payload import PayloadError, parse_message
 from linkwatch.errors import ListenError
 from linkwatch.records import Finding
@@ -80,6 +80,7 @@ class AlertReceiver:
         self._server: asyncio.Server | None = None
         self._threads: list[threading.Thread] = []
         self.pipeline = None
+        self.firing = FiringAlerts(max_findings=config.dedup_entries)
         if config.remediation is not None:
             from findings.pipeline import build_pipeline
 
@@ -250,7 +251,10 @@ class AlertReceiver:
                 self.stats["rejected_queue_full"] += 1
                 return 503, {"error": "queue_full", "detail": f"{len(fresh)} new alerts do not fit"}
             accepted = duplicates = 0
-            for event in msg.alerts:
+            # One notification is a snapshot of its group: its firing alerts are handed on
+            # before its resolved ones, so a finding whose alert changed labels (the old label
+            # set resolved, the new one firing) is never cleared in between (FiringAlerts).
+            for event in sorted(msg.alerts, key=lambda e: e.status != "firing"):
                 # A repeat within this message is a duplicate too. Audit first, then mark:
                 # an alert whose audit line could not be written is not marked as seen, so
                 # Alertmanager's retry of this message hands it on (it is not a duplicate).
@@ -303,6 +307,18 @@ class AlertReceiver:
                 return
             finding = finding_from_alert(event) if self.pipeline is not None else None
             if finding is not None:
+                if self.firing.admit(finding, event.fingerprint) is None:
+                    self.stats["resolved_while_another_fires"] += 1
+                    self.audit.write(
+                        {
+                            "event": "pipeline",
+                            "rule": finding.rule,
+                            "subject": finding.subject,
+                            "outcome": "kept active: another alert of this finding still fires",
+                            "fingerprint": event.fingerprint,
+                        }
+                    )
+                    continue
                 self._through_pipeline(finding)
                 continue
             for hook in self.hooks:

@@ -1062,21 +1062,30 @@ def _alert_key(alertname: str, labels: dict[str, str]) -> tuple[str, str]:
 
 
 def alert_intervals(alerts: list[dict[str, Any]]) -> list[Interval]:
+    """One interval per (rule, subject) while any of its alerts fires, as the receiver hands
+    them to the findings pipeline (``alerts.hooks.findings.FiringAlerts``): a finding whose stage
+    changed has its old stage's alert resolved and the new one firing, in one notification,
+    firing handed on first; the finding clears with its last alert."""
     open_: dict[tuple[str, str], Interval] = {}
+    firing: dict[tuple[str, str], set[str]] = defaultdict(set)
     out: list[Interval] = []
-    for a in sorted(alerts, key=lambda x: x["ts"]):
+    for a in sorted(alerts, key=lambda x: (x["ts"], x["status"] != "firing")):
         labels, notes = a.get("labels", {}), a.get("annotations", {})
         key = _alert_key(a["alertname"], labels)
         stage = notes.get("stage") or labels.get("stage")
+        fingerprint = a.get("fingerprint") or json.dumps(labels, sort_keys=True)
         if a["status"] == "firing":
+            firing[key].add(fingerprint)
             iv = open_.get(key)
             if iv is None:
                 iv = open_[key] = Interval(*key, a["ts"], detail=_detail(labels))
                 out.append(iv)
             if stage and stage not in iv.stages:
                 iv.stages.append(stage)
-        elif key in open_:
-            open_.pop(key).end = a["ts"]
+        else:
+            firing[key].discard(fingerprint)
+            if key in open_ and not firing[key]:
+                open_.pop(key).end = a["ts"]
     return out
 
 

@@ -9,12 +9,15 @@
   (label ``stage``) into a finding, so the receiver can send it through the same pipeline; any
   other alert returns None and goes to the hooks as before. A slow client's alert keeps the
   client as its subject (label ``subject``, ``client:<id>``), never its broker's.
+* :class:`FiringAlerts`: one finding may be carried by several alerts at once, and it clears
+  only when the last of them resolves.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,3 +104,54 @@ def finding_from_alert(event: AlertEvent, cluster: str = "default") -> Finding |
         action=event.annotations.get("description", ""),
         active=event.status != "resolved",
     )
+
+
+class FiringAlerts:
+    """Which alerts carry each finding, so that a finding clears only when its last alert does.
+
+    A finding is (cluster, rule, subject); an alert is its label set (its fingerprint). The
+    analyzer's slow-broker alert has the finding's stage and follower among its labels, so when
+    the stage an ongoing finding names changes, Prometheus resolves the alert of the old label
+    set and fires one of the new: two alerts of one finding, both in the next notification, in
+    either order. Read one at a time, the resolution would clear the finding while the fault is
+    on (a remediation then restores the broker it demoted) and the next firing would raise it
+    again. :meth:`admit` passes a firing alert's finding on and holds back the resolution of one
+    alert while another alert of the same finding still fires (counted in :attr:`held`).
+
+    Bounded: at most ``max_findings`` findings and ``max_alerts`` alerts per finding are
+    remembered, the least recently touched forgotten first; a resolution of a forgotten finding
+    passes on (it clears, as it would without this bookkeeping)."""
+
+    def __init__(self, max_findings: int = 10_000, max_alerts: int = 64) -> None:
+        self.max_findings = max_findings
+        self.max_alerts = max_alerts
+        self._firing: OrderedDict[tuple[str, str, str], OrderedDict[str, None]] = OrderedDict()
+        self.held = 0
+
+    def admit(self, finding: Finding, fingerprint: str) -> Finding | None:
+        """The finding to hand on for this alert event, or None for the resolution of one alert
+        while another alert of the same finding still fires."""
+        key = (finding.cluster, finding.rule, finding.subject)
+        alerts = self._firing.get(key)
+        if finding.active:
+            if alerts is None:
+                alerts = self._firing[key] = OrderedDict()
+                while len(self._firing) > self.max_findings:
+                    self._firing.popitem(last=False)
+            self._firing.move_to_end(key)
+            alerts[fingerprint] = None
+            alerts.move_to_end(fingerprint)
+            while len(alerts) > self.max_alerts:
+                alerts.popitem(last=False)
+            return finding
+        if alerts is None:
+            return finding
+        alerts.pop(fingerprint, None)
+        if alerts:
+            self.held += 1
+            return None
+        del self._firing[key]
+        return finding
+
+    def __len__(self) -> int:
+        return len(self._firing)

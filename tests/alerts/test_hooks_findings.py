@@ -4,9 +4,11 @@ stage is a finding; a finding told to a hook is an alert event."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from alerts.hooks.base import AlertEvent
-from alerts.hooks.findings import event_from_finding, finding_from_alert
+from alerts.hooks.findings import FiringAlerts, event_from_finding, finding_from_alert
 from tests.findings.kit import finding
 
 
@@ -61,3 +63,80 @@ def test_event_from_finding_labels() -> None:
         "stage": "local",
     }
     assert e.status == "firing" and e.fingerprint == "slow_broker/broker:2"
+
+
+# --- FiringAlerts: a finding clears with its last alert ----------------------------------------
+
+
+def _slow(status: str, fingerprint: str, stage: str) -> tuple[AlertEvent, str]:
+    labels = {"alertname": "LinkwatchSlowBrokerFinding", "rule": "slow_broker", "broker": "3", "stage": stage}
+    return alert(labels, status), fingerprint
+
+
+# The analyzer's finding on broker 3 named requestQueue, then responseQueue, then requestQueue
+# again, then remote: each change resolves the alert of the old stage and fires the new one.
+# What a notification holds is handed on in its order (the receiver puts firing first).
+STAGE_CHANGES = [
+    ([_slow("firing", "fpA", "requestQueue")], [True]),
+    ([_slow("firing", "fpB", "responseQueue"), _slow("resolved", "fpA", "requestQueue")], [True, None]),
+    ([_slow("firing", "fpA", "requestQueue"), _slow("resolved", "fpB", "responseQueue")], [True, None]),
+    ([_slow("firing", "fpC", "remote"), _slow("resolved", "fpA", "requestQueue")], [True, None]),
+    ([_slow("resolved", "fpC", "remote")], [False]),  # the last one: the finding clears
+    ([_slow("resolved", "fpC", "remote")], [False]),  # a repeat of it still clears (nothing held)
+]
+
+
+def test_a_finding_whose_alert_changes_stage_stays_active_until_its_last_alert_resolves() -> None:
+    firing = FiringAlerts()
+    for notification, expected in STAGE_CHANGES:
+        got = []
+        for event, fingerprint in notification:
+            out = firing.admit(finding_from_alert(event), fingerprint)
+            got.append(None if out is None else out.active)
+        assert got == expected, notification
+    assert firing.held == 3 and len(firing) == 0
+
+
+def test_alerts_of_other_findings_do_not_hold_a_clearing() -> None:
+    firing = FiringAlerts()
+    b2 = alert({"rule": "slow_broker", "broker": "2", "stage": "local"})
+    b3 = alert({"rule": "slow_broker", "broker": "3", "stage": "local"})
+    degraded3 = alert({"rule": "degraded_broker", "broker": "3", "stage": "local"})
+    for event, fp in ((b2, "fp2"), (b3, "fp3"), (degraded3, "fpd3")):
+        assert firing.admit(finding_from_alert(event), fp) is not None
+    resolved = firing.admit(
+        finding_from_alert(alert({"rule": "slow_broker", "broker": "3"}, "resolved")), "fp3"
+    )
+    assert resolved is not None and not resolved.active and resolved.subject == "broker:3"
+
+
+def test_the_memory_is_bounded_and_a_forgotten_finding_clears() -> None:
+    firing = FiringAlerts(max_findings=2, max_alerts=2)
+    for b in ("1", "2", "3"):  # broker 1's finding is the least recently touched: forgotten
+        firing.admit(finding_from_alert(alert({"rule": "slow_broker", "broker": b})), f"fp{b}")
+    assert len(firing) == 2
+    for fp in ("a", "b", "c"):  # broker 3's: fp3 and "a" forgotten, "b" and "c" kept
+        firing.admit(finding_from_alert(alert({"rule": "slow_broker", "broker": "3"})), fp)
+    gone = firing.admit(finding_from_alert(alert({"rule": "slow_broker", "broker": "1"}, "resolved")), "x")
+    assert gone is not None and not gone.active
+    resolve3 = finding_from_alert(alert({"rule": "slow_broker", "broker": "3"}, "resolved"))
+    assert firing.admit(resolve3, "b") is None  # "c" still fires
+    assert firing.admit(resolve3, "c") is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["fp1", "fp2", "fp3"])), max_size=40))
+def test_a_finding_is_active_exactly_while_one_of_its_alerts_fires(events: list[tuple[bool, str]]) -> None:
+    """Any interleaving of firings and resolutions of one finding's alerts: a resolution is
+    handed on (a clearing) exactly when no other of its alerts fires; a firing always is."""
+    firing = FiringAlerts()
+    model: set[str] = set()
+    for fires, fp in events:
+        status = "firing" if fires else "resolved"
+        out = firing.admit(finding_from_alert(alert({"rule": "slow_broker", "broker": "3"}, status)), fp)
+        if fires:
+            model.add(fp)
+            assert out is not None and out.active
+        else:
+            model.discard(fp)
+            assert (out is None) == bool(model)

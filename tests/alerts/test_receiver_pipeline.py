@@ -5,6 +5,7 @@ with what was decided); any other alert goes to the hooks directly, as without t
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from alerts.config import ReceiverConfig
@@ -81,3 +82,47 @@ def test_slow_client_alert_is_the_clients_finding(tmp_path: Path) -> None:
         "send",
     )
     assert "broker" not in event.labels  # nothing downstream reads it as a broker's finding
+
+
+def _stage_alert(status: str, stage: str, fingerprint: str) -> dict:
+    a = alert(broker="3", status=status)
+    a["labels"] = {
+        "alertname": "LinkwatchSlowBrokerFinding",
+        "cluster": "c1",
+        "rule": "slow_broker",
+        "broker": "3",
+        "stage": stage,
+        "severity": "warning",
+    }
+    a["fingerprint"] = fingerprint
+    return a
+
+
+def test_a_finding_whose_stage_changes_is_not_cleared_until_its_last_alert_resolves(tmp_path: Path) -> None:
+    """The analyzer's finding on broker 3 changes stage twice while its fault is on: Prometheus
+    resolves the old stage's alert and fires the new one, both in the next notification, the
+    resolution first (as Alertmanager sent them in a fault-matrix run). The pipeline hears the
+    finding appear once and clear once, when the last alert resolves: never cleared mid-fault
+    (a remediation would restore the broker it demoted)."""
+    memory = MemoryNotifier({"max_events": 100})
+    cfg = ReceiverConfig(port=0, token=TOKEN, audit_log=tmp_path / "audit.jsonl", remediation={"policy": {}})
+    notifications = [
+        [_stage_alert("firing", "requestQueue", "fpA")],
+        [_stage_alert("resolved", "requestQueue", "fpA"), _stage_alert("firing", "responseQueue", "fpB")],
+        [_stage_alert("resolved", "responseQueue", "fpB"), _stage_alert("firing", "remote", "fpC")],
+        [_stage_alert("resolved", "remote", "fpC")],
+    ]
+    with AlertReceiver(cfg, hooks=[memory]) as r:
+        for n in notifications:
+            assert post(r.url, message(*n))[0] == 200
+        # every one of the six alert events judged (a pipeline line each) before reading
+        deadline = time.monotonic() + 10.0
+        while sum(e.get("event") == "pipeline" for e in r.audit.read()) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        events = memory.wait_for(2, 5.0)
+        assert r.stats["resolved_while_another_fires"] == 2
+    changes = [json.loads(e.annotations["outcome"])["change"] for e in events]
+    assert changes == ["appeared", "cleared"], changes
+    assert events[1].status == "resolved" and events[1].labels["subject"] == "broker:3"
+    kept = [e for e in r.audit.read() if str(e.get("outcome", "")).startswith("kept active")]
+    assert [e["fingerprint"] for e in kept] == ["fpA", "fpB"]

@@ -96,3 +96,33 @@ def test_a_flap_is_the_first_subject_of_the_draw_clearing_while_its_fault_is_on(
     result = fault_matrix.judge("analyzer", TWO_SLOW, intervals, SPAN)
     assert result.verdict == "right", name
     assert result.flaps == flaps, name
+
+
+def _alert(ts: float, status: str, stage: str, fingerprint: str) -> dict:
+    labels = {"alertname": "LinkwatchSlowBrokerFinding", "cluster": "fm", "broker": "3", "stage": stage}
+    return {
+        "ts": ts,
+        "status": status,
+        "alertname": labels["alertname"],
+        "labels": labels,
+        "fingerprint": fingerprint,
+    }
+
+
+def test_alerts_of_one_finding_make_one_interval_until_the_last_resolves() -> None:
+    """The notifications of a leader pause on broker 3 (run 2, d26), as the receiver got them:
+    the finding changed stage three times; Alertmanager sent each old stage's resolution beside
+    the new stage's firing, the resolution first. One finding from +22.3 s to +107.4 s."""
+    alerts = [
+        _alert(22.3, "firing", "requestQueue", "a"),
+        _alert(27.3, "resolved", "requestQueue", "a"),
+        _alert(27.3, "firing", "responseQueue", "b"),
+        _alert(47.3, "firing", "requestQueue", "a"),
+        _alert(47.3, "resolved", "responseQueue", "b"),
+        _alert(67.3, "resolved", "requestQueue", "a"),
+        _alert(67.3, "firing", "remote", "c"),
+        _alert(107.4, "resolved", "remote", "c"),
+    ]
+    (interval,) = fault_matrix.alert_intervals(alerts)
+    assert (interval.subject, interval.start, interval.end) == ("broker:3", 22.3, 107.4)
+    assert interval.stages == ["requestQueue", "responseQueue", "remote"]
