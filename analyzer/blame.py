@@ -47,6 +47,7 @@ Everything here is a pure function of rows and thresholds.
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -252,12 +253,21 @@ def _waited(r: StageWindow) -> float:
     return r.nonzero_p99_ms if r.nonzero_p99_ms is not None else (r.p99_ms or 0.0)
 
 
-def _told_apart(remote: dict[int, float], f: int, ratio: float, excess_ms: float) -> bool:
-    """Every other broker's wait is at least ``ratio`` × and ``excess_ms`` above ``f``'s."""
+def _told_apart(
+    remote: dict[int, float],
+    f: int,
+    ratio: float,
+    excess_ms: float,
+    lowest: list[tuple[float, int]] | None = None,
+) -> bool:
+    """Every other broker's wait is at least ``ratio`` × and ``excess_ms`` above ``f``'s.
+    ``lowest``: the two lowest (wait, broker) of ``remote``, when the caller asks for many ``f``
+    (else found here)."""
     own = remote.get(f)
     if own is None or len(remote) < 2:
         return False
-    lowest_other = min(ms for b, ms in remote.items() if b != f)
+    two = lowest if lowest is not None else heapq.nsmallest(2, ((ms, b) for b, ms in remote.items()))
+    lowest_other = two[1][0] if two[0][1] == f else two[0][0]
     return lowest_other >= ratio * own and lowest_other - own >= excess_ms
 
 
@@ -412,9 +422,8 @@ def read_window(rows: Rows, w: int, earlier: Sequence[int], cfg: SlowBrokerConfi
         reading.above[request] = _above(rows, request, w, usable, cfg)
         if "remote" not in cfg.wait_stages.get(request, ()):
             _waits(rows, request, w, usable, throughput, few, reading, cfg)
-    reading.healthy = {
-        b for (b, _r) in reading.p99_ms if b not in below_healthy and not reading.blamed().get(b)
-    }
+    blamed = reading.blamed()  # once: it is computed anew at each call until the reading is final
+    reading.healthy = {b for (b, _r) in reading.p99_ms if b not in below_healthy and not blamed.get(b)}
     return reading
 
 
@@ -469,8 +478,11 @@ def _waits(
         # acks=all partition looks the same).
         return 2 * ((f in few) + any(s.family in (OWN, PROBE) for s in reading.signals.get(f, [])))
 
+    lowest = heapq.nsmallest(2, ((ms, b) for b, ms in remote.items()))
     for f in candidates:
-        told = f not in waiting and _told_apart(remote, f, cfg.follower_remote_ratio, cfg.degraded_excess_ms)
+        told = f not in waiting and _told_apart(
+            remote, f, cfg.follower_remote_ratio, cfg.degraded_excess_ms, lowest
+        )
         score = direct(f) + told
         if score and (waiting - {f}):
             evidence[f] = score
