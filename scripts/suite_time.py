@@ -1,0 +1,59 @@
+"""Where the test suite's time goes: summarize a ``LINKWATCH_TEST_CPU`` log (tests/conftest.py).
+
+    LINKWATCH_TEST_CPU=/tmp/suite.jsonl make test
+    .venv/bin/python scripts/suite_time.py /tmp/suite.jsonl [--top 25]
+
+Prints the whole run's wall and busy-CPU minutes, then the test files and the tests that took
+the most wall time (a fixture's start is counted in the first test using it), each with its
+share of the run. Meaningful for a run in one process on an otherwise quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def load(path: Path) -> list[dict]:
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            rows.append(
+                {"test": str(row["test"]), "wall_s": float(row["wall_s"]), "cpu_s": float(row["cpu_s"])}
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"{path}:{n}: not a test-time line ({e})") from None
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("log", type=Path)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    if not args.log.is_file():
+        raise SystemExit(f"no such file: {args.log}")
+    rows = load(args.log)
+    wall = sum(r["wall_s"] for r in rows)
+    cpu = sum(r["cpu_s"] for r in rows)
+    print(f"{len(rows)} tests: {wall / 60:.1f} wall minutes, {cpu / 60:.1f} busy-CPU minutes")
+    by_file: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for r in rows:
+        f = by_file[r["test"].split("::")[0]]
+        f[0] += 1
+        f[1] += r["wall_s"]
+        f[2] += r["cpu_s"]
+    print(f"\n{'file':64s} {'tests':>5s} {'wall s':>8s} {'cpu s':>8s} {'share':>6s}")
+    for name, (n, w, c) in sorted(by_file.items(), key=lambda kv: -kv[1][1])[: args.top]:
+        print(f"{name:64s} {n:5d} {w:8.1f} {c:8.1f} {w / wall:6.1%}")
+    print(f"\n{'test':100s} {'wall s':>8s} {'cpu s':>8s}")
+    for r in sorted(rows, key=lambda r: -r["wall_s"])[: args.top]:
+        print(f"{r['test'][:100]:100s} {r['wall_s']:8.1f} {r['cpu_s']:8.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""``scripts/suite_time.py``: the suite's time per file and per test, from the conftest's log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts/suite_time.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_files_and_tests_are_ranked_by_wall_time(tmp_path: Path) -> None:
+    log = tmp_path / "suite.jsonl"
+    rows = [("tests/a.py::t1", 3.0, 4.0), ("tests/a.py::t2", 1.0, 1.0), ("tests/b.py::t", 6.0, 2.0)]
+    log.write_text("".join(json.dumps({"test": t, "wall_s": w, "cpu_s": c}) + "\n" for t, w, c in rows))
+    out = _run(str(log)).stdout.splitlines()
+    assert out[0] == "3 tests: 0.2 wall minutes, 0.1 busy-CPU minutes"
+    files = [line.split() for line in out if line.startswith("tests/") and "::" not in line]
+    assert files == [["tests/b.py", "1", "6.0", "2.0", "60.0%"], ["tests/a.py", "2", "4.0", "5.0", "40.0%"]]
+    tests = [line.split()[0] for line in out if "::" in line]
+    assert tests == ["tests/b.py::t", "tests/a.py::t1", "tests/a.py::t2"]
+
+
+def test_a_bad_line_or_path_is_one_line_naming_it(tmp_path: Path) -> None:
+    log = tmp_path / "suite.jsonl"
+    log.write_text('{"test": "tests/a.py::t", "wall_s": 1, "cpu_s": 1}\nnot json\n')
+    bad = _run(str(log))
+    assert bad.returncode == 1 and bad.stderr.startswith(f"{log}:2: not a test-time line")
+    missing = _run(str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 1 and missing.stderr.strip() == f"no such file: {tmp_path / 'nope.jsonl'}"
