@@ -2,11 +2,18 @@
 
 The model (the detector in :mod:`analyzer.slow_broker` walks its readings over time):
 
-1. **Peers and the line.** In a window, for a request type, every broker with at least
-   ``min_requests`` logged requests is *usable*. A stage of a broker is *out of line* when its
-   p99 is at least ``degraded_ratio`` × its peers' median p99 of that stage and
-   ``degraded_excess_ms`` above it. Comparing with peers removes what every broker shares (a
-   burst, the machine): a common-mode slowdown moves the peers' median too.
+1. **Peers, its own usual level and the line.** In a window, for a request type, every broker
+   with at least ``min_requests`` logged requests is *usable*. A stage of a broker is *out of
+   line* when its p99 is at least ``degraded_ratio`` × its peers' median p99 of that stage and
+   ``degraded_excess_ms`` above it, and it left the broker's own *usual level* (:class:`Usual`:
+   at least ``own_change_ratio`` × its median in the earlier windows of the lookback it was not
+   out of line, once there are ``usual_min_windows`` of them, and ``degraded_excess_ms`` above
+   it). Comparing with peers removes what every broker shares (a burst, the machine): a
+   common-mode slowdown moves the peers' median too. Comparing with itself removes what is the
+   broker's by its layout (it leads the heavy partitions, its followers are far): in a fleet
+   some brokers always sit above their peers. The same holds for a leader's acks=all wait
+   (step 3) when nobody explains it. Above the line nothing is excused: a level that costs the
+   clients is slow however usual.
 2. **Decompose each broker's time.** Its *own work* is ``own_stages`` (request queue, local,
    response queue); ``remote`` is its *wait on replication* (an acks=all produce waits for the
    followers), read as the p99 of the requests that waited at all; ``send`` and ``throttle`` are
@@ -176,6 +183,43 @@ def _median(values: Iterable[float]) -> float | None:
     return statistics.median(vs) if vs else None
 
 
+class Usual:
+    """Each broker's usual level of a measure (a stage's p99, its acks=all wait), learnt from the
+    windows read so far, oldest first: the median of the last ``windows`` values it had in
+    windows where it was not out of line, once there are ``min_windows`` of them (else None).
+
+    A window in which the measure departed from a known level (out of line with the peers *and*
+    changed from its usual level) is left out, so a fault never becomes its own baseline however
+    long it lasts within the lookback. A window read before any level existed is kept whatever it
+    showed: with only the peers to go by it cannot tell a broker heavy by its layout from one
+    that is slow, and leaving such windows out would leave the heavy broker without a level for
+    ever. The cost: a below-the-line departure that began before the lookback's first windows
+    is that broker's level (an early warning is about a change; above the line the level itself
+    is judged)."""
+
+    def __init__(self, windows: int, min_windows: int) -> None:
+        self.windows = windows
+        self.min_windows = min_windows
+        self._values: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+
+    def level(self, key: tuple[int, str, str]) -> float | None:
+        values = self._values.get(key, ())
+        return statistics.median(values) if len(values) >= self.min_windows else None
+
+    def changed(self, key: tuple[int, str, str], value: float, ratio: float, excess_ms: float) -> bool:
+        """``value`` left the usual level (True when there is none yet)."""
+        usual = self.level(key)
+        return usual is None or (value >= ratio * usual and value - usual >= excess_ms)
+
+    def note(self, key: tuple[int, str, str], value: float, departed: bool) -> None:
+        """Keep this window's ``value`` unless it departed from a known level."""
+        if departed and self.level(key) is not None:
+            return
+        values = self._values[key]
+        values.append(value)
+        del values[: -self.windows]
+
+
 class Rows:
     """Stage rows indexed (request, stage) → window → broker; probe rows by window → broker."""
 
@@ -303,9 +347,10 @@ class _Stages:
 
 
 def _own_signal(
-    rows: Rows, request: str, w: int, b: int, st: _Stages, cfg: SlowBrokerConfig
+    rows: Rows, request: str, w: int, b: int, st: _Stages, cfg: SlowBrokerConfig, usual: Usual | None = None
 ) -> tuple[Signal | None, ClientSignal | None, dict[str, float]]:
-    """Step 2 for one broker: its own work out of line (a Signal), or its excess a client's."""
+    """Step 2 for one broker: its own work out of line (a Signal), or its excess a client's.
+    ``usual``: its own levels (step 1), noted here for the windows after this one."""
     usable = st.usable
     total = usable[b].p99_ms or 0.0
     peer_total = st.total_peers.get(b)
@@ -320,7 +365,15 @@ def _own_signal(
         if mine is None or peer is None:
             continue
         excess[s] = mine - peer
-        if s in own and mine >= cfg.degraded_ratio * peer and mine - peer >= cfg.degraded_excess_ms:
+        if s not in own:
+            continue
+        beside_peers = mine >= cfg.degraded_ratio * peer and mine - peer >= cfg.degraded_excess_ms
+        left_usual = True
+        if usual is not None:
+            key = (b, request, s)
+            left_usual = usual.changed(key, mine, cfg.own_change_ratio, cfg.degraded_excess_ms)
+            usual.note(key, mine, departed=beside_peers and left_usual)
+        if beside_peers and left_usual:
             out_of_line[s] = mine - peer
     above = total >= cfg.peer_ratio * peer_total and b in _above(rows, request, w, {b: usable[b]}, cfg)
     judged = {s: x for s, x in excess.items() if s not in by_design and x >= cfg.degraded_excess_ms}
@@ -389,9 +442,12 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
     return out
 
 
-def read_window(rows: Rows, w: int, earlier: Sequence[int], cfg: SlowBrokerConfig) -> Reading:
+def read_window(
+    rows: Rows, w: int, earlier: Sequence[int], cfg: SlowBrokerConfig, usual: Usual | None = None
+) -> Reading:
     """Steps 1-4 of the model in window ``w`` (``earlier``: the windows before it that the
-    baselines read, oldest first). Step 3's attribution and step 5 need the whole lookback:
+    baselines read, oldest first; ``usual``: the brokers' own levels learnt from them, and
+    noted from this one). Step 3's attribution and step 5 need the whole lookback:
     :func:`read_windows`."""
     signals: dict[int, list[Signal]] = defaultdict(list)
     probe = probe_signals(rows, w, cfg)
@@ -409,7 +465,7 @@ def read_window(rows: Rows, w: int, earlier: Sequence[int], cfg: SlowBrokerConfi
             reading.count[(b, request)] = r.count
         stages = _Stages.read(rows, request, w, usable, cfg)
         for b in usable:
-            sig, client, _ = _own_signal(rows, request, w, b, stages, cfg)
+            sig, client, _ = _own_signal(rows, request, w, b, stages, cfg, usual)
             if sig is not None:
                 signals[b].append(sig)
             if client is not None:
@@ -421,7 +477,7 @@ def read_window(rows: Rows, w: int, earlier: Sequence[int], cfg: SlowBrokerConfi
             signals[b].append(Signal(FEW, request, "remote", throughput[b], None, 0.0, False))
         reading.above[request] = _above(rows, request, w, usable, cfg)
         if "remote" not in cfg.wait_stages.get(request, ()):
-            _waits(rows, request, w, usable, throughput, few, reading, cfg)
+            _waits(rows, request, w, usable, throughput, few, reading, cfg, usual)
     blamed = reading.blamed()  # once: it is computed anew at each call until the reading is final
     reading.healthy = {b for (b, _r) in reading.p99_ms if b not in below_healthy and not blamed.get(b)}
     return reading
@@ -455,11 +511,13 @@ def _waits(
     few: set[int],
     reading: Reading,
     cfg: SlowBrokerConfig,
+    usual: Usual | None = None,
 ) -> None:
     """Step 3: the leaders waiting on replication, and the one broker that explains their wait."""
     remote = {b: _waited(r) for b, r in rows.usable(request, "remote", w, cfg.min_requests).items()}
     remote_peers = peer_medians(remote)
     waiting = set()
+    usual_wait: set[int] = set()  # waiting at the wait they usually have (step 1)
     for b, ms in remote.items():
         peer = remote_peers.get(b)
         out_of_line = (
@@ -467,6 +525,12 @@ def _waits(
         )
         if ms >= cfg.wait_floor_ms or out_of_line:
             waiting.add(b)
+        if usual is not None:
+            key = (b, request, "remote")
+            left = usual.changed(key, ms, cfg.own_change_ratio, cfg.degraded_excess_ms)
+            usual.note(key, ms, departed=b in waiting and left)
+            if b in waiting and not left:
+                usual_wait.add(b)
     if not waiting:
         return
     candidates = rows.known(request, [w]) | set(throughput) | set(usable)
@@ -535,16 +599,18 @@ def _waits(
     for b in sorted(waiting):
         if b in usable:
             total = usable[b].p99_ms or 0.0
-            reading.signals[b].append(
-                Signal(WAITS, request, "remote", remote[b], None, total, total > cfg.p99_threshold_ms)
-            )
+            slow = total > cfg.p99_threshold_ms
+            if not slow and b in usual_wait:
+                continue  # the wait its layout always gives it, below the line: no warning
+            reading.signals[b].append(Signal(WAITS, request, "remote", remote[b], None, total, slow))
 
 
 def read_windows(rows: Rows, windows: Sequence[int], cfg: SlowBrokerConfig) -> list[Reading]:
     """Every window of ``windows`` (oldest first) read, then step 3's attribution over the
     lookback and step 5's common mode."""
+    usual = Usual(cfg.baseline_windows, cfg.usual_min_windows)
     readings = [
-        read_window(rows, w, windows[max(0, i - cfg.baseline_windows) : i], cfg)
+        read_window(rows, w, windows[max(0, i - cfg.baseline_windows) : i], cfg, usual)
         for i, w in enumerate(windows)
     ]
     for request in cfg.requests:

@@ -127,6 +127,14 @@ class SlowBrokerConfig(DetectorConfig):
     # A stage is out of line: p99 ≥ degraded_ratio × the peers' median and degraded_excess_ms above.
     degraded_ratio: float = Field(5.0, ge=1.0)
     degraded_excess_ms: float = Field(10.0, ge=0)
+    # Below the line, a stage out of line with its peers' is evidence only when it also left the
+    # broker's own usual level: p99 ≥ own_change_ratio × its median in the earlier windows it was
+    # in line (at least usual_min_windows of them) and degraded_excess_ms above it. A broker that
+    # leads the heavy partitions is always above its peers; that is no early warning. A level is
+    # usual once it held for half the baseline lookback: a departure present from the lookback's
+    # first window is judged by the peers alone until then.
+    own_change_ratio: float = Field(2.0, ge=1.0)
+    usual_min_windows: int = Field(9, ge=1)
     # A request-queue excess is the disk's when local is out of line by at least this much.
     queue_behind_local_ms: float = Field(5.0, ge=0)
     # A leader whose acks=all requests wait this long waits on a follower: replication within a

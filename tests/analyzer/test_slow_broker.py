@@ -633,6 +633,80 @@ CASES = [
         },
         {("degraded_broker", "broker:1"): "local"},
     ),
+    # -- A broker's own usual level (step 1): its layout is no warning, a departure is -------
+    (
+        # Broker 1 leads the heavy partitions: its appends always take 40 ms against its peers'
+        # 2.2, under the line. Blamed by its peers alone over the lookback's first
+        # usual_min_windows (no level yet), then that level is its usual: healthy after it.
+        "no finding: above its peers in every window, under the line: its layout, not a warning",
+        20,
+        3,
+        {
+            b: {
+                i: BUSY | ({"p99": 125.0, "stage_p99": {**BUSY_STAGES, "local": 40.0}} if b == 1 else {})
+                for i in range(20)
+            }
+            for b in range(3)
+        },
+        {},
+    ),
+    (
+        # The same 40 ms arriving after 12 windows in line: a departure from its own level too.
+        "degraded: the same appends after 12 windows in line, a change",
+        20,
+        3,
+        {
+            b: {
+                i: BUSY
+                | ({"p99": 125.0, "stage_p99": {**BUSY_STAGES, "local": 40.0}} if b == 1 and i >= 12 else {})
+                for i in range(20)
+            }
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:1"): "local"},
+    ),
+    (
+        # A departure is never its own level, however long it lasts within the lookback: 10
+        # windows in line, then 20 of slow appends under the line, still a departure at the end.
+        "degraded: a departure of 20 windows after 10 in line is not learnt as its level",
+        30,
+        3,
+        {
+            b: {
+                i: BUSY
+                | ({"p99": 125.0, "stage_p99": {**BUSY_STAGES, "local": 40.0}} if b == 1 and i >= 10 else {})
+                for i in range(30)
+            }
+            for b in range(3)
+        },
+        {("degraded_broker", "broker:1"): "local"},
+    ),
+    (
+        # A leader whose followers are far: its acks=all requests always wait 200 ms (over
+        # wait_floor_ms, its total under the line) and no broker explains it (six brokers, none
+        # told apart). Its usual wait, once learnt: nothing to warn about.
+        "no finding: a leader's acks=all wait always over the floor, under the line: its layout",
+        20,
+        6,
+        {0: {i: {"p99": 230.0, "stage": "remote", "waited": {"remote": 200.0}} for i in range(20)}},
+        {},
+    ),
+    (
+        "degraded: the same wait after 12 windows at 30 ms, nobody explaining it, a change",
+        20,
+        6,
+        {
+            0: {
+                i: {
+                    "p99": 230.0 if i >= 12 else 40.0,
+                    "stage": "remote",
+                    "waited": {"remote": 200.0 if i >= 12 else 30.0},
+                }
+                for i in range(20)
+            }
+        },
+        {("degraded_broker", "broker:0"): "remote"},
+    ),
     # -- Rule 11: the request queue backs up behind a slow disk ------------------------------
     (
         # The fault matrix's slow disk (flush on every message): the handlers block in the
