@@ -37,7 +37,10 @@ module walks those readings over time and writes the findings:
   goes down, comes back or restarts, broker findings are provisional too (its peers carry its
   load), and the returning broker's own for ``returning_grace_windows`` (it catches up:
   replicas, a cold page cache, a JVM compiling): a planned rolling restart is nothing to
-  remediate. A broker that stalls keeps its JVM, so a stall is never read as a restart.
+  remediate. Meanwhile it serves less than its peers until its leadership comes back, so a
+  window showing it serving with no evidence counts as healthy, not as a hold: the evidence of
+  its restart clears instead of outliving the grace. A broker that stalls keeps its JVM, so a
+  stall is never read as a restart.
 * **Slow clients.** A broker above the line whose largest excess is a client's stage (``send``,
   ``throttle``) walks a score of its own per request type; the finding names the client from
   the slow-request exemplars and is never a broker's.
@@ -241,15 +244,33 @@ def evaluate(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> Model:
     brokers = sorted(
         {b for r in readings for b in (*r.signals, *r.healthy)} | {b for r in readings for b, _ in r.p99_ms}
     )
+    restarted = restarts(data, windows)
+    # Per window: the brokers down or restarted within returning_grace_windows (back, catching up).
+    back = [set(r.absent) | set(restarted[i]) for i, r in enumerate(readings)]
+    returning = [
+        set().union(*back[max(0, i - cfg.returning_grace_windows) : i + 1]) for i in range(len(readings))
+    ]
+
+    def state(i: int, r: Reading, b: int) -> str:
+        # A broker back from a restart serves less than its peers until its leadership returns
+        # (a preferred-leader election, minutes later): serving with no evidence against it, it
+        # is healthy, not held, or the evidence of its restart would keep its finding for ever.
+        s = r.state(b)
+        serving = any(x == b for x, _ in r.p99_ms)
+        if s == "hold" and serving and b in returning[i] and not r.common and not r.blamed().get(b):
+            return "healthy"
+        return s
+
     walks = {
-        b: walk([(r.state(b), r.weight(b), r.slow_weight(b)) for r in readings], windows, cfg)
+        b: walk(
+            [(state(i, r, b), r.weight(b), r.slow_weight(b)) for i, r in enumerate(readings)], windows, cfg
+        )
         for b in brokers
     }
     cluster_states = [
         ("blamed", 1, 1) if r.common else ("healthy", 0, 0) if r.reporting else ("hold", 0, 0)
         for r in readings
     ]
-    restarted = restarts(data, windows)
     transitions = [
         (i > 0 and r.absent != readings[i - 1].absent) or bool(restarted[i]) for i, r in enumerate(readings)
     ]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, walk_score
+from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector, broker_scores, evaluate, walk_score
 from findings.policy import Action, FindingPolicyConfig, PolicyRule, decide
 from linkwatch.aggregates import Aggregates, BrokerStartWindow, ClientWindow, StageWindow
 from linkwatch.records import Finding
@@ -1247,6 +1247,26 @@ CASES = [
         {("slow_broker", "broker:2"): "local"},
     ),
     (
+        # The fault matrix's rolling restart, then a soak (run 3, d24-d25): broker 2 back with a
+        # new JVM is slow while it catches up (windows 9-12), then serves a third of its peers
+        # (its leadership comes back only with a preferred-leader election) with no evidence
+        # against it. Held, its finding of the restart outlived the grace and was raised as
+        # slow_broker when the grace ended; serving without evidence, it clears.
+        "back from a restart, serving few without evidence: its restart's finding clears",
+        30,
+        3,
+        {
+            2: jvm(window(0) - 3_600_000, range(9))
+            | jvm(
+                window(9) + 2_000,
+                range(9, 30),
+                {i: SLOW | {"stage": "local"} for i in range(9, 13)}
+                | {i: {"count": 30} for i in range(13, 30)},
+            )
+        },
+        {},
+    ),
+    (
         "a cluster's first start inside the lookback is no restart",
         8,
         3,
@@ -1631,3 +1651,24 @@ def test_a_restart_is_placed_in_the_window_its_jvm_started() -> None:
     data = Aggregates(cluster="c1", window_s=WINDOW_S, broker_starts=starts)
     assert restarts(data, windows) == [frozenset(), frozenset(), {1}, frozenset(), frozenset(), {2}]
     assert restarts(data, []) == []
+
+
+def test_a_broker_back_from_a_restart_serving_few_without_evidence_walks_healthy() -> None:
+    """Broker 2 restarts (new JVM from window 9), is slow while it catches up (9-12), then serves
+    a third of its usual requests with no evidence against it (its leadership not yet back).
+    Serving few alone holds a broker's score; back from a restart it is read healthy, so the
+    finding its restart left clears within clear_windows instead of being held until its own
+    traffic baseline moves (and outliving the returning grace, as in run 3's d24-d25)."""
+    special = {
+        2: jvm(window(0) - 3_600_000, range(9))
+        | jvm(
+            window(9) + 2_000,
+            range(9, 22),
+            {i: SLOW | {"stage": "local"} for i in range(9, 13)} | {i: {"count": 30} for i in range(13, 22)},
+        )
+    }
+    model = evaluate(scenario(22, 3, special), now_after(22), SlowBrokerConfig())
+    steps = model.brokers[2]
+    assert [s.state for s in steps[9:13]] == ["blamed"] * 4
+    assert [s.state for s in steps[13:16]] == ["healthy"] * 3
+    assert steps[12].active and not steps[15].active and not steps[-1].active
