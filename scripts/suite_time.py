@@ -1,6 +1,6 @@
-"""Where the test suite's time goes: summarize a ``LINKWATCH_TEST_CPU`` log (tests/conftest.py).
+"""Where the test suite's time goes: summarize a ``TEST_CPU_LOG`` log (tests/conftest.py).
 
-    LINKWATCH_TEST_CPU=/tmp/suite.jsonl make test
+    TEST_CPU_LOG=/tmp/suite.jsonl make test
     .venv/bin/python scripts/suite_time.py /tmp/suite.jsonl [--top 25]
 
 Prints the whole run's wall and busy-CPU minutes, then the test files and the tests that took

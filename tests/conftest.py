@@ -42,12 +42,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=TIMING_RERUN_DELAY_S))
 
 
-# LINKWATCH_TEST_CPU=FILE appends one JSON line per test (setup, call and teardown together,
-# so a fixture's start is counted in the first test using it): its wall time and the whole
+# TEST_CPU_LOG=FILE appends one JSON line per test (setup, call and teardown together, so a
+# fixture's start is counted in the first test using it; not a LINKWATCH_ name: the config
+# loader reads those as settings, and five config tests failed under it): its wall time and the whole
 # machine's busy CPU seconds meanwhile (from /proc/stat, so the brokers, Spark and processes the
 # test drives are counted, which the test process's own times would miss). Meaningful on an
 # otherwise quiet machine with one worker; it is how the suite's CPU is attributed to tests.
-_CPU_LOG = os.environ.get("LINKWATCH_TEST_CPU")
+_CPU_LOG = os.environ.get("TEST_CPU_LOG")
 
 
 def _busy_cpu_s() -> float:
