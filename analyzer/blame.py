@@ -213,9 +213,9 @@ class Usual:
 
     def note(self, key: tuple[int, str, str], value: float, departed: bool) -> None:
         """Keep this window's ``value`` unless it departed from a known level."""
-        if departed and self.level(key) is not None:
-            return
         values = self._values[key]
+        if departed and len(values) >= self.min_windows:  # a level is known (as :meth:`level`)
+            return
         values.append(value)
         del values[: -self.windows]
 

@@ -251,13 +251,15 @@ def evaluate(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> Model:
         set().union(*back[max(0, i - cfg.returning_grace_windows) : i + 1]) for i in range(len(readings))
     ]
 
+    serving = [{b for b, _ in r.p99_ms} for r in readings]
+
     def state(i: int, r: Reading, b: int) -> str:
         # A broker back from a restart serves less than its peers until its leadership returns
-        # (a preferred-leader election, minutes later): serving with no evidence against it, it
-        # is healthy, not held, or the evidence of its restart would keep its finding for ever.
+        # (a preferred-leader election, minutes later): serving with no evidence against it (a
+        # hold is never blamed), it is healthy, not held, or the evidence of its restart would
+        # keep its finding for ever.
         s = r.state(b)
-        serving = any(x == b for x, _ in r.p99_ms)
-        if s == "hold" and serving and b in returning[i] and not r.common and not r.blamed().get(b):
+        if s == "hold" and b in returning[i] and b in serving[i] and not r.common:
             return "healthy"
         return s
 
