@@ -23,6 +23,7 @@ from linkwatch.records import is_own
 # Throttle configs (KIP-73): rates per broker, throttled replica lists per topic.
 BROKER_THROTTLE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 TOPIC_THROTTLE_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+MIN_INSYNC_KEY = "min.insync.replicas"
 
 
 class AdminError(LinkwatchError):
@@ -71,6 +72,9 @@ class ClusterView:
     reassigning: dict[tuple[str, int], dict[str, list[int]]] = field(default_factory=dict)
     broker_configs: dict[int, dict[str, str]] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Each topic's effective min.insync.replicas (its own, else the broker default); a topic not
+    # here is unknown, and a planner that shrinks a replica set must then assume the worst.
+    min_insync: dict[str, int] = field(default_factory=dict)
     read_at: float = 0.0
 
     def led_by(self, broker: int, topics: Iterable[str] | None = None) -> list[PartitionState]:
@@ -124,7 +128,13 @@ def read_view(
     view.broker_configs = _configs(
         admin, ConfigResourceType.BROKER, [str(b) for b in brokers], BROKER_THROTTLE_KEYS
     )
-    view.topic_configs = _configs(admin, ConfigResourceType.TOPIC, names, TOPIC_THROTTLE_KEYS)
+    topic_configs = _configs(admin, ConfigResourceType.TOPIC, names, (*TOPIC_THROTTLE_KEYS, MIN_INSYNC_KEY))
+    view.topic_configs = {
+        t: {k: v for k, v in c.items() if k in TOPIC_THROTTLE_KEYS} for t, c in topic_configs.items()
+    }
+    view.min_insync = {
+        t: int(c[MIN_INSYNC_KEY]) for t, c in topic_configs.items() if c.get(MIN_INSYNC_KEY, "").isdigit()
+    }
     view.broker_configs = {int(k): v for k, v in view.broker_configs.items()}
     if with_log_dirs:
         view.log_dirs, view.replicas = _log_dirs(admin, set(names), capacity_bytes)

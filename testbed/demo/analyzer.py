@@ -34,16 +34,20 @@ def demo_remediation(
     topics: list[str],
     cooldown_s: float = 60.0,
     restore_hold_s: float = RESTORE_HOLD_S,
+    followers: str = "keep",
 ) -> Path:
     """Write the demo's remediator config (demote on slow_broker, executed, tight caps) and
-    return its path."""
+    return its path. ``followers``: ``demote_leadership``'s setting (``drop`` also takes the
+    slow broker out of the replica sets it follows)."""
     cfg: dict[str, Any] = {
         "cluster": "demo",
         "kafka": {"bootstrap_servers": bootstrap},
         "execute": True,
         "state_dir": str(root / "remediation"),
         "rules": {"slow_broker": "demote_leadership"},
-        "remediations": {"demote_leadership": {"topics": topics, "step_deadline_s": 30}},
+        "remediations": {
+            "demote_leadership": {"topics": topics, "step_deadline_s": 30, "followers": followers}
+        },
         "cooldown_s": cooldown_s,
         "restore_hold_s": restore_hold_s,
         "caps": {"max_concurrent_actions": 1, "max_demoted_brokers": 1},
@@ -106,10 +110,12 @@ class AnalyzerComponent:
         max_lines: int = 8,
         remediate_topics: list[str] | None = None,
         cooldown_s: float = 60.0,
+        followers: str = "keep",
     ) -> None:
         self.cfg = cfg
         self.remediate_topics = remediate_topics
         self.cooldown_s = cooldown_s
+        self.followers = followers
         self.events: deque[str] = deque(maxlen=max_lines)  # bounded: the latest appear/clear lines
         self.service: AnalysisService | None = None
         self._stop = threading.Event()
@@ -132,7 +138,11 @@ class AnalyzerComponent:
             from findings.pipeline import PipelineConfig, build_pipeline
 
             path = demo_remediation(
-                Path(cluster.root) / "acting", cluster.bootstrap, self.remediate_topics, self.cooldown_s
+                Path(cluster.root) / "acting",
+                cluster.bootstrap,
+                self.remediate_topics,
+                self.cooldown_s,
+                followers=self.followers,
             )
             pipeline = build_pipeline(PipelineConfig(config=path), [_EventNotifier(self._event)])
         self.service = AnalysisService(cfg, sinks=[TerminalSink(self._event)], pipeline=pipeline).start()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kafka import KafkaProducer
 
 from remediation.audit import read_audit
 from remediation.remediator import Remediator
@@ -20,6 +21,7 @@ from tests.remediation.kit import (
     demoting,
     finding,
     leaders,
+    produce,
     replica_dirs,
     replicas,
     throttles,
@@ -113,6 +115,47 @@ def test_demote_then_restore_after_hold(
     again = rem.handle(finding("slow_broker", "broker:2"))
     assert again["event"] == "refused" and "cooldown" in again["reason"]
     print(f"demotion took {demote_s:.1f} s")
+
+
+def test_a_slow_follower_is_dropped_from_its_replica_sets_and_put_back_exactly(
+    cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
+) -> None:
+    """``followers: drop``: demoting leadership leaves acks=all producers waiting on the slow
+    broker as a follower; dropping it from the replica sets ends that wait, and the restore puts
+    every list back as it was, the broker caught up before its leadership returns."""
+    create_topic(admin, topic_name, RF3)
+    produce(cluster3.bootstrap, topic_name, {p: 256 * 1024 for p in RF3})  # data the rejoin copies back
+    cfg, _ = config(
+        tmp_path,
+        cluster3.bootstrap,
+        restore_hold_s=2,
+        rules={"slow_broker": "demote_leadership"},
+        remediations={"demote_leadership": {"topics": [topic_name], "followers": "drop"}},
+    )
+    rem = Remediator(cfg, admin)
+    result = rem.handle(finding("slow_broker", "broker:2"))
+    assert result["status"] == "done", result
+    dropped = {p: [b for b in r if b != 2] for p, r in RF3.items()}
+    assert replicas(admin, topic_name) == dropped
+    assert 2 not in leaders(admin, topic_name).values()
+    producer = KafkaProducer(bootstrap_servers=cluster3.bootstrap, acks="all")
+    acked = [producer.send(topic_name, b"x", partition=p) for p in RF3]
+    assert all(f.get(timeout=30) for f in acked)  # acks=all: min.insync.replicas still met
+    producer.close()
+
+    rem.handle(finding("slow_broker", "broker:2", active=False))
+    time.sleep(2.5)
+    restored = rem.tick()
+    assert [r["status"] for r in restored] == ["done"], restored
+    assert replicas(admin, topic_name) == RF3
+    wait_until(
+        lambda: leaders(admin, topic_name) == {p: r[0] for p, r in RF3.items()}, 30, "preferred leaders back"
+    )
+    assert rem.demoted() == {}
+    events, _ = read_audit(cfg.audit_path)
+    plans = [e["plan"]["reason"] for e in events if e["event"] == "plan"]
+    assert "drop it from 6 replica sets" in plans[0], plans
+    assert "6 of them with the broker back in the replica set" in plans[-1], plans
 
 
 def test_circuit_breaker_all_brokers_paused(
