@@ -18,7 +18,9 @@ The model (the detector in :mod:`analyzer.slow_broker` walks its readings over t
    response queue); ``remote`` is its *wait on replication* (an acks=all produce waits for the
    followers), read as the p99 of the requests that waited at all; ``send`` and ``throttle`` are
    the *client's* (a client that reads late, a quota). Stages that wait by design for the request
-   type (``wait_stages``: a consumer fetch's long poll) are nobody's fault.
+   type (``wait_stages``: a consumer fetch's long poll) are nobody's fault. A stage served by
+   threads every request type shares (:data:`SHARED_STAGES`: the response queue, the network
+   threads) is out of line only when it is in every request type that reports it.
 3. **Blame flows along wait-for edges.** A leader whose acks=all requests wait at least
    ``wait_floor_ms`` (or whose ``remote`` is out of line) waits on a follower. The wait is passed
    to the one broker that explains it: the candidate (a broker not itself waiting) with the most
@@ -75,6 +77,12 @@ WAITS = "waits on an unknown follower"  # the leader keeps a wait nobody explain
 FAMILIES = (OWN, WAITED_ON, PROBE, FEW, WAITS)
 
 UNSEEN = "unseen"  # the stage of a slowness only the probe sees (before the broker reads a request)
+# Stages served by threads every request type shares: a broker's network processors pick up the
+# responses of produce and fetch alike. Below the line, such a stage is the broker's own work only
+# when it is out of line in every request type that reports it in the window: a response queue
+# delayed in one type alone is that type's completion pattern (parked consumer fetches released
+# together by a produce burst) or one busy connection's processor, not the broker's threads.
+SHARED_STAGES = ("responseQueue",)
 
 
 @dataclass(frozen=True)
@@ -347,10 +355,19 @@ class _Stages:
 
 
 def _own_signal(
-    rows: Rows, request: str, w: int, b: int, st: _Stages, cfg: SlowBrokerConfig, usual: Usual | None = None
+    rows: Rows,
+    request: str,
+    w: int,
+    b: int,
+    st: _Stages,
+    cfg: SlowBrokerConfig,
+    usual: Usual | None = None,
+    shared_out: frozenset[str] | None = None,
 ) -> tuple[Signal | None, ClientSignal | None, dict[str, float]]:
     """Step 2 for one broker: its own work out of line (a Signal), or its excess a client's.
-    ``usual``: its own levels (step 1), noted here for the windows after this one."""
+    ``usual``: its own levels (step 1), noted here for the windows after this one.
+    ``shared_out``: the :data:`SHARED_STAGES` out of line with its peers in every request type
+    that reports them for this broker in ``w`` (None: not checked)."""
     usable = st.usable
     total = usable[b].p99_ms or 0.0
     peer_total = st.total_peers.get(b)
@@ -373,7 +390,7 @@ def _own_signal(
             key = (b, request, s)
             left_usual = usual.changed(key, mine, cfg.own_change_ratio, cfg.degraded_excess_ms)
             usual.note(key, mine, departed=beside_peers and left_usual)
-        if beside_peers and left_usual:
+        if beside_peers and left_usual and (shared_out is None or s not in SHARED_STAGES or s in shared_out):
             out_of_line[s] = mine - peer
     above = total >= cfg.peer_ratio * peer_total and b in _above(rows, request, w, {b: usable[b]}, cfg)
     judged = {s: x for s, x in excess.items() if s not in by_design and x >= cfg.degraded_excess_ms}
@@ -455,6 +472,12 @@ def read_window(
         signals[b].append(s)
     reading = Reading(w, signals, set(), {}, {}, {}, {}, {}, [], {}, {})
     below_healthy: set[int] = set()
+    read: dict[str, _Stages] = {}
+    for request in cfg.requests:
+        usable = rows.usable(request, "total", w, cfg.min_requests)
+        if usable:
+            read[request] = _Stages.read(rows, request, w, usable, cfg)
+    shared = _shared_out(read, cfg)
     for request in cfg.requests:
         usable = rows.usable(request, "total", w, cfg.min_requests)
         if not usable:
@@ -463,9 +486,9 @@ def read_window(
         for b, r in usable.items():
             reading.p99_ms[(b, request)] = r.p99_ms or 0.0
             reading.count[(b, request)] = r.count
-        stages = _Stages.read(rows, request, w, usable, cfg)
+        stages = read[request]
         for b in usable:
-            sig, client, _ = _own_signal(rows, request, w, b, stages, cfg, usual)
+            sig, client, _ = _own_signal(rows, request, w, b, stages, cfg, usual, shared.get(b, frozenset()))
             if sig is not None:
                 signals[b].append(sig)
             if client is not None:
@@ -481,6 +504,28 @@ def read_window(
     blamed = reading.blamed()  # once: it is computed anew at each call until the reading is final
     reading.healthy = {b for (b, _r) in reading.p99_ms if b not in below_healthy and not blamed.get(b)}
     return reading
+
+
+def _shared_out(read: dict[str, _Stages], cfg: SlowBrokerConfig) -> dict[int, frozenset[str]]:
+    """Per broker, the :data:`SHARED_STAGES` out of line with its peers (``degraded_ratio`` ×
+    and ``degraded_excess_ms`` above) in every request type that reports the stage for it."""
+    verdicts: dict[tuple[int, str], list[bool]] = defaultdict(list)
+    for request, st in read.items():
+        own = own_stages(cfg, request)
+        for s in SHARED_STAGES:
+            if s not in own:
+                continue
+            for b, mine in st.p99[s].items():
+                peer = st.peers[s].get(b)
+                if peer is not None:
+                    verdicts[(b, s)].append(
+                        mine >= cfg.degraded_ratio * peer and mine - peer >= cfg.degraded_excess_ms
+                    )
+    out: dict[int, set[str]] = defaultdict(set)
+    for (b, s), seen in verdicts.items():
+        if all(seen):
+            out[b].add(s)
+    return {b: frozenset(v) for b, v in out.items()}
 
 
 def _above(

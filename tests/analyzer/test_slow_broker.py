@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -1672,3 +1674,61 @@ def test_a_broker_back_from_a_restart_serving_few_without_evidence_walks_healthy
     assert [s.state for s in steps[9:13]] == ["blamed"] * 4
     assert [s.state for s in steps[13:16]] == ["healthy"] * 3
     assert steps[12].active and not steps[15].active and not steps[-1].active
+
+
+def two_request_types(
+    n: int, produce: dict[int, dict[int, dict]], fetch: dict[int, dict[int, dict]], brokers: int = 3
+) -> Aggregates:
+    """Every broker reports Produce (BUSY) and consumer fetches (a long poll) in every window;
+    ``produce`` / ``fetch`` override single brokers' windows of one type."""
+    p = scenario(
+        n, brokers, {b: {i: BUSY | produce.get(b, {}).get(i, {}) for i in range(n)} for b in range(brokers)}
+    )
+    f = scenario(
+        n,
+        brokers,
+        {b: {i: long_poll(498.0) | fetch.get(b, {}).get(i, {}) for i in range(n)} for b in range(brokers)},
+    )
+    return dataclasses.replace(p, broker_stages=[*p.broker_stages, *f.broker_stages])
+
+
+def queued(stage_p99: dict[str, float], ms: float) -> dict:
+    return {"stage_p99": {**stage_p99, "responseQueue": ms}}
+
+
+FETCH_STAGES = {**BUSY_STAGES, "remote": 493.0}
+
+
+@pytest.mark.parametrize(
+    ("produce", "fetch", "expected"),
+    [
+        # The soak: a produce burst releases the parked consumer fetches of one broker together and
+        # their responses queue for its network threads, in the windows of the burst; its Produce
+        # responses, on the same threads, do not wait. Nothing (run 4, seed 2039: three soaks).
+        ({}, {2: {i: queued(FETCH_STAGES, 24.0) for i in (4, 5, 6)}}, {}),
+        # Its network threads short (CPU starved, too few of them): every type's responses wait.
+        (
+            {2: {i: queued(BUSY_STAGES, 24.0) for i in (4, 5, 6, 7)}},
+            {2: {i: queued(FETCH_STAGES, 24.0) for i in (4, 5, 6, 7)}},
+            {("degraded_broker", "broker:2"): "responseQueue"},
+        ),
+    ],
+    ids=["fetch responses queued alone: nothing", "every type's responses queued: degraded"],
+)
+def test_a_response_queue_is_the_brokers_when_every_request_type_waits_in_it(
+    produce, fetch, expected
+) -> None:
+    findings = SlowBrokerDetector().detect(two_request_types(8, produce, fetch), now_after(8))
+    raised = [f for f in findings if not f.evidence.get("provisional")]
+    assert {(f.rule, f.subject): f.evidence.get("stage") for f in raised} == expected
+
+
+def test_a_response_queue_out_of_line_in_the_one_type_reported_is_still_the_brokers() -> None:
+    special = {
+        b: {i: BUSY | (queued(BUSY_STAGES, 24.0) if b == 2 and i >= 4 else {}) for i in range(8)}
+        for b in range(3)
+    }
+    findings = SlowBrokerDetector().detect(scenario(8, 3, special), now_after(8))
+    assert {(f.rule, f.subject): f.evidence.get("stage") for f in findings} == {
+        ("degraded_broker", "broker:2"): "responseQueue"
+    }
