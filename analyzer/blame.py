@@ -384,7 +384,7 @@ def _own_signal(
         excess[s] = mine - peer
         if s not in own:
             continue
-        beside_peers = mine >= cfg.degraded_ratio * peer and mine - peer >= cfg.degraded_excess_ms
+        beside_peers = _beside_peers(mine, peer, cfg)
         left_usual = True
         if usual is not None:
             key = (b, request, s)
@@ -474,19 +474,15 @@ def read_window(
     below_healthy: set[int] = set()
     read: dict[str, _Stages] = {}
     for request in cfg.requests:
-        usable = rows.usable(request, "total", w, cfg.min_requests)
-        if usable:
+        if usable := rows.usable(request, "total", w, cfg.min_requests):
             read[request] = _Stages.read(rows, request, w, usable, cfg)
     shared = _shared_out(read, cfg)
-    for request in cfg.requests:
-        usable = rows.usable(request, "total", w, cfg.min_requests)
-        if not usable:
-            continue
+    for request, stages in read.items():
+        usable = stages.usable
         reading.reporting[request] = len(usable)
         for b, r in usable.items():
             reading.p99_ms[(b, request)] = r.p99_ms or 0.0
             reading.count[(b, request)] = r.count
-        stages = read[request]
         for b in usable:
             sig, client, _ = _own_signal(rows, request, w, b, stages, cfg, usual, shared.get(b, frozenset()))
             if sig is not None:
@@ -506,6 +502,11 @@ def read_window(
     return reading
 
 
+def _beside_peers(mine: float, peer: float, cfg: SlowBrokerConfig) -> bool:
+    """A stage's p99 out of line with its peers' median (step 1, before its own usual level)."""
+    return mine >= cfg.degraded_ratio * peer and mine - peer >= cfg.degraded_excess_ms
+
+
 def _shared_out(read: dict[str, _Stages], cfg: SlowBrokerConfig) -> dict[int, frozenset[str]]:
     """Per broker, the :data:`SHARED_STAGES` out of line with its peers (``degraded_ratio`` ×
     and ``degraded_excess_ms`` above) in every request type that reports the stage for it."""
@@ -518,9 +519,7 @@ def _shared_out(read: dict[str, _Stages], cfg: SlowBrokerConfig) -> dict[int, fr
             for b, mine in st.p99[s].items():
                 peer = st.peers[s].get(b)
                 if peer is not None:
-                    verdicts[(b, s)].append(
-                        mine >= cfg.degraded_ratio * peer and mine - peer >= cfg.degraded_excess_ms
-                    )
+                    verdicts[(b, s)].append(_beside_peers(mine, peer, cfg))
     out: dict[int, set[str]] = defaultdict(set)
     for (b, s), seen in verdicts.items():
         if all(seen):
