@@ -91,6 +91,11 @@ class CircuitBreakerConfig(StrictModel):
     max_bad_brokers: StrictInt = Field(1, ge=0)  # more brokers than this with active findings: stand down
     max_bad_share: RealFloat = Field(0.34, ge=0, le=1)
     finding_ttl_s: RealFloat = Field(300.0, gt=0)  # an active finding not repeated for this long has expired
+    # A broker whose demotion was just undone catches up: re-added to replica sets it copies what
+    # it missed and its leaders wait on it, cold caches serve its reads. Its findings for this long
+    # after the restore are that catching up (the remediator's own doing): they are not acted on
+    # and do not count as a bad broker, so they cannot hold the breaker against a real victim.
+    returning_grace_s: RealFloat = Field(120.0, ge=0)
 
 
 class FailuresConfig(StrictModel):

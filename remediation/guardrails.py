@@ -1,8 +1,8 @@
 """Guardrails: small named pure rules; time, state and thresholds come in as arguments.
 
 Each rule returns ``None`` (go on) or the reason it refuses, which the remediator audits. The
-order the remediator applies them in: breaker open → duplicate → circuit breaker → cooldown →
-caps. They read only findings admitted at the boundary (:mod:`remediation.intake`). Dry run
+order the remediator applies them in: breaker open → duplicate → returning → circuit breaker →
+cooldown → caps. They read only findings admitted at the boundary (:mod:`remediation.intake`). Dry run
 is not a rule here: it is the remediator's default (nothing is executed unless ``execute``).
 
 :class:`SeenFindings` is the only state: the remediator's own memory of the findings it was
@@ -89,8 +89,32 @@ def duplicate(key: str, acted: Collection[str]) -> str | None:
     return f"finding {key} was already acted on" if key in acted else None
 
 
-# Rule 2 — circuit breaker: stand down during a cluster-wide slowdown or when too many brokers look bad.
-def circuit_open(active: Mapping[str, float], brokers: int, cfg: CircuitBreakerConfig) -> str | None:
+# Rule 1b — returning: a broker whose demotion was undone less than ``grace_s`` ago is catching up
+# (replica sets re-joined, leaders waiting on it, cold caches); what is found about it meanwhile
+# is the restore's own wake, not a new fault.
+def returning_brokers(returned: Mapping[str, float], grace_s: float, now: float) -> dict[int, float]:
+    """Broker -> seconds since its restore, for the brokers still inside the grace."""
+    return {int(b): now - t for b, t in returned.items() if now - t < grace_s and b.isdigit()}
+
+
+def returning(subject: str, back: Mapping[int, float], grace_s: float) -> str | None:
+    b = broker_of(subject)
+    if b is None or b not in back:
+        return None
+    return (
+        f"returning: {subject} was given its leadership back {back[b]:.0f} s ago and is catching up "
+        f"(returning_grace_s {grace_s:.0f} s)"
+    )
+
+
+# Rule 2 — circuit breaker: stand down during a cluster-wide slowdown or when too many brokers look
+# bad. A returning broker (rule 1b) is not counted: its findings are the restore's wake.
+def circuit_open(
+    active: Mapping[str, float],
+    brokers: int,
+    cfg: CircuitBreakerConfig,
+    returning: Collection[int] = (),
+) -> str | None:
     rules = {k.split("|", 1)[0] for k in active}
     stand_down = sorted(rules & set(cfg.stand_down_rules))
     if stand_down:
@@ -99,7 +123,9 @@ def circuit_open(active: Mapping[str, float], brokers: int, cfg: CircuitBreakerC
         {
             b
             for k in active
-            if k.split("|", 1)[0] in cfg.bad_broker_rules and (b := broker_of(k.split("|", 1)[1])) is not None
+            if k.split("|", 1)[0] in cfg.bad_broker_rules
+            and (b := broker_of(k.split("|", 1)[1])) is not None
+            and b not in returning
         }
     )
     share = len(bad) / brokers if brokers else 1.0

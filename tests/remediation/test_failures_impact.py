@@ -186,3 +186,30 @@ def test_commands_go_through_the_remediator_holding_the_state(tmp_path: Path) ->
         build=lambda cfg, **_: Remediator(cfg, fake, reader=fake, clock=clock),
     )
     assert reply["ok"] and not Remediator(base.cfg, fake, reader=fake, clock=clock).state.data["paused"]
+
+
+def test_a_restored_broker_catching_up_does_not_hold_the_breaker_against_the_next_victim(
+    tmp_path: Path,
+) -> None:
+    """Broker 1's demotion is undone; while it catches up its leaders wait on it and it is found
+    slow again. That finding is refused as returning and not counted by the circuit breaker, so
+    broker 3's finding is acted on; after the grace, broker 1 counts again."""
+    fake, clock = FakeCluster(), Clock()
+    rem = remediator(tmp_path, fake, clock, cooldown_s=0, circuit_breaker={"returning_grace_s": 120})
+    first = rem.handle(good("slow_broker", "broker:1", at=clock.t))
+    assert (first["event"], first["status"]) == ("result", "done"), first
+    rem.handle(good("slow_broker", "broker:1", at=clock.t, active=False))
+    clock.t += 40
+    restored = rem.tick()  # healthy for restore_hold_s (30 s): restored
+    assert [r["status"] for r in restored] == ["done"] and rem.demoted() == {}, restored
+    clock.t += 5
+    wake = rem.handle(good("slow_broker", "broker:1", at=clock.t))
+    assert wake["event"] == "refused" and wake["reason"].startswith("returning: broker:1"), wake
+    victim = rem.handle(good("slow_broker", "broker:3", at=clock.t))
+    assert (victim["event"], victim["status"]) == ("result", "done"), victim
+    assert rem.demoted() == {3: victim["plan"]}
+    clock.t += 120  # the grace is over: broker 1 (still active) and broker 3 are two bad brokers
+    rem.handle(good("slow_broker", "broker:3", at=clock.t))
+    again = rem.handle(good("slow_broker", "broker:1", at=clock.t))
+    assert again["event"] == "refused" and "2 of 3 brokers look bad ([1, 3])" in again["reason"], again
+

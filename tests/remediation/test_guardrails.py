@@ -32,6 +32,43 @@ def test_circuit_breaker(active: dict[str, float], brokers: int, opens: str | No
 
 
 @pytest.mark.parametrize(
+    ("active", "back", "opens"),
+    [
+        # broker 1 was just restored and is catching up: its finding is the restore's wake, so the
+        # real victim (3) is not held back by it
+        ({"slow_broker|broker:1": 0.0, "slow_broker|broker:3": 0.0}, {1}, None),
+        # no-false-positive rows: a returning broker does not hide a cluster-wide problem
+        ({f"slow_broker|broker:{b}": 0.0 for b in (1, 2, 3)}, {1}, "2 of 3 brokers look bad ([2, 3])"),
+        ({"cluster_slow|cluster:c": 0.0}, {1}, "cluster-wide finding active"),
+        ({"slow_broker|broker:1": 0.0, "slow_broker|broker:3": 0.0}, set(), "2 of 3 brokers look bad"),
+    ],
+)
+def test_a_returning_broker_does_not_count_as_bad(
+    active: dict[str, float], back: set[int], opens: str | None
+) -> None:
+    reason = g.circuit_open(active, 3, CB, returning=back)
+    assert reason is None if opens is None else (reason is not None and opens in reason), reason
+
+
+@pytest.mark.parametrize(
+    ("returned", "subject", "now", "refused"),
+    [
+        ({"1": 1000.0}, "broker:1", 1060.0, True),  # inside the grace
+        ({"1": 1000.0}, "broker:1", 1120.0, False),  # the grace (120 s) is over
+        ({"1": 1000.0}, "broker:3", 1010.0, False),  # another broker
+        ({"1": 1000.0}, "log_dir:1:/d", 1010.0, False),  # not a broker subject
+        ({}, "broker:1", 1000.0, False),
+    ],
+)
+def test_returning(returned: dict[str, float], subject: str, now: float, refused: bool) -> None:
+    back = g.returning_brokers(returned, CB.returning_grace_s, now)
+    reason = g.returning(subject, back, CB.returning_grace_s)
+    assert (reason is not None) is refused
+    if refused:
+        assert "catching up" in reason and "returning_grace_s 120 s" in reason
+
+
+@pytest.mark.parametrize(
     ("last", "now", "refused"),
     [
         ({}, 100.0, False),
