@@ -212,4 +212,3 @@ def test_a_restored_broker_catching_up_does_not_hold_the_breaker_against_the_nex
     rem.handle(good("slow_broker", "broker:3", at=clock.t))
     again = rem.handle(good("slow_broker", "broker:1", at=clock.t))
     assert again["event"] == "refused" and "2 of 3 brokers look bad ([1, 3])" in again["reason"], again
-
