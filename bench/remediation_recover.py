@@ -161,7 +161,8 @@ def run_draws(args: argparse.Namespace) -> None:
                 print(
                     f"{mode:>7} {s.name:<28} {s.params} load {s.load['mix']}: finding {fmt(r['finding'], s.fault_s)} s,"
                     f" demoted {fmt(r['demoted'], s.fault_s)} s, crossed {fmt(r['crossed'], s.fault_s)} s,"
-                    f" recovered {fmt(r['recovered'], s.fault_s)} s, peak p99 {r['peak_p99_ms']:.0f} ms",
+                    f" recovered {fmt(r['recovered'], s.fault_s)} s, peak p99 {r['peak_p99_ms']:.0f} ms"
+                    + ("" if r["recovered"] is not None else f", p99 at the end {_ms(r.get('last_p99_ms'))}"),
                     flush=True,
                 )
             analyzer.stop()
@@ -236,6 +237,11 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
             "error": repr(e),
         }
     return r
+
+
+def _ms(p99: dict[str, float | None] | None) -> str:
+    """Each producer's ack p99 (ms) over the last 5 s, by topic (``-``: too few acks)."""
+    return ", ".join(f"{t} {'-' if v is None else f'{v:.0f}'}" for t, v in (p99 or {}).items()) or "-"
 
 
 def summarize_draws(rows: list[tuple[str, Any, dict]]) -> None:

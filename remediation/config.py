@@ -92,9 +92,9 @@ class CircuitBreakerConfig(StrictModel):
     max_bad_share: RealFloat = Field(0.34, ge=0, le=1)
     finding_ttl_s: RealFloat = Field(300.0, gt=0)  # an active finding not repeated for this long has expired
     # A broker whose demotion was just undone catches up: re-added to replica sets it copies what
-    # it missed and its leaders wait on it, cold caches serve its reads. Its findings for this long
-    # after the restore are that catching up (the remediator's own doing): they are not acted on
-    # and do not count as a bad broker, so they cannot hold the breaker against a real victim.
+    # it missed, cold caches serve its reads, and leading again it waits on the next slow follower.
+    # For this long after the restore its findings do not count as a bad broker, so they cannot
+    # hold the breaker against the next victim (acting on it again is the cooldown's to allow).
     returning_grace_s: RealFloat = Field(120.0, ge=0)
 
 

@@ -1,8 +1,8 @@
 """Guardrails: small named pure rules; time, state and thresholds come in as arguments.
 
 Each rule returns ``None`` (go on) or the reason it refuses, which the remediator audits. The
-order the remediator applies them in: breaker open → duplicate → returning → circuit breaker →
-cooldown → caps. They read only findings admitted at the boundary (:mod:`remediation.intake`). Dry run
+order the remediator applies them in: breaker open → duplicate → circuit breaker → cooldown →
+caps. They read only findings admitted at the boundary (:mod:`remediation.intake`). Dry run
 is not a rule here: it is the remediator's default (nothing is executed unless ``execute``).
 
 :class:`SeenFindings` is the only state: the remediator's own memory of the findings it was
@@ -89,26 +89,17 @@ def duplicate(key: str, acted: Collection[str]) -> str | None:
     return f"finding {key} was already acted on" if key in acted else None
 
 
-# Rule 1b — returning: a broker whose demotion was undone less than ``grace_s`` ago is catching up
-# (replica sets re-joined, leaders waiting on it, cold caches); what is found about it meanwhile
-# is the restore's own wake, not a new fault.
+# Returning brokers: a broker whose demotion was undone less than ``grace_s`` ago is catching up
+# (replica sets re-joined, leaders waiting on it, cold caches, or leading again beside the next
+# victim); what is found about it meanwhile may be the restore's own wake. The circuit breaker
+# does not count it; whether to act on it again is the cooldown's (rule 3).
 def returning_brokers(returned: Mapping[str, float], grace_s: float, now: float) -> dict[int, float]:
     """Broker -> seconds since its restore, for the brokers still inside the grace."""
     return {int(b): now - t for b, t in returned.items() if now - t < grace_s and b.isdigit()}
 
 
-def returning(subject: str, back: Mapping[int, float], grace_s: float) -> str | None:
-    b = broker_of(subject)
-    if b is None or b not in back:
-        return None
-    return (
-        f"returning: {subject} was given its leadership back {back[b]:.0f} s ago and is catching up "
-        f"(returning_grace_s {grace_s:.0f} s)"
-    )
-
-
 # Rule 2 — circuit breaker: stand down during a cluster-wide slowdown or when too many brokers look
-# bad. A returning broker (rule 1b) is not counted: its findings are the restore's wake.
+# bad. A returning broker is not counted: its findings may be the restore's wake.
 def circuit_open(
     active: Mapping[str, float],
     brokers: int,

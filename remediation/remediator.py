@@ -301,7 +301,6 @@ class Remediator:
         return (
             guardrails.breaker_open(self.state.data["breaker"])
             or guardrails.duplicate(key, self.state.data["acted"])
-            or guardrails.returning(finding.subject, back, cb.returning_grace_s)
             or guardrails.circuit_open(active, brokers, cb, returning=back)
             or guardrails.cooling_down(
                 finding.subject, self.state.data["last_action"], self.cfg.cooldown_s, now

@@ -124,4 +124,8 @@ def fault_round(
             else:
                 calm_since = None
             time.sleep(0.5)
-    return {**t, "peak_p99_ms": peak}
+    # Which producer held the line at the end (a round that did not recover says whose acks waited).
+    last = {
+        load.topic: p99_ms((lat for lat, _ in load.stats.recent(5.0)), min_samples=20) for load in loads()
+    }
+    return {**t, "peak_p99_ms": peak, "last_p99_ms": last}

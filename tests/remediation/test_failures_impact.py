@@ -191,11 +191,11 @@ def test_commands_go_through_the_remediator_holding_the_state(tmp_path: Path) ->
 def test_a_restored_broker_catching_up_does_not_hold_the_breaker_against_the_next_victim(
     tmp_path: Path,
 ) -> None:
-    """Broker 1's demotion is undone; while it catches up its leaders wait on it and it is found
-    slow again. That finding is refused as returning and not counted by the circuit breaker, so
-    broker 3's finding is acted on; after the grace, broker 1 counts again."""
+    """Broker 1's demotion is undone; while it catches up it is found slow again. It does not
+    count as a bad broker, so broker 3's finding is acted on; broker 1's own finding is the
+    cooldown's (here 300 s: refused); after the grace, broker 1 counts again."""
     fake, clock = FakeCluster(), Clock()
-    rem = remediator(tmp_path, fake, clock, cooldown_s=0, circuit_breaker={"returning_grace_s": 120})
+    rem = remediator(tmp_path, fake, clock, cooldown_s=300, circuit_breaker={"returning_grace_s": 120})
     first = rem.handle(good("slow_broker", "broker:1", at=clock.t))
     assert (first["event"], first["status"]) == ("result", "done"), first
     rem.handle(good("slow_broker", "broker:1", at=clock.t, active=False))
@@ -204,7 +204,7 @@ def test_a_restored_broker_catching_up_does_not_hold_the_breaker_against_the_nex
     assert [r["status"] for r in restored] == ["done"] and rem.demoted() == {}, restored
     clock.t += 5
     wake = rem.handle(good("slow_broker", "broker:1", at=clock.t))
-    assert wake["event"] == "refused" and wake["reason"].startswith("returning: broker:1"), wake
+    assert wake["event"] == "refused" and wake["reason"].startswith("cooldown: broker:1"), wake
     victim = rem.handle(good("slow_broker", "broker:3", at=clock.t))
     assert (victim["event"], victim["status"]) == ("result", "done"), victim
     assert rem.demoted() == {3: victim["plan"]}
@@ -212,3 +212,13 @@ def test_a_restored_broker_catching_up_does_not_hold_the_breaker_against_the_nex
     rem.handle(good("slow_broker", "broker:3", at=clock.t))
     again = rem.handle(good("slow_broker", "broker:1", at=clock.t))
     assert again["event"] == "refused" and "2 of 3 brokers look bad ([1, 3])" in again["reason"], again
+
+
+def test_without_a_restore_two_slow_brokers_still_stand_the_remediator_down(tmp_path: Path) -> None:
+    """The no-false-positive row: the grace is only a restore's; two brokers found slow with no
+    restore before are a cluster-wide problem as ever."""
+    fake, clock = FakeCluster(), Clock()
+    rem = remediator(tmp_path, fake, clock, cooldown_s=300)
+    rem.handle(good("slow_broker", "broker:1", at=clock.t))
+    second = rem.handle(good("slow_broker", "broker:3", at=clock.t))
+    assert second["event"] == "refused" and "2 of 3 brokers look bad ([1, 3])" in second["reason"], second
