@@ -162,7 +162,12 @@ def run_draws(args: argparse.Namespace) -> None:
                     f"{mode:>7} {s.name:<28} {s.params} load {s.load['mix']}: finding {fmt(r['finding'], s.fault_s)} s,"
                     f" demoted {fmt(r['demoted'], s.fault_s)} s, crossed {fmt(r['crossed'], s.fault_s)} s,"
                     f" recovered {fmt(r['recovered'], s.fault_s)} s, peak p99 {r['peak_p99_ms']:.0f} ms"
-                    + ("" if r["recovered"] is not None else f", p99 at the end {_ms(r.get('last_p99_ms'))}"),
+                    + (
+                        ""
+                        if r["recovered"] is not None
+                        else f", p99 at the end by topic@leader {_ms(r.get('last_p99_ms'))}"
+                    )
+                    + (f", error {r['error']}" if r.get("error") else ""),
                     flush=True,
                 )
             analyzer.stop()

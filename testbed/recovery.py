@@ -124,8 +124,21 @@ def fault_round(
             else:
                 calm_since = None
             time.sleep(0.5)
-    # Which producer held the line at the end (a round that did not recover says whose acks waited).
-    last = {
-        load.topic: p99_ms((lat for lat, _ in load.stats.recent(5.0)), min_samples=20) for load in loads()
-    }
-    return {**t, "peak_p99_ms": peak, "last_p99_ms": last}
+    return {**t, "peak_p99_ms": peak, "last_p99_ms": p99_by_leader(admin, loads())}
+
+
+def p99_by_leader(
+    admin: Any, loads: Sequence[ProducerLoad], window_s: float = 5.0
+) -> dict[str, float | None]:
+    """Each producer's ack p99 (ms) over the last ``window_s``, per leader of the partitions it
+    wrote (``topic@leader``): which producer, and behind which broker, held the line (a round
+    that did not recover says whose acks waited)."""
+    out: dict[str, float | None] = {}
+    for load in loads:
+        leaders = partition_leaders(admin, load.topic)
+        by: dict[int, list[float]] = {}
+        for lat, partition in load.stats.recent(window_s):
+            by.setdefault(leaders.get(partition, -1), []).append(lat)
+        for leader, lats in sorted(by.items()):
+            out[f"{load.topic}@{leader}"] = p99_ms(lats, min_samples=5)
+    return out
