@@ -64,7 +64,7 @@ from testbed.demo.agents import AgentsComponent
 from testbed.demo.analyzer import AnalyzerComponent, demo_config
 from testbed.demo.probe import ProbeComponent
 from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
-from testbed.recovery import PAUSE_MS, fault_round, one_round, wait_restored
+from testbed.recovery import PAUSE_MS, fault_round, one_round, wait_restored, wait_whole
 
 VICTIM = 2
 
@@ -183,6 +183,10 @@ def run_draws(args: argparse.Namespace) -> None:
             probe.stop()
         agents.stop()
         cluster.down()
+        audit = root / "cluster" / "acting" / "remediation" / "audit.jsonl"
+        if args.keep_audit is not None and audit.exists():
+            shutil.copyfile(audit, args.keep_audit)
+            print(f"the remediator's audit log: {args.keep_audit}", flush=True)
         shutil.rmtree(root, ignore_errors=True)
     summarize_draws(rows)
 
@@ -215,6 +219,11 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
     if mode == "with":
         for v in s.victims:
             wait_restored(admin, "fm-uniform", v, args.restore_timeout_s)
+        if wait_whole(admin, list(fm.TOPICS), 3, args.restore_timeout_s) is None:
+            print(
+                f"replica sets not whole again before {s.name} within {args.restore_timeout_s:.0f} s",
+                flush=True,
+            )
     try:
         faults.restore_preferred_leaders(admin, list(fm.TOPICS))
     except Exception as e:  # said; the draw runs on the leaders there are
@@ -307,6 +316,9 @@ def main() -> None:
         help="broker 2 is paused this long of every 1000 ms (400: its leaders' acks=all p99 sits on the 300 ms line)",
     )
     ap.add_argument("--save-run", type=Path, help="write rounds, windows and findings here (JSON)")
+    ap.add_argument(
+        "--keep-audit", type=Path, help="--draws: copy the remediator's audit log here at the end"
+    )
     ap.add_argument("--draws", type=int, default=0, help="time N random fault draws instead of rounds")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kinds", default=",".join(REMEDIABLE), help="fault kinds to draw from")

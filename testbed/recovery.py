@@ -77,6 +77,30 @@ def wait_restored(
     return None
 
 
+def wait_whole(admin: Any, topics: Sequence[str], replicas: int, timeout_s: float) -> float | None:
+    """Seconds until every partition of ``topics`` has ``replicas`` replicas all in sync (None: not
+    within ``timeout_s``): a remediation that dropped a slow follower restores it after its hold,
+    and the next round must start from the whole replica sets its fault is set up on."""
+    start = time.monotonic()
+    while (waited := time.monotonic() - start) < timeout_s:
+        try:
+            described = admin.describe_topics(list(topics))
+        except Exception:  # the metadata could not be read: look again
+            described = []
+        parts = [p for t in described if not t.get("error_code", 0) for p in t.get("partitions", [])]
+        if (
+            len(described) == len(topics)
+            and parts
+            and all(
+                len(p["replica_nodes"]) == replicas and set(p["isr_nodes"]) == set(p["replica_nodes"])
+                for p in parts
+            )
+        ):
+            return waited
+        time.sleep(1.0)
+    return None
+
+
 def worst_p99_ms(loads: Sequence[ProducerLoad], window_s: float = 5.0) -> float | None:
     """The worst ack p99 (ms) over ``loads`` in the last ``window_s`` (None: too few acks)."""
     got = [p99_ms((lat for lat, _ in load.stats.recent(window_s)), min_samples=20) for load in loads]
