@@ -182,11 +182,11 @@ def run_draws(args: argparse.Namespace) -> None:
         if probe is not None:
             probe.stop()
         agents.stop()
-        cluster.down()
-        audit = root / "cluster" / "acting" / "remediation" / "audit.jsonl"
+        audit = root / "cluster" / "acting" / "remediation" / "audit.jsonl"  # before down() removes it
         if args.keep_audit is not None and audit.exists():
             shutil.copyfile(audit, args.keep_audit)
             print(f"the remediator's audit log: {args.keep_audit}", flush=True)
+        cluster.down()
         shutil.rmtree(root, ignore_errors=True)
     summarize_draws(rows)
 
