@@ -95,7 +95,11 @@ def duplicate(key: str, acted: Collection[str]) -> str | None:
 # does not count it; whether to act on it again is the cooldown's (rule 3).
 def returning_brokers(returned: Mapping[str, float], grace_s: float, now: float) -> dict[int, float]:
     """Broker -> seconds since its restore, for the brokers still inside the grace."""
-    return {int(b): now - t for b, t in returned.items() if now - t < grace_s and b.isdigit()}
+    return {
+        int(b): now - t
+        for b, t in returned.items()
+        if isinstance(t, int | float) and now - t < grace_s and broker_of(f"broker:{b}") is not None
+    }
 
 
 # Rule 2 — circuit breaker: stand down during a cluster-wide slowdown or when too many brokers look

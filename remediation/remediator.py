@@ -481,7 +481,8 @@ class Remediator:
         """Start the returning grace of the brokers an undone action had demoted (entries past
         the grace are dropped here: the map holds at most the cluster's brokers)."""
         grace = self.cfg.circuit_breaker.returning_grace_s
-        returned = {b: t for b, t in self.state.data["returned"].items() if now - t < grace}
+        back = guardrails.returning_brokers(self.state.data["returned"], grace, now)
+        returned = {str(b): now - age for b, age in back.items()}
         for b in action.get("plan", {}).get("demotes", []):
             returned[str(b)] = now
         self.state.data["returned"] = returned

@@ -57,6 +57,7 @@ def test_a_returning_broker_does_not_count_as_bad(
         ({"1": 1000.0}, 1120.0, {}),  # the grace (120 s) is over
         ({"1": 1000.0, "3": 1100.0}, 1110.0, {1: 110.0, 3: 10.0}),
         ({}, 1000.0, {}),
+        ({"²": 1000.0, "1": "soon", "02": 1000.0}, 1010.0, {}),  # a state edited by hand: ignored
     ],
 )
 def test_returning_brokers(returned: dict[str, float], now: float, back: dict[int, float]) -> None:
