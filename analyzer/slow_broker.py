@@ -21,7 +21,7 @@ module walks those readings over time and writes the findings:
   the episode, and stays so until the episode clears; until then it is ``degraded_broker``
   (``info``, an early warning).
 * **The stage** is the one the episode's evidence names most: its own stage where its own work
-  was out of line in at least half of its blamed windows (a request queue behind an
+  was out of line in more than half of its blamed windows (a request queue behind an
   out-of-line disk is the disk's: ``local``), else ``remote`` (its peers wait on it), else
   ``unseen`` (only the probe sees it: a stall before its timers start, or its network).
 * **The cluster.** Windows read as common mode walk a cluster score of their own; while it is
