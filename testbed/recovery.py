@@ -123,7 +123,8 @@ def fault_round(
     from the onset to ``finding``, ``demoted`` (no victim leads a partition of ``topics``),
     ``crossed`` (the p99 first at or over the line) and ``recovered`` (the start of ``CALM_S``
     seconds under the line after it crossed, or after ``SETTLE_S`` if it never did); None for a
-    step not reached; ``peak_p99_ms``."""
+    step not reached; ``peak_p99_ms``; ``last_p99_ms`` (:func:`p99_by_leader` at the end, read
+    before the fault is undone)."""
     t: dict[str, float | None] = {"finding": None, "demoted": None, "crossed": None, "recovered": None}
     calm_since, peak = None, 0.0
     onset = time.monotonic()
@@ -148,7 +149,9 @@ def fault_round(
             else:
                 calm_since = None
             time.sleep(0.5)
-    return {**t, "peak_p99_ms": peak, "last_p99_ms": p99_by_leader(admin, loads())}
+        # Read while the fault is on: its undo moves replicas and leaders back.
+        last = p99_by_leader(admin, loads())
+    return {**t, "peak_p99_ms": peak, "last_p99_ms": last}
 
 
 def p99_by_leader(
