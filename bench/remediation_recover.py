@@ -58,6 +58,7 @@ from _kit import read_samples  # bench/ is on sys.path (run as a script)
 
 from analyzer.service import AnalyzerConfig, AnalyzerMetricsConfig
 from linkwatch import records as R
+from linkwatch.errors import SetupError
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from testbed.demo.agents import AgentsComponent
@@ -219,11 +220,10 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
     if mode == "with":
         for v in s.victims:
             wait_restored(admin, "fm-uniform", v, args.restore_timeout_s)
-        if wait_whole(admin, list(fm.TOPICS), 3, args.restore_timeout_s) is None:
-            print(
-                f"replica sets not whole again before {s.name} within {args.restore_timeout_s:.0f} s",
-                flush=True,
-            )
+        try:
+            wait_whole(admin, list(fm.TOPICS), 3, args.restore_timeout_s)
+        except SetupError as e:  # said; the draw's own set-up then says what it lacks
+            print(f"before {s.name}: {e}", flush=True)
     try:
         faults.restore_preferred_leaders(admin, list(fm.TOPICS))
     except Exception as e:  # said; the draw runs on the leaders there are
@@ -254,7 +254,7 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
 
 
 def _ms(p99: dict[str, float | None] | None) -> str:
-    """Each producer's ack p99 (ms) over the last 5 s, by topic (``-``: too few acks)."""
+    """Each producer's ack p99 (ms) over the last 5 s, by ``topic@leader`` (``-``: too few acks)."""
     return ", ".join(f"{t} {'-' if v is None else f'{v:.0f}'}" for t, v in (p99 or {}).items()) or "-"
 
 

@@ -93,13 +93,24 @@ def duplicate(key: str, acted: Collection[str]) -> str | None:
 # (replica sets re-joined, leaders waiting on it, cold caches, or leading again beside the next
 # victim); what is found about it meanwhile may be the restore's own wake. The circuit breaker
 # does not count it; whether to act on it again is the cooldown's (rule 3).
-def returning_brokers(returned: Mapping[str, float], grace_s: float, now: float) -> dict[int, float]:
-    """Broker -> seconds since its restore, for the brokers still inside the grace."""
-    return {
-        int(b): now - t
-        for b, t in returned.items()
-        if isinstance(t, int | float) and now - t < grace_s and broker_of(f"broker:{b}") is not None
-    }
+def returning_brokers(
+    actions: Mapping[str, Mapping[str, Any]], grace_s: float, now: float
+) -> dict[int, float]:
+    """Broker -> seconds since its restore, for the brokers still inside the grace: read from the
+    execution state's actions (an undo done less than ``grace_s`` ago, of an action now
+    ``undone``, gives back the brokers that action demoted)."""
+    back: dict[int, float] = {}
+    for a in actions.values():
+        undone = actions.get(a.get("undo_of") or "")
+        finished = a.get("finished")
+        if undone is None or undone.get("status") != "undone" or a.get("status") != "done":
+            continue
+        if not isinstance(finished, int | float) or now - finished >= grace_s:
+            continue
+        for b in undone.get("plan", {}).get("demotes", []):
+            if isinstance(b, int):
+                back[b] = min(now - finished, back.get(b, now - finished))
+    return back
 
 
 # Rule 2 — circuit breaker: stand down during a cluster-wide slowdown or when too many brokers look

@@ -297,7 +297,7 @@ class Remediator:
         brokers = len(self.reader.brokers())
         cb = self.cfg.circuit_breaker
         active = self.seen.current(now, cb.finding_ttl_s)
-        back = guardrails.returning_brokers(self.state.data["returned"], cb.returning_grace_s, now)
+        back = guardrails.returning_brokers(self.state.data["actions"], cb.returning_grace_s, now)
         return (
             guardrails.breaker_open(self.state.data["breaker"])
             or guardrails.duplicate(key, self.state.data["acted"])
@@ -476,16 +476,6 @@ class Remediator:
             return {"status": "done", "note": "nothing to undo"}
         result = self.run_plan(rem, plan, f"undo:{action['id']}", undo_of=action["id"])
         return {"plan": plan.id, "status": result.get("status")}
-
-    def _returned(self, action: dict[str, Any], now: float) -> None:
-        """Start the returning grace of the brokers an undone action had demoted (entries past
-        the grace are dropped here: the map holds at most the cluster's brokers)."""
-        grace = self.cfg.circuit_breaker.returning_grace_s
-        back = guardrails.returning_brokers(self.state.data["returned"], grace, now)
-        returned = {str(b): now - age for b, age in back.items()}
-        for b in action.get("plan", {}).get("demotes", []):
-            returned[str(b)] = now
-        self.state.data["returned"] = returned
 
     def _free(self, action_id: str) -> None:
         for b, aid in list(self.state.data["demoted"].items()):
@@ -710,7 +700,6 @@ class Remediator:
         if result["status"] == "done":
             self.state.data["actions"][action_id].update(status="undone")
             self._free(action_id)
-            self._returned(action, self.clock())
             self.state.save()
         return result
 

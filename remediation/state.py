@@ -51,7 +51,6 @@ EMPTY: dict[str, Any] = {
     "actions": {},
     "demoted": {},  # broker id (str) -> action id
     "last_action": {},  # subject -> epoch s
-    "returned": {},  # broker id (str) -> epoch s its demotion was undone (the returning grace)
     "acted": {},  # dedup key -> epoch s when acted on
     "tracker": {"active": {}, "cleared": {}},
     "pending": [],  # findings (dicts) kept while paused

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from testbed import faults
+from testbed.faults.partitions import partitions, wait_until_none
 from testbed.load import ProducerLoad, brokers_leading, p99_ms, partition_leaders
 
 P99_LINE_MS = 300.0
@@ -77,28 +78,19 @@ def wait_restored(
     return None
 
 
-def wait_whole(admin: Any, topics: Sequence[str], replicas: int, timeout_s: float) -> float | None:
-    """Seconds until every partition of ``topics`` has ``replicas`` replicas all in sync (None: not
-    within ``timeout_s``): a remediation that dropped a slow follower restores it after its hold,
-    and the next round must start from the whole replica sets its fault is set up on."""
-    start = time.monotonic()
-    while (waited := time.monotonic() - start) < timeout_s:
-        try:
-            described = admin.describe_topics(list(topics))
-        except Exception:  # the metadata could not be read: look again
-            described = []
-        parts = [p for t in described if not t.get("error_code", 0) for p in t.get("partitions", [])]
-        if (
-            len(described) == len(topics)
-            and parts
-            and all(
-                len(p["replica_nodes"]) == replicas and set(p["isr_nodes"]) == set(p["replica_nodes"])
-                for p in parts
-            )
-        ):
-            return waited
-        time.sleep(1.0)
-    return None
+def wait_whole(admin: Any, topics: Sequence[str], replicas: int, timeout_s: float) -> None:
+    """Wait until every partition of ``topics`` has ``replicas`` replicas, all in sync (a
+    remediation that dropped a slow follower restores it after its hold, and the next round must
+    start from the whole replica sets its fault is set up on); SetupError naming the others."""
+
+    def broken() -> list[str]:
+        return [
+            f"{t}-{p}"
+            for (t, p), m in partitions(admin, list(topics)).items()
+            if len(m["replica_nodes"]) != replicas or set(m["isr_nodes"]) != set(m["replica_nodes"])
+        ]
+
+    wait_until_none(broken, timeout_s, lambda left: f"replica sets not whole after {timeout_s:.0f} s: {left}")
 
 
 def worst_p99_ms(loads: Sequence[ProducerLoad], window_s: float = 5.0) -> float | None:

@@ -61,7 +61,28 @@ def test_a_returning_broker_does_not_count_as_bad(
     ],
 )
 def test_returning_brokers(returned: dict[str, float], now: float, back: dict[int, float]) -> None:
-    assert g.returning_brokers(returned, CB.returning_grace_s, now) == back
+    assert g.returning_brokers(_restores(returned), CB.returning_grace_s, now) == back
+
+
+def _restores(returned: dict[str, object]) -> dict[str, dict]:
+    """The execution state's actions for ``broker -> when its demotion's undo finished``: the
+    demotion (``undone``) and its undo (``done``). A key that is not a broker id stays text, as
+    a hand-edited state would have it."""
+    actions: dict[str, dict] = {}
+    for k, t in returned.items():
+        try:
+            b: object = int(k) if str(int(k)) == k else k
+        except ValueError:
+            b = k
+        actions[f"a{k}"] = {"status": "undone", "plan": {"demotes": [b]}}
+        actions[f"u{k}"] = {"undo_of": f"a{k}", "status": "done", "finished": t}
+    return actions
+
+
+def test_the_unwinding_of_a_failed_demotion_is_not_a_restore() -> None:
+    actions = _restores({"1": 1000.0})
+    actions["a1"]["status"] = "failed"  # its applied steps were undone when it failed
+    assert g.returning_brokers(actions, CB.returning_grace_s, 1010.0) == {}
 
 
 @pytest.mark.parametrize(
