@@ -5,8 +5,9 @@
    and more re-sends; the archive holds every record once and the aggregates count every
    window once.
 2. One live run (request logs → samples topic → stream → archive → detectors): a quiet phase
-   in which no slow broker may be reported while a Zipf-keyed topic is reported skewed with its
-   hot partitions and hot keys (and a uniform-keyed topic beside it is not); then broker 2
+   (after the load's start) in which no slow broker may be reported (nor the cluster slow, where
+   the run is under the line) while a Zipf-keyed topic is reported skewed with its hot
+   partitions and hot keys (and a uniform-keyed topic beside it is not); then broker 2
    paused in a duty cycle → a slow-broker finding for broker 2 naming the stage, within a
    delay that is measured and printed; then the fault is removed and the finding clears.
    The pause does not show in broker 2's own request times (a stopped JVM timestamps a
@@ -42,6 +43,17 @@ WINDOW_S = 2
 FIRST_DATA_WITHIN_S = 420.0
 QUIET_WINDOWS = 20  # windows evaluated in the quiet phase (the fault phase needs fewer to fire)
 SKEW_WITHIN_S = 240.0
+# The load's start (producers connecting and fetching metadata, the first appends to new
+# partitions, every broker compiling its produce path) on the same two cores: measured
+# 2026-11-30, it read as a cluster-wide slowdown for its first windows and, in one run of three,
+# one broker out of line with its peers for its first 20 s. The quiet run starts after it.
+WARMUP_S = 30.0
+# A cluster_slow needs most brokers above the line (or out of line at once) in two windows. With
+# the quiet run's median p99 under this share of the line, that is most brokers doubling at once,
+# which a quiet run has no cause for: such a finding is false. Above it, the machine's own load
+# puts the tails of a quiet window over the line (2026-11-30: cluster p99 300-700 ms in a quiet run on
+# this VM on a slow day, every broker above the line) and cluster_slow is what the data say.
+QUIET_SHARE_OF_LINE = 1 / 2
 DETECT_WITHIN_S = 180.0
 CLEAR_WITHIN_S = 180.0
 # The healthy Produce p99 (median over the quiet windows and brokers) must be under this share of
@@ -243,7 +255,6 @@ def live(cluster3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         ensure_topic(admin, topic, 6, 3)
     admin.close()
     spark_session(kafka=True, shuffle_partitions=2, extra=_session_extra())
-    feed = RequestLogFeed(cluster3, "e2e", WINDOW_S, size_topics=(zipf, uniform)).start()
     loads = [
         # acks=all: a follower that stalls holds the leaders' produce requests in `remote`.
         ProducerLoad(cluster3.bootstrap, zipf, 400, KeyDistribution("zipf", 1000, 1.3), acks="all").start(),
@@ -251,6 +262,10 @@ def live(cluster3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             cluster3.bootstrap, uniform, 400, KeyDistribution("uniform", 1000), acks="all", seed=2
         ).start(),
     ]
+    # The feed tails the request logs from their end when it is made: the quiet run starts after
+    # the load's start (WARMUP_S).
+    time.sleep(WARMUP_S)
+    feed = RequestLogFeed(cluster3, "e2e", WINDOW_S, size_topics=(zipf, uniform)).start()
     sink = InMemorySink()
     service = AnalysisService(_config(cluster3, tmp / "analyzer", zipf), sinks=[sink]).start()
     run = Live(service, sink, zipf, uniform, cluster3)
@@ -276,7 +291,26 @@ def test_quiet_run_no_slow_broker_and_zipf_topic_skewed(live: Live) -> None:
     ):
         live.tick()
     assert len(live.windows_seen) >= QUIET_WINDOWS
-    assert live.slow_emitted() == []
+    # A slow_broker is what remediation acts on: none in a quiet run.
+    raised = [f for f in live.sink.emitted if f.rule in ("slow_broker", "cluster_slow") and f.active]
+    assert [f for f in raised if f.rule != "cluster_slow"] == [], (
+        f"raised in the quiet run: {[(f.rule, f.subject) for f in raised]}\nthe windows:\n{live.causes()}"
+    )
+    # A cluster_slow (which stands remediation down) is a false finding only where the quiet run
+    # is under the line: measured, not assumed.
+    line_ms = SlowBrokerConfig(**live.service.cfg.detectors["slow_broker"]).p99_threshold_ms
+    quiet = [
+        r.p99_ms
+        for r in live.service.last.broker_stages
+        if r.request == "Produce" and r.stage == "total" and r.broker is not None and r.p99_ms is not None
+    ]
+    median_ms = statistics.median(quiet) if quiet else 0.0
+    print(f"quiet run: Produce p99 median {median_ms:.0f} ms over {len(quiet)} broker-windows")
+    if median_ms <= QUIET_SHARE_OF_LINE * line_ms:
+        assert raised == [], (
+            f"cluster_slow in a quiet run (Produce p99 median {median_ms:.0f} ms, line {line_ms:.0f} ms): "
+            f"{[f.evidence['values'] for f in raised][:1]}\nthe windows:\n{live.causes()}"
+        )
     active = live.service.engine.tracker.active
     skew = active.get(skew_key)
     assert skew is not None, f"no skew finding for {live.zipf}; active: {list(active)}"
