@@ -29,9 +29,8 @@ without remediation (the analyzer notifies only), then with it (the demo's remed
 producer's ack p99 first over 300 ms (``crossed``) and back under it for 3 s (``recovered``).
 Reported: median and p90 of ``recovered`` per pass over the draws whose p99 crossed the line
 without remediation (a draw that never crossed it has nothing to recover from). Each draw also
-prints the producers' p99 per ``topic@leader`` before the fault: where the machine's own load
-already holds them over 300 ms, ``--line healthy`` times the return under the higher of 300 ms
-and their highest p99 in the ``--before-s`` seconds before the fault (the draw's ``line``).
+prints the producers' p99 per ``topic@leader`` in the 5 s before the fault: how far the
+machine's own load already holds them from the line.
 
 ``--save-run F`` writes the rounds (with their onset and removal, wall clock ms), the agents'
 windows from the samples topic and the analyzer's findings from the findings topic as one JSON
@@ -68,16 +67,7 @@ from testbed.demo.agents import AgentsComponent
 from testbed.demo.analyzer import AnalyzerComponent, demo_config
 from testbed.demo.probe import ProbeComponent
 from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
-from testbed.recovery import (
-    P99_LINE_MS,
-    PAUSE_MS,
-    fault_round,
-    healthy_p99_ms,
-    one_round,
-    p99_by_leader,
-    wait_restored,
-    wait_whole,
-)
+from testbed.recovery import PAUSE_MS, fault_round, one_round, p99_by_leader, wait_restored, wait_whole
 
 VICTIM = 2
 
@@ -175,7 +165,6 @@ def run_draws(args: argparse.Namespace) -> None:
                     f"{mode:>7} {s.name:<28} {s.params} load {s.load['mix']}: finding {fmt(r['finding'], s.fault_s)} s,"
                     f" demoted {fmt(r['demoted'], s.fault_s)} s, crossed {fmt(r['crossed'], s.fault_s)} s,"
                     f" recovered {fmt(r['recovered'], s.fault_s)} s, peak p99 {r['peak_p99_ms']:.0f} ms"
-                    + f", line {r['line_ms']:.0f} ms"
                     + f", p99 before the fault by topic@leader {_ms(r.get('before_p99_ms'))}"
                     + (
                         ""
@@ -243,11 +232,10 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
     except Exception as e:  # said; the draw runs on the leaders there are
         print(f"preferred leaders not restored before {s.name}: {e!r}", flush=True)
     loads.set(s.load)
-    # The line is absolute (300 ms); what the producers ack in before the fault says how far the
-    # machine's own load already is from it (--line healthy: recovery is the return under that).
-    healthy = healthy_p99_ms(lambda: loads.running, args.before_s)
+    time.sleep(args.before_s)
+    # The line is absolute (300 ms): what the producers ack in before the fault says how far the
+    # machine's own load already is from it.
     before = p99_by_leader(admin, loads.running)
-    line = max(P99_LINE_MS, healthy or 0.0) if args.line == "healthy" else P99_LINE_MS
     try:
         r = fault_round(
             admin,
@@ -257,7 +245,6 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
             s.fault(ctx),
             s.fault_s,
             topics=list(fm.TOPICS),
-            line_ms=line,
         )
     except Exception as e:  # a fault that cannot be set up is that row's error
         faults.revert_all()
@@ -268,10 +255,9 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
             "recovered": None,
             "peak_p99_ms": 0.0,
             "before_p99_ms": before,
-            "line_ms": line,
             "error": repr(e),
         }
-    return {**r, "before_p99_ms": before, "line_ms": line}
+    return {**r, "before_p99_ms": before}
 
 
 def _ms(p99: dict[str, float | None] | None) -> str:
@@ -287,9 +273,7 @@ def summarize_draws(rows: list[tuple[str, Any, dict]]) -> None:
     else:  # --modes with: no baseline in this run, so every draw counts
         crossed = {s.name for m, s, r in rows}
         print(f"\nno run without remediation here (--modes): all {len(crossed)} draws counted")
-    lines = sorted({r["line_ms"] for _, _, r in rows if "line_ms" in r})
-    line = f"{lines[0]:.0f} ms" if len(lines) == 1 else "each draw's line (above)"
-    print(f"time from fault onset to the worst producer's ack p99 back under {line} (3 s calm):")
+    print("time from fault onset to the worst producer's ack p99 back under 300 ms (3 s calm):")
     for mode in ("without", "with"):
         got = [(s, r) for m, s, r in rows if m == mode and s.name in crossed]
         values = [r["recovered"] if r["recovered"] is not None else s.fault_s for s, r in got]
@@ -359,13 +343,6 @@ def main() -> None:
         help="with the draws: run the probe beside the agents, as the fault matrix does (default)",
     )
     ap.add_argument("--before-s", type=float, default=15.0)
-    ap.add_argument(
-        "--line",
-        choices=("absolute", "healthy"),
-        default="absolute",
-        help="--draws: recovered = the producers' p99 back under 300 ms (absolute), or under the "
-        "higher of that and their highest p99 in the --before-s seconds before the fault (healthy)",
-    )
     ap.add_argument(
         "--modes",
         default="without,with",

@@ -108,13 +108,10 @@ def fault_round(
     fault: Any,
     fault_s: float,
     topics: Sequence[str] = (),
-    line_ms: float = P99_LINE_MS,
 ) -> dict[str, Any]:
     """As :func:`one_round` for any fault: ``fault`` is a context manager that applies it (a
     drawn scenario of ``bench/fault_matrix.py``), ``loads()`` the producers running beside it
-    (their worst ack p99 is the line's: ``line_ms``, :data:`P99_LINE_MS` unless a caller
-    whose healthy producers are already above it passes their own level, :func:`healthy_p99_ms`),
-    ``victims`` the brokers it hits. Returns the seconds
+    (their worst ack p99 is the line's), ``victims`` the brokers it hits. Returns the seconds
     from the onset to ``finding``, ``demoted`` (no victim leads a partition of ``topics``),
     ``crossed`` (the p99 first at or over the line) and ``recovered`` (the start of ``CALM_S``
     seconds under the line after it crossed, or after ``SETTLE_S`` if it never did); None for a
@@ -133,7 +130,7 @@ def fault_round(
                     t["demoted"] = elapsed
             p99 = worst_p99_ms(loads())
             peak = max(peak, p99 or 0.0)
-            slow = p99 is None or p99 >= line_ms
+            slow = p99 is None or p99 >= P99_LINE_MS
             if slow and p99 is not None and t["crossed"] is None:
                 t["crossed"] = elapsed
             if elapsed > SETTLE_S and not slow:
@@ -147,21 +144,6 @@ def fault_round(
         # Read while the fault is on: its undo moves replicas and leaders back.
         last = p99_by_leader(admin, loads())
     return {**t, "peak_p99_ms": peak, "last_p99_ms": last}
-
-
-def healthy_p99_ms(loads: Callable[[], Sequence[ProducerLoad]], seconds: float) -> float | None:
-    """The highest :func:`worst_p99_ms` read every 0.5 s over ``seconds`` (the loads running, no
-    fault): the level the producers' acks stay under while healthy, read as :func:`fault_round`
-    reads them. On a machine whose own load already puts it over :data:`P99_LINE_MS`, a fault's
-    recovery is the return under this level, not under a line the healthy cluster never met."""
-    top: float | None = None
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        p99 = worst_p99_ms(loads())
-        if p99 is not None:
-            top = p99 if top is None else max(top, p99)
-        time.sleep(0.5)
-    return top
 
 
 def p99_by_leader(
