@@ -19,6 +19,7 @@ Bounds are generous: on a loaded 2-core machine one evaluation can take a minute
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Iterator
@@ -187,6 +188,19 @@ class Live:
             flush=True,
         )
 
+    @property
+    def line_ms(self) -> float:
+        """The slow-broker line (p99) of the analyzer's config."""
+        return SlowBrokerConfig(**self.service.cfg.detectors["slow_broker"]).p99_threshold_ms
+
+    def produce_p99s(self) -> list[float]:
+        """Every broker-window's Produce p99 (ms) in the analyzer's last read."""
+        return [
+            r.p99_ms
+            for r in self.service.last.broker_stages
+            if r.request == "Produce" and r.stage == "total" and r.broker is not None and r.p99_ms is not None
+        ]
+
     def causes(self, request: str = "Produce", last: int = 24) -> str:
         """Each recent window as the blame model reads it (for a failure's message: the rows are
         gone with the run)."""
@@ -255,30 +269,27 @@ def live(cluster3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         ensure_topic(admin, topic, 6, 3)
     admin.close()
     spark_session(kafka=True, shuffle_partitions=2, extra=_session_extra())
-    loads = [
-        # acks=all: a follower that stalls holds the leaders' produce requests in `remote`.
-        ProducerLoad(cluster3.bootstrap, zipf, 400, KeyDistribution("zipf", 1000, 1.3), acks="all").start(),
-        ProducerLoad(
-            cluster3.bootstrap, uniform, 400, KeyDistribution("uniform", 1000), acks="all", seed=2
-        ).start(),
-    ]
-    # The feed tails the request logs from their end when it is made: the quiet run starts after
-    # the load's start (WARMUP_S).
-    time.sleep(WARMUP_S)
-    feed = RequestLogFeed(cluster3, "e2e", WINDOW_S, size_topics=(zipf, uniform)).start()
-    sink = InMemorySink()
-    service = AnalysisService(_config(cluster3, tmp / "analyzer", zipf), sinks=[sink]).start()
-    run = Live(service, sink, zipf, uniform, cluster3)
-    try:
+    with contextlib.ExitStack() as started:  # each part stopped, whatever fails after it starts
+        for topic, keys, seed in (
+            (zipf, KeyDistribution("zipf", 1000, 1.3), 1),
+            (uniform, KeyDistribution("uniform", 1000), 2),
+        ):
+            # acks=all: a follower that stalls holds the leaders' produce requests in `remote`.
+            load = ProducerLoad(cluster3.bootstrap, topic, 400, keys, acks="all", seed=seed).start()
+            started.callback(load.stop)
+        # The feed tails the request logs from their end when it is made: the quiet run starts
+        # after the load's start (WARMUP_S).
+        time.sleep(WARMUP_S)
+        feed = RequestLogFeed(cluster3, "e2e", WINDOW_S, size_topics=(zipf, uniform)).start()
+        started.callback(feed.stop)
+        sink = InMemorySink()
+        service = AnalysisService(_config(cluster3, tmp / "analyzer", zipf), sinks=[sink]).start()
+        started.callback(service.stop)
+        run = Live(service, sink, zipf, uniform, cluster3)
         deadline = time.monotonic() + FIRST_DATA_WITHIN_S
         while time.monotonic() < deadline and not run.windows_seen:
             run.tick()
         yield run
-    finally:
-        service.stop()
-        for load in loads:
-            load.stop()
-        feed.stop()
 
 
 @pytest.mark.timeout(900)
@@ -298,12 +309,7 @@ def test_quiet_run_no_slow_broker_and_zipf_topic_skewed(live: Live) -> None:
     )
     # A cluster_slow (which stands remediation down) is a false finding only where the quiet run
     # is under the line: measured, not assumed.
-    line_ms = SlowBrokerConfig(**live.service.cfg.detectors["slow_broker"]).p99_threshold_ms
-    quiet = [
-        r.p99_ms
-        for r in live.service.last.broker_stages
-        if r.request == "Produce" and r.stage == "total" and r.broker is not None and r.p99_ms is not None
-    ]
+    line_ms, quiet = live.line_ms, live.produce_p99s()
     median_ms = statistics.median(quiet) if quiet else 0.0
     print(f"quiet run: Produce p99 median {median_ms:.0f} ms over {len(quiet)} broker-windows")
     if median_ms <= QUIET_SHARE_OF_LINE * line_ms:
@@ -330,12 +336,7 @@ def test_paused_broker_2_is_found_with_its_stage_then_clears(live: Live) -> None
     # one broker's pauses lift every broker over it and the case is not the one tested
     # (2026-11-24: healthy p99 160-220 ms on a VM about half as fast as the one the test was
     # written on; cluster_slow raised in 6 attempts of 6). Skipped then, with the figure.
-    healthy = [
-        r.p99_ms
-        for r in live.service.last.broker_stages
-        if r.request == "Produce" and r.stage == "total" and r.broker is not None and r.p99_ms is not None
-    ]
-    line_ms = SlowBrokerConfig(**live.service.cfg.detectors["slow_broker"]).p99_threshold_ms
+    healthy, line_ms = live.produce_p99s(), live.line_ms
     if healthy and statistics.median(healthy) > HEALTHY_SHARE_OF_LINE * line_ms:
         pytest.skip(
             f"healthy Produce p99 {statistics.median(healthy):.0f} ms (median of {len(healthy)} quiet "
