@@ -35,6 +35,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import TopicAlreadyExistsError
+from kafka.structs import MemberState
 
 from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from remediation.config import LeaseConfig
@@ -117,7 +118,11 @@ class KafkaLease:
                     got = self._consumer.poll(timeout_ms=200)
                     # Stopped inside the poll (SIGSTOP lands anywhere): checked again after it.
                     self._check_stopped(last_turn)
-                    held = self._tp in self._consumer.assignment() and not self._stale
+                    held = (
+                        self._tp in self._consumer.assignment()
+                        and not self._stale
+                        and member_confirmed(self._consumer.group_metadata())
+                    )
                     if held and not self._held:
                         # Read lazily (command_position): a dead holder's open transaction makes
                         # the committed position unstable until the new holder fences it.
@@ -155,7 +160,8 @@ class KafkaLease:
 
     def held(self) -> bool:
         fresh = time.monotonic() - self._last_ok < self.cfg.session_timeout_ms / 1000
-        return self._held and fresh
+        # Read live too: the heartbeat thread learns of an expulsion between two polls.
+        return self._held and fresh and member_confirmed(self._consumer.group_metadata())
 
     def group_metadata(self) -> Any:
         """This member's generation, for the broker to fence the shared state's writes (KIP-447)."""
@@ -203,6 +209,25 @@ class KafkaLease:
         self._thread.join(timeout=5)
         with contextlib.suppress(Exception):
             self._consumer.close()
+
+
+def member_confirmed(meta: Any) -> bool:
+    """Whether the coordinator counts this consumer a member of the group's current generation:
+    joined, stable, with a generation and a member id.
+
+    An assignment alone is not enough. When the coordinator expels a member (its heartbeats
+    answered "unknown member" or "illegal generation": it was late past the session, or the
+    group moved on), kafka-python resets the member's generation at once but clears the old
+    assignment only when it next rejoins, so for a while the expelled member still shows the
+    partition. Two members then both "held" the lease: each one's take-over re-initialised the
+    shared state's transactional producer and fenced the other's, for a minute on end, while
+    moves went half done (the process test, under CI load). A member rebalancing holds nothing
+    until the group has assigned the partition again."""
+    return (
+        getattr(meta, "state", None) == MemberState.STABLE
+        and getattr(meta, "generation_id", -1) >= 0
+        and bool(getattr(meta, "member_id", ""))
+    )
 
 
 class _Rejoined(ConsumerRebalanceListener):

@@ -1,23 +1,74 @@
-"""The shared state and the lease on the real cluster, in one process: the state a holder writes is
-what the next one reads; a newer holder fences the older one's writes and changes; a dry run
+"""The shared state and the lease on the real cluster, in one process: only a confirmed member of
+the group's current generation holds the lease, and two members never hold it at once; the state a
+holder writes is what the next one reads; a newer holder fences the older one's writes and changes; a dry run
 creates nothing on the cluster; operator commands reach the holder through its inbox."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from kafka.structs import ConsumerGroupMetadata, MemberState
 
 from remediation import control
 from remediation.config import LeaseConfig
-from remediation.lease import KafkaLease
+from remediation.lease import KafkaLease, ensure_lease_topic, member_confirmed
 from remediation.service import build
 from remediation.state import Fenced, TopicStateStore, ensure_state_topic, from_documents, read_documents
 from testbed.cluster import ClusterState
 from tests.remediation.kit import config, create_topic, demoting, finding, replicas, wait_until
 
-pytestmark = [pytest.mark.cluster]
+# (the client's view of its membership, holds the lease if it is assigned the partition)
+MEMBERSHIP = [
+    ("joined and stable", ConsumerGroupMetadata("g", 4, "m-1", None, MemberState.STABLE), True),
+    ("never joined", ConsumerGroupMetadata("g"), False),
+    # The heartbeat was answered "unknown member": generation reset, old assignment still shown.
+    ("expelled, not rejoined yet", ConsumerGroupMetadata("g", -1, "", None, MemberState.UNJOINED), False),
+    ("rejoining", ConsumerGroupMetadata("g", 4, "m-1", None, MemberState.REBALANCING), False),
+    ("stable without a member id", ConsumerGroupMetadata("g", 4, "", None, MemberState.STABLE), False),
+]
+
+
+@pytest.mark.parametrize(("case", "meta", "holds"), MEMBERSHIP, ids=[c[0] for c in MEMBERSHIP])
+def test_only_a_confirmed_member_of_the_current_generation_holds(case: str, meta, holds: bool) -> None:
+    assert member_confirmed(meta) is holds
+
+
+@pytest.mark.cluster
+def test_two_members_never_hold_the_lease_at_once(cluster3: ClusterState, admin, topic_name: str) -> None:
+    """A standby joining, then the holder leaving: sampled every 50 ms, at most one holds."""
+    cfg = LeaseConfig(
+        topic=f"{topic_name}-lease",
+        group=f"{topic_name}-g",
+        state_topic=f"{topic_name}-state",
+        session_timeout_ms=6000,
+    )
+    ensure_lease_topic(admin, cfg.topic)
+    first = KafkaLease(cluster3.bootstrap, cfg, "first")
+    second: KafkaLease | None = None
+    both: list[float] = []
+    try:
+        assert first.wait(30), "the first member never held the lease"
+        second = KafkaLease(cluster3.bootstrap, cfg, "second")
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:  # the rebalance the standby causes
+            if first.held() and second.held():
+                both.append(time.monotonic())
+            time.sleep(0.05)
+        assert first.held() and not second.held(), "the standby took the lease from a live holder"
+        first.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not second.held():
+            time.sleep(0.05)
+        assert second.held(), "the standby did not take the lease after the holder left"
+        assert not both, f"both members held the lease at {len(both)} samples"
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
 
 RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}
 
@@ -34,10 +85,9 @@ def _store(bootstrap: str, lease: KafkaLease, topic: str, txn: str) -> TopicStat
     )
 
 
+@pytest.mark.cluster
 def test_a_newer_holder_fences_the_older_ones_writes(cluster3: ClusterState, admin, topic_name: str) -> None:
     cfg = LeaseConfig(topic=f"{topic_name}-lease", group=f"{topic_name}-g", state_topic=f"{topic_name}-state")
-    from remediation.lease import ensure_lease_topic
-
     ensure_lease_topic(admin, cfg.topic)
     ensure_state_topic(admin, cfg.state_topic)
     lease = KafkaLease(cluster3.bootstrap, cfg, "one")
@@ -68,6 +118,7 @@ def test_a_newer_holder_fences_the_older_ones_writes(cluster3: ClusterState, adm
         lease.close()
 
 
+@pytest.mark.cluster
 def test_a_dry_run_creates_nothing_on_the_cluster(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
 ) -> None:
@@ -98,6 +149,7 @@ def test_a_dry_run_creates_nothing_on_the_cluster(
 # The holder keeps the lease only while its group session holds (heartbeats from a real broker's
 # group coordinator): one loaded whole-suite run lost it mid-test (LeaveGroup at close answered
 # UnknownMemberId), so no holder answered. A failure is rerun once.
+@pytest.mark.cluster
 @pytest.mark.timing
 def test_commands_reach_the_holder_through_its_inbox(
     cluster3: ClusterState, admin, topic_name: str, tmp_path: Path
