@@ -37,6 +37,27 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]
         cluster.down()
 
 
+@pytest.fixture(autouse=True)
+def _no_throttle_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test on this package's cluster, the brokers' throttle rates are removed. A
+    scenario that failed mid-move can leave its rates behind; the next one (its rerun too)
+    would record them as there before it and put them back at its end (a rerun timed out
+    waiting for no throttle left, on rates the first try set). Topic-level throttles go with
+    the test's topic. Unit tests (no cluster) are untouched."""
+    yield
+    if "cluster3" not in request.fixturenames:
+        return
+    from kafka import KafkaAdminClient
+
+    cluster = request.getfixturevalue("cluster3")  # package-scoped: still up here
+    with contextlib.suppress(Exception):
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="linkwatch-tests-cleanup")
+        try:
+            clear_throttle(admin, {f"broker:{b}": dict.fromkeys(BROKER_THROTTLE_KEYS) for b in (1, 2, 3)})
+        finally:
+            admin.close()
+
+
 @pytest.fixture
 def fill_broker1_dir(
     cluster3: ClusterState, admin, topic_name: str
@@ -59,7 +80,3 @@ def fill_broker1_dir(
     if filled:
         with contextlib.suppress(Exception):
             admin.delete_topics(filled)
-        # A scenario that failed mid-move can leave its throttle rates on the brokers; the next
-        # one (a rerun too) would record them as "there before" and put them back at its end.
-        with contextlib.suppress(Exception):
-            clear_throttle(admin, {f"broker:{b}": dict.fromkeys(BROKER_THROTTLE_KEYS) for b in (1, 2, 3)})
