@@ -174,6 +174,7 @@ class Live:
     cluster: object
     windows_seen: set[int] = field(default_factory=set)
     last_tick: float = 0.0
+    quiet_tries: int = 0  # the quiet test's tries on this module's analyzer (a rerun is the 2nd)
 
     def tick(self) -> None:
         # Paced like AnalysisService.run: an incremental evaluation takes milliseconds, and
@@ -297,20 +298,29 @@ def live(cluster3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 @pytest.mark.timeout(900)
 def test_quiet_run_no_slow_broker_and_zipf_topic_skewed(live: Live) -> None:
     assert live.windows_seen, f"no stage rows reached the analyzer within {FIRST_DATA_WITHIN_S}s"
+    # A rerun judges a quiet phase of its own, from a settled analyzer: the module's sink keeps
+    # every finding of the first try (the fixture is the module's), and judging those again made
+    # a rerun fail by construction.
+    since, seen_before = 0, 0
+    if live.quiet_tries:
+        live.settle(CLEAR_WITHIN_S)
+        since, seen_before = len(live.sink.emitted), len(live.windows_seen)
+    live.quiet_tries += 1
     deadline = time.monotonic() + SKEW_WITHIN_S
     skew_key = ("skewed_partitions", f"topic:{live.zipf}")
     while time.monotonic() < deadline and (
-        len(live.windows_seen) < QUIET_WINDOWS or skew_key not in live.service.engine.tracker.active
+        len(live.windows_seen) - seen_before < QUIET_WINDOWS
+        or skew_key not in live.service.engine.tracker.active
     ):
         live.tick()
-    assert len(live.windows_seen) >= QUIET_WINDOWS
+    assert len(live.windows_seen) - seen_before >= QUIET_WINDOWS
     # No slow_broker (what remediation acts on) and no cluster_slow where the quiet run is under
     # the line. Where the machine's own load holds it near the line, the three brokers share two
     # cores with Spark and the loads and are starved in turn: a broker starved more than its
     # peers in a window is slow in its own timers and its peers' waits (2026-11-30, alone: a
     # slow_broker from the quiet phase at a median of ~350 ms), and the test cannot tell a false
     # finding from the host's scheduling. Measured, not assumed; the figure is printed.
-    raised = [f for f in live.sink.emitted if f.rule in ("slow_broker", "cluster_slow") and f.active]
+    raised = [f for f in live.sink.emitted[since:] if f.rule in ("slow_broker", "cluster_slow") and f.active]
     line_ms, quiet = live.line_ms, live.produce_p99s()
     median_ms = statistics.median(quiet) if quiet else 0.0
     print(
