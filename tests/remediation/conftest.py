@@ -53,7 +53,9 @@ def _no_throttle_left(request: pytest.FixtureRequest) -> Iterator[None]:
     with contextlib.suppress(Exception):
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="linkwatch-tests-cleanup")
         try:
-            clear_throttle(admin, {f"broker:{b}": dict.fromkeys(BROKER_THROTTLE_KEYS) for b in (1, 2, 3)})
+            clear_throttle(
+                admin, {f"broker:{n.node_id}": dict.fromkeys(BROKER_THROTTLE_KEYS) for n in cluster.nodes}
+            )
         finally:
             admin.close()
 

@@ -1,7 +1,8 @@
 """The shared state and the lease on the real cluster, in one process: only a confirmed member of
-the group's current generation holds the lease, and two members never hold it at once; the state a
-holder writes is what the next one reads; a newer holder fences the older one's writes and changes; a dry run
-creates nothing on the cluster; operator commands reach the holder through its inbox."""
+the group's current generation holds the lease, and two members never hold it at once; the state
+a holder writes is what the next one reads; a newer holder fences the older one's writes and
+changes; a dry run creates nothing on the cluster; operator commands reach the holder through its
+inbox."""
 
 from __future__ import annotations
 
