@@ -11,6 +11,7 @@ objects with start/lines/stop, one module each: :mod:`.agents` (an agent per bro
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from linkwatch.sketch import LatencySketch
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from testbed.load import (
@@ -168,7 +170,10 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         # The clients' and brokers' warm-up (connections, JIT, first batches) inflates the first
         # seconds' latencies: the "before" figures are the settled second half of that phase.
         warmup_s = max(opts.refresh_s * 2, fault_at / 2)
+        paused_at = resumed_at = math.inf  # when the pause really started and ended (loop time)
+        pause_cycles = 0  # the pauses it made (a busy interpreter delays the pausing thread)
         begin = time.monotonic()
+        acks = _AcksByPhase(begin)
         p50_samples: dict[str, dict[int, list[float]]] = {"before": {}, "during": {}, "after": {}}
         # A live-updating table on a terminal; one printed frame per refresh in logs and CI.
         live_ctx = (
@@ -184,20 +189,36 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                     )
                 if pause is None and fault_at <= elapsed < clear_at:
                     pause = faults.PauseDutyCycle(victim.pid, opts.pause_ms, opts.period_ms).start()
+                    paused_at = elapsed
                     console.print(
                         f"[bold red]t={elapsed:.0f}s fault:[/] pausing broker {victim.node_id}'s JVM "
                         f"{opts.pause_ms} ms of every {opts.period_ms} ms"
                     )
                 if pause is not None and elapsed >= clear_at:
                     pause.stop()
-                    pause = None
+                    pause_cycles, pause = pause.cycles, None
+                    resumed_at = elapsed
                     console.print(
                         f"[bold green]t={elapsed:.0f}s fault removed:[/] broker {victim.node_id} runs freely"
                     )
                 phase = "before" if elapsed < fault_at else "during" if elapsed < clear_at else "after"
                 leaders = partition_leaders(admin, opts.topic)
-                table, p50s = _broker_table(producer, consumer, leaders, opts.refresh_s * 2)
-                if elapsed > warmup_s:
+                window_s = opts.refresh_s * 2
+                table, p50s = _broker_table(producer, consumer, leaders, window_s)
+                # A refresh's figures count for a phase only when its whole window lies in it: the
+                # first window after the fault starts or ends still holds the other phase's acks.
+                settled = (
+                    elapsed - window_s >= {"before": 0.0, "during": paused_at, "after": resumed_at}[phase]
+                )
+                # Each phase's records from one duty cycle after it began (the client's backlog).
+                settle_s = opts.period_ms / 1000
+                spans = {
+                    "before": (warmup_s, paused_at),
+                    "during": (paused_at + settle_s, resumed_at),
+                    "after": (resumed_at + settle_s, math.inf),
+                }
+                acks.add_new(producer, leaders, spans)
+                if elapsed > warmup_s and settled:
                     for b, v in p50s.items():
                         p50_samples[phase].setdefault(b, []).append(v)
                 # Everything starts at once (brokers, clients, Spark's JVM) on a small machine: the
@@ -239,6 +260,9 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                 for phase, by_b in p50_samples.items()
             },
             "slow_broker": opts.slow_broker,
+            "ack_ms_by_phase": acks.summary(),
+            "fault_s": min(resumed_at, opts.duration_s) - paused_at if paused_at < math.inf else 0.0,
+            "pause_cycles": pause.cycles if pause is not None else pause_cycles,
             "serve_p99_ms_by_phase": {ph: statistics.median(v) for ph, v in serve_p99.items() if v},
         }
         admin.close()
@@ -289,7 +313,8 @@ def _serve_line(
 def _broker_table(
     producer: ProducerLoad, consumer: ConsumerLoad, leaders: dict[int, int], window_s: float
 ) -> tuple[Table, dict[int, float]]:
-    """Per-broker produce throughput and client-side ack latency over the last ``window_s``."""
+    """Per-broker produce throughput and client-side ack latency over the last ``window_s``;
+    with each broker's ack p50 in ms (brokers without an ack in it: absent)."""
     by_broker: dict[int, list[float]] = {}
     for latency, partition in producer.stats.recent(window_s):
         if partition in leaders:
@@ -303,8 +328,50 @@ def _broker_table(
         led = sorted(p for p, b in leaders.items() if b == broker)
         p50 = statistics.median(lat) * 1000 if lat else 0.0
         p99 = p99_ms(lat) or 0.0
-        p50s[broker] = p50
+        if lat:
+            p50s[broker] = p50
         table.add_row(
             str(broker), ",".join(map(str, led)), f"{len(lat) / window_s:.0f}", f"{p50:.1f}", f"{p99:.1f}"
         )
     return table, p50s
+
+
+class _AcksByPhase:
+    """Every acked record's latency, by the phase it was *sent* in and the broker leading its
+    partition: one sent in a pause and acked after it belongs to the fault. Spans are seconds
+    from the run's start; records sent outside every span (warm-up, the settling after each
+    change) count nowhere. Bounded: one log-bucket sketch per phase and broker."""
+
+    def __init__(self, begin: float) -> None:
+        self.begin = begin
+        self.last_acked_at = -math.inf
+        self.sketches: dict[str, dict[int, LatencySketch]] = {}
+
+    def add_new(
+        self, producer: ProducerLoad, leaders: dict[int, int], spans: dict[str, tuple[float, float]]
+    ) -> None:
+        """Take the acks since the last call (the producer keeps its recent ones only: call
+        this at every refresh)."""
+        newest = self.last_acked_at
+        for acked_at, latency, partition in list(producer.stats.recent_latencies):
+            if acked_at <= self.last_acked_at:
+                continue
+            newest = max(newest, acked_at)
+            sent = acked_at - latency - self.begin
+            phase = next((ph for ph, (lo, hi) in spans.items() if lo <= sent < hi), None)
+            if phase is not None and partition in leaders:
+                self.sketches.setdefault(phase, {}).setdefault(leaders[partition], LatencySketch()).add(
+                    latency * 1000
+                )
+        self.last_acked_at = newest
+
+    def summary(self) -> dict[str, dict[int, dict[str, float]]]:
+        """``{phase: {broker: {"n", "mean", "p50", "p90", "p99"}}}``, latencies in ms."""
+        return {
+            phase: {
+                b: {"n": sk.count, "mean": sk.sum / max(sk.count, 1)}
+                | {f"p{round(q * 100)}": sk.quantile(q) or 0.0 for q in (0.5, 0.9, 0.99)}
+                for b, sk in by_b.items()
+            }
+            for phase, by_b in self.sketches.items()
+        }

@@ -46,10 +46,21 @@ def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
     assert all(f"broker {b}" in text.split("probe (clients' view")[-1] for b in (1, 2, 3)), text[-2000:]
     assert summary["acked"] > 0.9 * 24 * 400 * 0.8 and summary["errors"] == 0
     assert summary["consumed"] > 0
-    p50 = summary["median_p50_ms_by_phase"]
-    # Broker 2 slowed the most against its own baseline: on a loaded machine the brokers' absolute
-    # latencies differ by more than the pause adds, but each broker's own before/during ratio holds.
-    slowdown = {b: p50["during"][b] / max(p50["before"][b], 1e-3) for b in (1, 2, 3)}
-    assert slowdown[2] > slowdown[1] and slowdown[2] > slowdown[3], p50
+    # The fault really ran: the pausing thread shares the demo's interpreter, which may delay it.
+    assert summary["pause_cycles"] >= 0.5 * summary["fault_s"], summary
+    # During the fault, broker 2 is the slowest broker. A JVM paused 400 ms of every 1000 ms holds
+    # every request that reaches it in a pause until it resumes, and the client's batches for its
+    # partitions queue behind it: every record sent to it then carries part of the stall, so its
+    # records' mean ack latency rises (the mean integrates the stall over hundreds of records; a
+    # p99 is a handful, and the machine's own hiccups reach it on every broker). The brokers are
+    # compared over the same span, so the load that swings them all at once cancels. Not
+    # asserted: that broker 2 stands out more than in its fault-free phases. The client shares one
+    # interpreter with the agents, the probe and the lag collector, and which broker its records
+    # find slowest without a fault varies from run to run by more than the pause adds (measured:
+    # broker 2's mean at 2.7x the median broker's before the fault in one run, 2.6x after it in
+    # another, and 1.6-2.6x during it in nine).
+    during = summary["ack_ms_by_phase"]["during"]
+    assert len(during) == 3 and all(q["n"] >= 100 for q in during.values()), during
+    assert max(during, key=lambda b: during[b]["mean"]) == 2, summary["ack_ms_by_phase"]
     assert len(pids) == 3 and not any(pid_alive(p) for p in pids)
     assert not root.exists()
