@@ -127,6 +127,8 @@ class Row:
     batch_s: dict[str, list[float]] = field(default_factory=dict)  # query name -> triggerExecution
     py_rss_mb: float = 0.0
     jvm_rss_mb: float = 0.0
+    # (seconds into the run, driver RSS MB, Spark JVM RSS MB) at every evaluation: flat or growing.
+    rss_series: list[tuple[float, float, float]] = field(default_factory=list)
     detect_s: float | None = None
     others: set[str] = field(default_factory=set)
     fleet_cpu_pct: float = 0.0
@@ -209,6 +211,9 @@ def print_replay(rows: list[Row], args: argparse.Namespace) -> None:
             f"{_med_max(r.eval_s):>11} {r.py_rss_mb:>6.0f} {detect:>13} {len(r.others):>6} "
             f"{'/'.join(f'{x:.1f}' for x in r.load):>14}"
         )
+    for r in rows:
+        if len(r.rss_series) >= 10:
+            print(f"{r.brokers} brokers, memory over the run: {memory_by_fifth(r.rss_series)}")
     for r in rows:
         if r.others:
             print(f"{r.brokers} brokers, other brokers' findings: {', '.join(sorted(r.others))}")
@@ -318,6 +323,7 @@ def run_size(args: argparse.Namespace, bootstrap: str, brokers: int, stamp: int)
             batches(service, seen_batches, row)
             py, jvm = rss_mb()
             row.py_rss_mb, row.jvm_rss_mb = max(row.py_rss_mb, py), max(row.jvm_rss_mb, jvm)
+            row.rss_series.append((now - started, py, jvm))
             if row.detect_s is not None and args.stop_on_detect:
                 break
             service.wait_next(stop, t)
@@ -334,6 +340,21 @@ def run_size(args: argparse.Namespace, bootstrap: str, brokers: int, stamp: int)
         service.stop()
     row.load = os.getloadavg()
     return row
+
+
+def memory_by_fifth(series: list[tuple[float, float, float]]) -> str:
+    """The driver's and the Spark JVM's median RSS in each fifth of the run (by time): a state
+    or cache without a bound shows as a rise from fifth to fifth, a bounded one as a plateau."""
+    end = max(t for t, _py, _jvm in series) or 1.0
+    parts = []
+    for k in range(5):
+        lo, hi = end * k / 5, end * (k + 1) / 5
+        inside = [(py, jvm) for t, py, jvm in series if lo <= t <= hi]
+        if inside:
+            py = statistics.median(p for p, _ in inside)
+            jvm = statistics.median(j for _, j in inside)
+            parts.append(f"{lo / 60:.0f}-{hi / 60:.0f} min {py:.0f}/{jvm:.0f}")
+    return "driver/JVM MB by fifth: " + ", ".join(parts)
 
 
 def _med_max(values: list[float]) -> str:
@@ -366,6 +387,9 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
             f"{_med_max(archive):>13} {_med_max(window):>12} {share:>8} {r.py_rss_mb:>6.0f} {r.jvm_rss_mb:>6.0f} "
             f"{detect:>13} {len(r.others):>6} {r.fleet_cpu_pct:>8.0f}% {r.fleet_behind_s:>5.1f} {load:>14}"
         )
+    for r in rows:
+        if len(r.rss_series) >= 10:
+            print(f"{r.brokers} brokers, memory over the run: {memory_by_fifth(r.rss_series)}")
     for r in rows:
         if r.others:
             print(f"{r.brokers} brokers, other brokers' findings: {', '.join(sorted(r.others))}")
