@@ -168,13 +168,12 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         victim = state.node(opts.slow_broker)
         fault_at, clear_at = opts.duration_s / 3, opts.fault_ends_at * opts.duration_s
         # The clients' and brokers' warm-up (connections, JIT, first batches) inflates the first
-        # seconds' latencies: the "before" figures are the settled second half of that phase.
+        # seconds' latencies: the "before" figures are the records sent in its second half.
         warmup_s = max(opts.refresh_s * 2, fault_at / 2)
         paused_at = resumed_at = math.inf  # when the pause really started and ended (loop time)
         pause_cycles = 0  # the pauses it made (a busy interpreter delays the pausing thread)
         begin = time.monotonic()
         acks = _AcksByPhase(begin)
-        p50_samples: dict[str, dict[int, list[float]]] = {"before": {}, "during": {}, "after": {}}
         # A live-updating table on a terminal; one printed frame per refresh in logs and CI.
         live_ctx = (
             Live(console=console, refresh_per_second=2) if console.is_terminal else contextlib.nullcontext()
@@ -203,13 +202,7 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                     )
                 phase = "before" if elapsed < fault_at else "during" if elapsed < clear_at else "after"
                 leaders = partition_leaders(admin, opts.topic)
-                window_s = opts.refresh_s * 2
-                table, p50s = _broker_table(producer, consumer, leaders, window_s)
-                # A refresh's figures count for a phase only when its whole window lies in it: the
-                # first window after the fault starts or ends still holds the other phase's acks.
-                settled = (
-                    elapsed - window_s >= {"before": 0.0, "during": paused_at, "after": resumed_at}[phase]
-                )
+                table = _broker_table(producer, consumer, leaders, opts.refresh_s * 2)
                 # Each phase's records from one duty cycle after it began (the client's backlog).
                 settle_s = opts.period_ms / 1000
                 spans = {
@@ -218,9 +211,6 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                     "after": (resumed_at + settle_s, math.inf),
                 }
                 acks.add_new(producer, leaders, spans)
-                if elapsed > warmup_s and settled:
-                    for b, v in p50s.items():
-                        p50_samples[phase].setdefault(b, []).append(v)
                 # Everything starts at once (brokers, clients, Spark's JVM) on a small machine: the
                 # first seconds can be slow on every broker, and a cluster-wide finding then is true.
                 shown = (
@@ -255,10 +245,6 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
             "acked": producer.stats.acked,
             "errors": producer.stats.errors,
             "consumed": consumer.consumed,
-            "median_p50_ms_by_phase": {
-                phase: {b: statistics.median(v) for b, v in by_b.items()}
-                for phase, by_b in p50_samples.items()
-            },
             "slow_broker": opts.slow_broker,
             "ack_ms_by_phase": acks.summary(),
             "fault_s": min(resumed_at, opts.duration_s) - paused_at if paused_at < math.inf else 0.0,
@@ -312,9 +298,8 @@ def _serve_line(
 
 def _broker_table(
     producer: ProducerLoad, consumer: ConsumerLoad, leaders: dict[int, int], window_s: float
-) -> tuple[Table, dict[int, float]]:
-    """Per-broker produce throughput and client-side ack latency over the last ``window_s``;
-    with each broker's ack p50 in ms (brokers without an ack in it: absent)."""
+) -> Table:
+    """Per-broker produce throughput and client-side ack latency over the last ``window_s``."""
     by_broker: dict[int, list[float]] = {}
     for latency, partition in producer.stats.recent(window_s):
         if partition in leaders:
@@ -322,18 +307,15 @@ def _broker_table(
     table = Table(title=f"per-broker produce (acks={producer.acks}), last few seconds")
     for col in ("broker", "leads partitions", "acked msg/s", "ack p50 ms", "ack p99 ms"):
         table.add_column(col, justify="right")
-    p50s: dict[int, float] = {}
     for broker in sorted(set(leaders.values())):
         lat = by_broker.get(broker, [])
         led = sorted(p for p, b in leaders.items() if b == broker)
         p50 = statistics.median(lat) * 1000 if lat else 0.0
         p99 = p99_ms(lat) or 0.0
-        if lat:
-            p50s[broker] = p50
         table.add_row(
             str(broker), ",".join(map(str, led)), f"{len(lat) / window_s:.0f}", f"{p50:.1f}", f"{p99:.1f}"
         )
-    return table, p50s
+    return table
 
 
 class _AcksByPhase:
