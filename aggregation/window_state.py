@@ -162,6 +162,10 @@ class _Window:
     starts: dict[int, int] = field(default_factory=dict)  # broker -> newest JVM start time (ms)
     # broker -> the stage sketches its agent sent for this window (StageSketch.window_sketches)
     announced: dict[int, int] = field(default_factory=dict)
+    # Bumped at every stage sketch merged in: the rows computed from ``stages`` at a version
+    # stay right until it moves (an evaluation recomputes only the windows that changed).
+    stages_version: int = 0
+    stage_rows: tuple[int, list[StageWindow]] | None = None
 
     def stages_short(self) -> bool:
         """A broker's agent announced more stage sketches for this window than are here yet."""
@@ -271,6 +275,7 @@ class WindowState:
             return False
         cell = win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketches())
         cell.add(row, rec.capture_ratio)
+        win.stages_version += 1
         if rec.window_sketches:
             win.announced[rec.broker] = max(win.announced.get(rec.broker, 0), rec.window_sketches)
         return True
@@ -464,12 +469,24 @@ _STAGE_COLUMNS = ("count", "logged", *QUANTILES, *NONZERO_QUANTILES, "mean_ms")
 
 def _stage_rows(picked: list[tuple[int, _Window]]) -> list[StageWindow]:
     """Per broker, request, stage and window, and over all brokers (``broker`` None): the
-    sketches of each merged by :func:`~aggregation.sketch_math.merge`."""
-    cells = [(start, key, sk) for start, win in picked for key, sk in win.stages.items()]
+    sketches of each merged by :func:`~aggregation.sketch_math.merge`. Every row is one
+    window's, so each window's rows are kept with it until a sketch merged into it changes
+    them: an evaluation over the lookback computes the windows that changed, not all of them."""
+    out: list[StageWindow] = []
+    for start, win in picked:
+        if win.stage_rows is None or win.stage_rows[0] != win.stages_version:
+            win.stage_rows = (win.stages_version, _window_stage_rows(start, win))
+        out.extend(win.stage_rows[1])
+    # As one merge over all windows would list them: every broker's row, then the cluster's.
+    return [r for r in out if r.broker is not None] + [r for r in out if r.broker is None]
+
+
+def _window_stage_rows(start: int, win: _Window) -> list[StageWindow]:
+    cells = list(win.stages.items())
     if not cells:
         return []
-    rows, cell_of_row = _sketch_rows([sk for _, _, sk in cells])
-    per_cell = [(broker, request, stage, start) for start, (broker, request, stage), _ in cells]
+    rows, cell_of_row = _sketch_rows([sk for _, sk in cells])
+    per_cell = [(broker, request, stage, start) for (broker, request, stage), _ in cells]
     cluster_of_cell, cluster_keys = _group_ids(
         [(None, request, stage, start) for _, request, stage, start in per_cell]
     )
@@ -477,13 +494,13 @@ def _stage_rows(picked: list[tuple[int, _Window]]) -> list[StageWindow]:
     for keys, group in ((per_cell, cell_of_row), (cluster_keys, cluster_of_cell[cell_of_row])):
         m = merge(rows, group, len(keys))
         cols = [m.values(name) for name in _STAGE_COLUMNS]
-        for (broker, request, stage, start), values in zip(keys, zip(*cols, strict=True), strict=True):
+        for (broker, request, stage, start_ms), values in zip(keys, zip(*cols, strict=True), strict=True):
             out.append(
                 StageWindow(
                     broker=broker,
                     request=request,
                     stage=stage,
-                    window_start_ms=start,
+                    window_start_ms=start_ms,
                     **dict(zip(_STAGE_COLUMNS, values, strict=True)),
                 )
             )

@@ -101,6 +101,38 @@ def test_order_and_resends_do_not_change_the_aggregates(sets) -> None:
     assert streamed.duplicates == len(sent) - len(distinct)
 
 
+@PROPERTY
+@given(record_sets())
+def test_evaluating_between_batches_gives_what_one_evaluation_at_the_end_gives(sets) -> None:
+    """Each window keeps its stage rows until a sketch merged into it changes them: evaluating
+    after every micro-batch (late sketches landing in windows already evaluated) must end
+    where one evaluation of everything at once does."""
+    distinct, sent = sets
+    once, streamed = fresh(), fresh()
+    once.add(distinct)
+    for i in range(0, len(sent), 3):
+        streamed.add(sent[i : i + 3])
+        streamed.aggregates()
+    assert_same_aggregates(streamed.aggregates(), once.aggregates())
+
+
+def test_a_late_sketch_changes_its_windows_rows_after_they_were_evaluated() -> None:
+    state = fresh()
+    state.add([stage(1, T0, [5.0] * 10), stage(1, T0 + WMS, [5.0] * 10)])
+    first = {r.window_start_ms: r.count for r in state.aggregates().broker_stages}
+    state.add([stage(2, T0 + 10, [400.0] * 10)])  # late, into the first window
+    rows = state.aggregates()
+    assert first == {T0: 10, T0 + WMS: 10}
+    assert {(r.broker, r.window_start_ms): r.count for r in rows.broker_stages} == {
+        (1, T0): 10,
+        (2, T0): 10,
+        (1, T0 + WMS): 10,
+    }
+    cluster = {r.window_start_ms: r for r in rows.cluster_stages}
+    assert cluster[T0].count == 20 and cluster[T0].p99_ms == pytest.approx(400.0, rel=0.01)
+    assert cluster[T0 + WMS].count == 10
+
+
 def test_windows_overlapping_the_range_are_evaluated_whole() -> None:
     state = fresh()
     state.add([stage(1, T0 + i * WMS + 100, [1.0]) for i in range(5)])
