@@ -162,10 +162,9 @@ class _Window:
     starts: dict[int, int] = field(default_factory=dict)  # broker -> newest JVM start time (ms)
     # broker -> the stage sketches its agent sent for this window (StageSketch.window_sketches)
     announced: dict[int, int] = field(default_factory=dict)
-    # Bumped at every stage sketch merged in: the rows computed from ``stages`` at a version
-    # stay right until it moves (an evaluation recomputes only the windows that changed).
-    stages_version: int = 0
-    stage_rows: tuple[int, list[StageWindow]] | None = None
+    # The rows computed from ``stages``, kept until a stage sketch merged in drops them (an
+    # evaluation recomputes only the windows that changed).
+    stage_rows: list[StageWindow] | None = None
 
     def stages_short(self) -> bool:
         """A broker's agent announced more stage sketches for this window than are here yet."""
@@ -275,7 +274,7 @@ class WindowState:
             return False
         cell = win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketches())
         cell.add(row, rec.capture_ratio)
-        win.stages_version += 1
+        win.stage_rows = None
         if rec.window_sketches:
             win.announced[rec.broker] = max(win.announced.get(rec.broker, 0), rec.window_sketches)
         return True
@@ -474,11 +473,10 @@ def _stage_rows(picked: list[tuple[int, _Window]]) -> list[StageWindow]:
     them: an evaluation over the lookback computes the windows that changed, not all of them."""
     out: list[StageWindow] = []
     for start, win in picked:
-        if win.stage_rows is None or win.stage_rows[0] != win.stages_version:
-            win.stage_rows = (win.stages_version, _window_stage_rows(start, win))
-        out.extend(win.stage_rows[1])
-    # As one merge over all windows would list them: every broker's row, then the cluster's.
-    return [r for r in out if r.broker is not None] + [r for r in out if r.broker is None]
+        if win.stage_rows is None:
+            win.stage_rows = _window_stage_rows(start, win)
+        out.extend(win.stage_rows)
+    return out
 
 
 def _window_stage_rows(start: int, win: _Window) -> list[StageWindow]:

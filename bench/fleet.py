@@ -212,9 +212,6 @@ def print_replay(rows: list[Row], args: argparse.Namespace) -> None:
             f"{'/'.join(f'{x:.1f}' for x in r.load):>14}"
         )
     for r in rows:
-        if len(r.rss_series) >= 10:
-            print(f"{r.brokers} brokers, memory over the run: {memory_by_fifth(r.rss_series)}")
-    for r in rows:
         if r.others:
             print(f"{r.brokers} brokers, other brokers' findings: {', '.join(sorted(r.others))}")
 

@@ -174,6 +174,8 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         pause_cycles = 0  # the pauses it made (a busy interpreter delays the pausing thread)
         begin = time.monotonic()
         acks = _AcksByPhase(begin)
+        # Each phase's records from one duty cycle after it began (the client's backlog).
+        settle_s = opts.period_ms / 1000
         # A live-updating table on a terminal; one printed frame per refresh in logs and CI.
         live_ctx = (
             Live(console=console, refresh_per_second=2) if console.is_terminal else contextlib.nullcontext()
@@ -203,8 +205,6 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
                 phase = "before" if elapsed < fault_at else "during" if elapsed < clear_at else "after"
                 leaders = partition_leaders(admin, opts.topic)
                 table = _broker_table(producer, consumer, leaders, opts.refresh_s * 2)
-                # Each phase's records from one duty cycle after it began (the client's backlog).
-                settle_s = opts.period_ms / 1000
                 spans = {
                     "before": (warmup_s, paused_at),
                     "during": (paused_at + settle_s, resumed_at),
