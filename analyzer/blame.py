@@ -31,8 +31,9 @@ The model (the detector in :mod:`analyzer.slow_broker` walks its readings over t
    own work is out of line, or the probe finds it slow. No single such broker: the wait stays the
    leader's (follower unknown); but an all-waiting window within an episode naming one broker
    as the one waited on (windows no more than ``clear_windows`` apart, one broker named, at
-   least once by this step, in ``attribute_min_windows`` windows) is that broker's (a paused
-   leader's own acks=all requests wait out its pauses too) and moves nobody's score.
+   least once by this step, in ``attribute_min_windows`` windows, and not outnumbered by the
+   all-waiting windows around them) is that broker's (a paused leader's own acks=all requests
+   wait out its pauses too) and moves nobody's score.
 4. **Clients wait on leaders: the probe.** Kafka starts a request's clock when the broker reads
    it, so a stalled process or a slow path to it is invisible in its own timers. The probe's
    produce / end-to-end p99 per leader (at least ``probe_min_probes`` decided in the window) at
@@ -684,7 +685,11 @@ def _episodes(readings: Sequence[Reading], request: str, cfg: SlowBrokerConfig) 
     while no more than ``clear_windows`` windows separate them (the same fault, not an earlier
     one the lookback still holds); an episode that names one broker alone, at least once by step
     3 and in ``attribute_min_windows`` windows in all, owns the all-waiting windows within
-    ``clear_windows`` of it."""
+    ``clear_windows`` of it, unless they outnumber the windows naming it. Attribution reads an
+    all-waiting window as the named fault seen less clearly (a paused leader's own requests wait
+    out its pauses); that holds while naming the broker is the episode's usual reading. When
+    most of its windows read "everyone waits", every broker stalls (the cluster's, step 5) and
+    the odd window naming one (it served a little less that window) is the noise."""
     support = sorted(
         (i, r.targets.get(request, r.left_out.get(request)), request in r.targets)
         for i, r in enumerate(readings)
@@ -707,9 +712,14 @@ def _episodes(readings: Sequence[Reading], request: str, cfg: SlowBrokerConfig) 
             continue
         (target,) = names
         lo, hi = chain[0][0] - cfg.clear_windows, chain[-1][0] + cfg.clear_windows
-        for i in range(max(0, lo), min(len(readings), hi + 1)):
-            if request in readings[i].unexplained and target is not None:
-                owner[i] = target
+        span = [
+            i for i in range(max(0, lo), min(len(readings), hi + 1)) if request in readings[i].unexplained
+        ]
+        naming = {i for i, *_ in chain}  # a window leaving the target out is also all-waiting
+        if target is None or len(set(span) - naming) > len(naming):
+            continue
+        for i in span:
+            owner[i] = target
     return owner
 
 

@@ -26,8 +26,9 @@ module walks those readings over time and writes the findings:
   ``unseen`` (only the probe sees it: a stall before its timers start, or its network).
 * **The cluster.** Windows read as common mode walk a cluster score of their own; while it is
   active there is a ``cluster_slow`` finding (the findings policy stands remediation down while
-  it is). While the newest window reads common, a broker finding is ``provisional``: kept if
-  already active, not raised new (a cluster slowing broker by broker is not a slow broker).
+  it is). While the newest window reads common or that finding is active, a broker finding is
+  ``provisional``: kept if already active, not raised new (a cluster slowing broker by broker is
+  not a slow broker).
 * **Brokers going down and coming back.** A broker known in the lookback with no row in a window
   and nobody waiting on it is down (a clean shutdown moves its leadership away first; a crash),
   not slow. A broker whose JVM start time (read by its agent over JMX,
@@ -423,6 +424,11 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         hold = ""
         if cfg.hold_while_cluster_wide and model.readings[-1].common:
             hold = "the latest window reads common mode (the cluster's): not raised new"
+        elif cfg.hold_while_cluster_wide and model.cluster[-1].active:
+            # The cluster finding has its own hysteresis: while it holds, a window naming one
+            # broker is read inside a cluster-wide slowdown (one broker served a little less that
+            # window), not as a slow broker of its own.
+            hold = "the cluster-wide finding is active (a slowdown of the cluster's): not raised new"
         elif model.changing[-1]:
             hold = (
                 "a broker went down, came back or restarted within restart_grace_windows (a restart, "

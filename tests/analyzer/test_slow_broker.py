@@ -522,6 +522,26 @@ CASES = [
         {("cluster_slow", "cluster:c1"): None},
     ),
     (
+        # Every broker paused out of phase (the fault matrix's all_slow, run 4's d22): in most
+        # windows everyone waits; in two, broker 0 happened to wait less and was told apart. The
+        # episode's usual reading is "everyone waits": those two do not make it broker 0's (they
+        # did, and the cluster finding cleared mid-fault, then fired again).
+        "everyone waits in most windows, two name broker 0: cluster-wide, not broker 0's",
+        10,
+        3,
+        {b: {i: waiting(450.0) for i in range(1, 10) if b != 0 or i not in (4, 7)} for b in range(3)},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
+        # The cluster finding's own hysteresis holds it through two windows naming one broker;
+        # a broker finding is not raised new inside it either.
+        "everyone waits, then the last two windows name broker 0: the cluster's finding holds alone",
+        10,
+        3,
+        {b: {i: waiting(450.0) for i in range(1, 10) if b != 0 or i < 8} for b in range(3)},
+        {("cluster_slow", "cluster:c1"): None},
+    ),
+    (
         # The live e2e's shape on a quiet machine: broker 2 named once (Rule 9), then left out
         # below the line while 0 and 1 wait on it (its own remote too high for Rule 5's check),
         # or all three wait.
