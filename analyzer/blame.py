@@ -39,7 +39,8 @@ The model (the detector in :mod:`analyzer.slow_broker` walks its readings over t
    produce / end-to-end p99 per leader (at least ``probe_min_probes`` decided in the window) at
    least ``probe_ratio`` × its peers' median and above ``probe_floor_ms``, or an availability
    ``probe_availability_gap`` below its peers', blames the leader (stage ``unseen`` when its own
-   timers show nothing).
+   timers show nothing). A record is read back once replicated, so in step 3 the probe is
+   evidence of a *waiting* leader's own stall only when its produce p99 alone is out of line.
 5. **Common mode.** When the brokers that are blamed, wait on nobody known, or are above the
    line with nothing explaining it are more than ``cluster_wide_fraction`` of the reporting
    brokers, the window is the cluster's: no broker is blamed in it.
@@ -98,6 +99,10 @@ class Signal:
     impact_ms: float  # the latency it causes (its own p99, the waiting leaders', the probe's)
     slow: bool  # the impact is above the line: the window is slow, not only degraded
     waiting: tuple[int, ...] = ()  # WAITED_ON: the leaders waiting on it
+    # PROBE: its produce p99 alone is out of line too (acks=1: the leader's own work, no
+    # replication in it). A record is read back once replicated, so a leader waiting on a
+    # follower is slow end to end by that wait alone; only this says the leader itself stalls.
+    leader_alone: bool = True
     excess_ms: dict[str, float] = field(default_factory=dict)  # OWN: each stage over its peers'
 
     def to_json(self) -> dict:
@@ -431,11 +436,28 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
     """Step 4: the leaders the probe finds slow or failing against their peers in ``w``."""
     by_broker = {b: p for b, p in rows.probes.get(w, {}).items() if p.decided >= cfg.probe_min_probes}
     latency = {b: max(p.produce_p99_ms or 0.0, p.end_to_end_p99_ms or 0.0) for b, p in by_broker.items()}
+    produce = {b: p.produce_p99_ms or 0.0 for b, p in by_broker.items()}
+
+    def slow_beside_peers(values: dict[int, float]) -> set[int]:
+        # Against the peers' median; and above the line, against the fastest peer too: with two
+        # of three leaders stalled, the median is a stalled one, while a healthy peer shows what
+        # a probe costs. Many brokers blamed at once is the cluster's (step 5).
+        peer = peer_medians(values)
+        ordered = sorted(values.values())
+        out = set()
+        for b, mine in values.items():
+            if b not in peer:
+                continue
+            fastest = ordered[1] if len(ordered) > 1 and mine == ordered[0] else ordered[0]
+            slow_here = mine >= cfg.probe_ratio * peer[b] or (
+                mine > cfg.p99_threshold_ms and mine >= cfg.probe_ratio * fastest
+            )
+            if mine >= cfg.probe_floor_ms and slow_here:
+                out.add(b)
+        return out
+
+    slow, slow_alone = slow_beside_peers(latency), slow_beside_peers(produce)
     peer_latency = peer_medians(latency)
-    ordered = sorted(latency.values())
-    fastest_peer = {
-        b: (ordered[1] if len(ordered) > 1 and v == ordered[0] else ordered[0]) for b, v in latency.items()
-    }
     peer_avail = peer_medians({b: p.availability for b, p in by_broker.items() if p.availability is not None})
     out: dict[int, Signal] = {}
     for b, p in by_broker.items():
@@ -448,15 +470,17 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
             and avail_peer is not None
             and p.availability < avail_peer - cfg.probe_availability_gap
         )
-        # Against the peers' median; and above the line, against the fastest peer too: with two
-        # of three leaders stalled, the median is a stalled one, while a healthy peer shows what
-        # a probe costs. Many brokers blamed at once is the cluster's (step 5).
-        fastest = fastest_peer.get(b, peer)
-        slow_here = mine >= cfg.probe_ratio * peer or (
-            mine > cfg.p99_threshold_ms and mine >= cfg.probe_ratio * fastest
-        )
-        if failing or (mine >= cfg.probe_floor_ms and slow_here):
-            out[b] = Signal(PROBE, None, UNSEEN, mine, peer, mine, failing or mine > cfg.p99_threshold_ms)
+        if failing or b in slow:
+            out[b] = Signal(
+                PROBE,
+                None,
+                UNSEEN,
+                mine,
+                peer,
+                mine,
+                failing or mine > cfg.p99_threshold_ms,
+                leader_alone=failing or b in slow_alone,
+            )
     return out
 
 
@@ -585,7 +609,12 @@ def _waits(
         # Direct evidence of a stall weighs 2 (it stops, it logs nothing, its own work or the
         # probe says so); being the one broker that does not wait weighs 1 (a broker leading no
         # acks=all partition looks the same).
-        return 2 * ((f in few) + any(s.family in (OWN, PROBE) for s in reading.signals.get(f, [])))
+        return 2 * ((f in few) + any(s.family == OWN or probe_own(f, s) for s in reading.signals.get(f, [])))
+
+    def probe_own(b: int, s: Signal) -> bool:
+        # The probe against a waiting leader is its own stall only if its produce alone is slow
+        # (its end-to-end holds the wait it shares with every leader of the same follower).
+        return s.family == PROBE and (b not in waiting or s.leader_alone)
 
     lowest = heapq.nsmallest(2, ((ms, b) for b, ms in remote.items()))
     for f in candidates:
@@ -603,7 +632,7 @@ def _waits(
     # a follower it waits on alone would have the other leaders waiting too. Its own stages a
     # little out of line are not that evidence (they move while it waits).
     def stalls(b: int) -> int:
-        return 2 * ((b in few) + any(s.family == PROBE for s in reading.signals.get(b, [])))
+        return 2 * ((b in few) + any(probe_own(b, s) for s in reading.signals.get(b, [])))
 
     own = max((stalls(b) for b in waiting if not top or b != top[0]), default=0)
     if len(top) == 1 and best > own:
@@ -617,12 +646,15 @@ def _waits(
         reading.targets[request] = target
         reading.explained[request] = set(waiting)
         # A waiting leader's time is the wait: its own stages out of line below its own slowness
-        # are left to the follower's finding (they would count it among the culprits twice).
+        # are left to the follower's finding (they would count it among the culprits twice), and
+        # so is the probe's view of it when only its end-to-end is slow (the record waited to be
+        # replicated: the same wait).
         for b in waiting - {target}:
             reading.signals[b] = [
                 s
                 for s in reading.signals.get(b, [])
                 if not (s.family == OWN and s.request == request and not s.slow)
+                and not (s.family == PROBE and not s.leader_alone)
             ]
         reading.signals[target].append(
             Signal(

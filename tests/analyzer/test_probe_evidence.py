@@ -10,7 +10,7 @@ import pytest
 from analyzer.probe_evidence import CONTRADICTS, CORROBORATES, NO_DATA, probe_evidence
 from analyzer.slow_broker import SlowBrokerConfig, SlowBrokerDetector
 from linkwatch.aggregates import Aggregates, ProbeBrokerWindow
-from tests.analyzer.test_slow_broker import now_after, scenario, slow_in, window
+from tests.analyzer.test_slow_broker import jitter, now_after, scenario, slow_in, waiting, window
 
 WINDOWS = [window(i) for i in range(3, 8)]
 
@@ -162,3 +162,46 @@ def test_slow_broker_finding_cites_the_probes_commit_p99() -> None:
         12.0,
     )
     assert "offset commit p99 420.0 ms (peers' median 12.0 ms)" in probe["reason"]
+
+
+def _probe(broker: int, i: int, produce_p99: float, e2e_p99: float) -> ProbeBrokerWindow:
+    return dataclasses.replace(probe_row(broker, i, e2e_p99=e2e_p99), produce_p99_ms=produce_p99)
+
+
+@pytest.mark.parametrize(
+    ("leader_produce_ms", "expected"),
+    [
+        # Its produce is fine: its end-to-end holds the wait on broker 2 (a record is read back
+        # once replicated); broker 2 explains both leaders' waits, and leader 0 is not named.
+        (20.0, {"broker:2"}),
+        # Its produce alone is slow too (acks=1: no replication in it): it stalls itself.
+        (400.0, {"broker:0", "broker:2"}),
+    ],
+)
+def test_a_waiting_leader_slow_to_the_probe_only_end_to_end_is_no_stall_of_its_own(
+    leader_produce_ms: float, expected: set[str]
+) -> None:
+    # A heap-dump storm on follower 2 (run 4's d29): leaders 0 and 1 wait ~1 s on it in remote;
+    # its own timers see nothing (its clock starts when it reads a request). Leader 0 served a
+    # little less (its producers block on the wait) and the probe reads it back late.
+    fault = range(8, 12)
+    special: dict[int, dict[int, dict]] = {
+        b: {i: {**jitter(b, i), "count": 100} for i in range(8)} for b in range(3)
+    }
+    for i in fault:
+        special[0][i] = {**waiting(1000.0), "count": 55}
+        special[1][i] = waiting(1000.0)
+        special[2][i] = {**jitter(2, i), "count": 100}
+    stages = scenario(12, 3, special)
+    probes = [
+        _probe(b, i, 5.0, 12.0) if i not in fault else _probe(b, i, *by_broker[b])
+        for b in range(3)
+        for i in range(12)
+        for by_broker in [{0: (leader_produce_ms, 400.0), 1: (5.0, 100.0), 2: (950.0, 1000.0)}]
+    ]
+    findings = SlowBrokerDetector(SlowBrokerConfig()).detect(
+        dataclasses.replace(stages, probes=probes), now_after(12)
+    )
+    slow = {f.subject: f.evidence["stage"] for f in findings if f.rule == "slow_broker"}
+    assert set(slow) == expected, slow
+    assert slow["broker:2"] in ("remote", "unseen")
