@@ -83,7 +83,7 @@ def test_alertmanager_config_points_at_the_receiver_and_keeps_inhibitions(tmp_pa
         "credentials_file": str(tmp_path / "token"),
     }
     assert cfg["route"]["group_wait"] == "1s"
-    assert len(cfg["inhibit_rules"]) == 3
+    assert len(cfg["inhibit_rules"]) == 4
     if shutil.which("amtool"):
         (tmp_path / "token").write_text("t")
         path = tmp_path / "am.yml"
