@@ -438,11 +438,10 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
     latency = {b: max(p.produce_p99_ms or 0.0, p.end_to_end_p99_ms or 0.0) for b, p in by_broker.items()}
     produce = {b: p.produce_p99_ms or 0.0 for b, p in by_broker.items()}
 
-    def slow_beside_peers(values: dict[int, float]) -> set[int]:
+    def slow_beside_peers(values: dict[int, float], peer: dict[int, float]) -> set[int]:
         # Against the peers' median; and above the line, against the fastest peer too: with two
         # of three leaders stalled, the median is a stalled one, while a healthy peer shows what
         # a probe costs. Many brokers blamed at once is the cluster's (step 5).
-        peer = peer_medians(values)
         ordered = sorted(values.values())
         out = set()
         for b, mine in values.items():
@@ -456,8 +455,9 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
                 out.add(b)
         return out
 
-    slow, slow_alone = slow_beside_peers(latency), slow_beside_peers(produce)
     peer_latency = peer_medians(latency)
+    slow = slow_beside_peers(latency, peer_latency)
+    slow_alone = slow_beside_peers(produce, peer_medians(produce))
     peer_avail = peer_medians({b: p.availability for b, p in by_broker.items() if p.availability is not None})
     out: dict[int, Signal] = {}
     for b, p in by_broker.items():
@@ -605,16 +605,16 @@ def _waits(
     candidates = rows.known(request, [w]) | set(throughput) | set(usable)
     evidence: dict[int, int] = {}
 
+    def probe_own(b: int, s: Signal) -> bool:
+        # The probe against a waiting leader is its own stall only if its produce alone is slow
+        # (its end-to-end holds the wait it shares with every leader of the same follower).
+        return s.family == PROBE and (b not in waiting or s.leader_alone)
+
     def direct(f: int) -> int:
         # Direct evidence of a stall weighs 2 (it stops, it logs nothing, its own work or the
         # probe says so); being the one broker that does not wait weighs 1 (a broker leading no
         # acks=all partition looks the same).
         return 2 * ((f in few) + any(s.family == OWN or probe_own(f, s) for s in reading.signals.get(f, [])))
-
-    def probe_own(b: int, s: Signal) -> bool:
-        # The probe against a waiting leader is its own stall only if its produce alone is slow
-        # (its end-to-end holds the wait it shares with every leader of the same follower).
-        return s.family == PROBE and (b not in waiting or s.leader_alone)
 
     lowest = heapq.nsmallest(2, ((ms, b) for b, ms in remote.items()))
     for f in candidates:
@@ -743,12 +743,14 @@ def _episodes(readings: Sequence[Reading], request: str, cfg: SlowBrokerConfig) 
         ):
             continue
         (target,) = names
+        if target is None:
+            continue
         lo, hi = chain[0][0] - cfg.clear_windows, chain[-1][0] + cfg.clear_windows
-        span = [
+        span = {
             i for i in range(max(0, lo), min(len(readings), hi + 1)) if request in readings[i].unexplained
-        ]
+        }
         naming = {i for i, *_ in chain}  # a window leaving the target out is also all-waiting
-        if target is None or len(set(span) - naming) > len(naming):
+        if len(span - naming) > len(naming):
             continue
         for i in span:
             owner[i] = target

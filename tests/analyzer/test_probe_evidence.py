@@ -193,11 +193,9 @@ def test_a_waiting_leader_slow_to_the_probe_only_end_to_end_is_no_stall_of_its_o
         special[1][i] = waiting(1000.0)
         special[2][i] = {**jitter(2, i), "count": 100}
     stages = scenario(12, 3, special)
+    in_fault = {0: (leader_produce_ms, 400.0), 1: (5.0, 100.0), 2: (950.0, 1000.0)}  # produce, e2e
     probes = [
-        _probe(b, i, 5.0, 12.0) if i not in fault else _probe(b, i, *by_broker[b])
-        for b in range(3)
-        for i in range(12)
-        for by_broker in [{0: (leader_produce_ms, 400.0), 1: (5.0, 100.0), 2: (950.0, 1000.0)}]
+        _probe(b, i, *(in_fault[b] if i in fault else (5.0, 12.0))) for b in range(3) for i in range(12)
     ]
     findings = SlowBrokerDetector(SlowBrokerConfig()).detect(
         dataclasses.replace(stages, probes=probes), now_after(12)
