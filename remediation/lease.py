@@ -163,6 +163,17 @@ class KafkaLease:
         # Read live too: the heartbeat thread learns of an expulsion between two polls.
         return self._held and fresh and member_confirmed(self._consumer.group_metadata())
 
+    def describe(self) -> str:
+        """This member's view of the lease in one line (for logs and a failed wait): held, its
+        group membership, its assignment and how long since its last successful poll."""
+        meta = self._consumer.group_metadata()
+        return (
+            f"lease {self.cfg.group} member {self.member}: held={self.held()} stale={self._stale} "
+            f"state={getattr(meta, 'state', None)} generation={getattr(meta, 'generation_id', None)} "
+            f"member_id={getattr(meta, 'member_id', '')!r} assignment={sorted(map(tuple, self._consumer.assignment()))} "
+            f"last poll {time.monotonic() - self._last_ok:.1f} s ago"
+        )
+
     def group_metadata(self) -> Any:
         """This member's generation, for the broker to fence the shared state's writes (KIP-447)."""
         return self._consumer.group_metadata()
@@ -262,6 +273,9 @@ class LocalLease:
 
     def held(self) -> bool:
         return True
+
+    def describe(self) -> str:
+        return "local lease: always held"
 
     def wait(self, timeout_s: float) -> bool:
         return True

@@ -51,7 +51,8 @@ def test_two_members_never_hold_the_lease_at_once(cluster3: ClusterState, admin,
     second: KafkaLease | None = None
     both: list[float] = []
     try:
-        assert first.wait(30), "the first member never held the lease"
+        assert first.wait(30), f"the first member never held the lease: {first.describe()}"
+        assert "held=True" in first.describe() and f"('{cfg.topic}', 0)" in first.describe()
         second = KafkaLease(cluster3.bootstrap, cfg, "second")
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline:  # the rebalance the standby causes
@@ -86,14 +87,19 @@ def _store(bootstrap: str, lease: KafkaLease, topic: str, txn: str) -> TopicStat
     )
 
 
+# Takes the lease first through a real group join: one loaded whole-suite run (2026-11-30) saw no
+# assignment in 30 s and the member unknown to the coordinator at close (LeaveGroup answered
+# UnknownMemberId), the loss the inbox test below also met. A failure is rerun once and says the
+# member's view of the group.
 @pytest.mark.cluster
+@pytest.mark.timing
 def test_a_newer_holder_fences_the_older_ones_writes(cluster3: ClusterState, admin, topic_name: str) -> None:
     cfg = LeaseConfig(topic=f"{topic_name}-lease", group=f"{topic_name}-g", state_topic=f"{topic_name}-state")
     ensure_lease_topic(admin, cfg.topic)
     ensure_state_topic(admin, cfg.state_topic)
     lease = KafkaLease(cluster3.bootstrap, cfg, "one")
     try:
-        assert lease.wait(30)
+        assert lease.wait(30), lease.describe()
         old = _store(cluster3.bootstrap, lease, cfg.state_topic, f"{topic_name}.state")
         old.activate()
         old.data["demoted"]["2"] = "a1"
@@ -167,7 +173,7 @@ def test_commands_reach_the_holder_through_its_inbox(
     rem = build(cfg, member="holder")
     stop = threading.Event()
     try:
-        assert rem.lease.wait(30)
+        assert rem.lease.wait(30), rem.lease.describe()
         rem.activate()
 
         def loop() -> None:
