@@ -15,11 +15,15 @@ module walks those readings over time and writes the findings:
   ``clear_windows`` windows in a row show the broker healthy: a fault that leaves evidence at
   least that often never clears mid-fault, and a recovered broker clears ``clear_windows``
   windows after its last evidence.
-* **Severity follows the impact.** The finding is ``slow_broker`` (remediable) once a second
-  walk over the windows whose impact is above ``p99_threshold_ms`` — its own p99 at least
-  ``peer_ratio`` × its peers', the p99 of the leaders waiting on it, or the probe's — fires in
-  the episode, and stays so until the episode clears; until then it is ``degraded_broker``
-  (``info``, an early warning).
+* **Severity follows the impact, and acting its persistence.** The finding is ``slow_broker``
+  (remediable) once a second walk over the windows whose impact is above ``p99_threshold_ms`` —
+  its own p99 at least ``peer_ratio`` × its peers', the p99 of the leaders waiting on it, or the
+  probe's — fires in the episode and at least ``slow_min_windows`` of its windows had that
+  impact (an all-waiting window attributed to it with its waiters above the line counts: the
+  fault going on, seen less clearly); it stays so until the episode clears. Until then it is
+  ``degraded_broker`` (``info``, an early warning, raised as fast as before). A stall confined
+  to one window (a burst, a busy host's scheduler, one long GC) is over before an action could
+  land, and demoting for it moves leadership off a healthy broker; a fault to remediate lasts.
 * **The stage** is the one the episode's evidence names most: its own stage where its own work
   was out of line in more than half of its blamed windows (a request queue behind an
   out-of-line disk is the disk's: ``local``), else ``remote`` (its peers wait on it), else
@@ -114,6 +118,8 @@ class SlowBrokerConfig(DetectorConfig):
     min_requests: int = Field(20, ge=1)  # logged requests in a window for its p99 to count
     history_windows: int = Field(12, ge=1)  # windows a finding's evidence shows
     fire_score: int = Field(2, ge=1)
+    # Windows of the episode with impact above the line before it is slow_broker (remediable).
+    slow_min_windows: int = Field(2, ge=1)
     max_score: int = Field(5, ge=1)
     clear_windows: int = Field(3, ge=1)  # healthy windows in a row that clear a finding
     cluster_wide_fraction: float = Field(0.5, gt=0, le=1)  # more than this of the brokers: common
@@ -185,9 +191,17 @@ class Step:
     episode_start: int | None  # index of the window the episode fired in
 
 
-def walk(states: Iterable[tuple[str, int, int]], windows: Sequence[int], cfg: SlowBrokerConfig) -> list[Step]:
-    """The score walk over ``(state, weight, slow weight)`` per window (the module's docstring)."""
-    score = slow_score = streak = 0
+def walk(
+    states: Iterable[tuple[str, int, int]],
+    windows: Sequence[int],
+    cfg: SlowBrokerConfig,
+    persists: Sequence[bool] = (),
+) -> list[Step]:
+    """The score walk over ``(state, weight, slow weight)`` per window (the module's docstring).
+    ``persists``: per window, whether it continues the subject's fault above the line without
+    evidence of its own (an all-waiting window step 3 attributes to it, whose waiting leaders
+    are above the line); it counts toward ``slow_min_windows`` and leaves the score alone."""
+    score = slow_score = streak = slow_windows = 0
     active = slow = False
     start: int | None = None
     out = []
@@ -195,15 +209,20 @@ def walk(states: Iterable[tuple[str, int, int]], windows: Sequence[int], cfg: Sl
         if state == "blamed":
             score = min(cfg.max_score, score + weight)
             slow_score = min(cfg.max_score, slow_score + slow_weight)
+            slow_windows += slow_weight > 0
             streak = 0
         elif state == "healthy":
             score, slow_score, streak = max(0, score - 1), max(0, slow_score - 1), streak + 1
+        if i < len(persists) and persists[i] and state != "blamed":
+            slow_windows += 1
+        if not active and score == 0:
+            slow_windows = 0  # the evidence decayed: a later stall starts its own count
         if not active and score >= cfg.fire_score:
             active, start = True, i
-        if active and slow_score >= cfg.fire_score:
+        if active and slow_score >= cfg.fire_score and slow_windows >= cfg.slow_min_windows:
             slow = True
         if active and streak >= cfg.clear_windows:
-            active, slow, start, score, slow_score = False, False, None, 0, 0
+            active, slow, start, score, slow_score, slow_windows = False, False, None, 0, 0, 0
         out.append(Step(w, state, score, active, slow and active, start))
     return out
 
@@ -264,9 +283,20 @@ def evaluate(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> Model:
             return "healthy"
         return s
 
+    def persists(r: Reading, b: int) -> bool:
+        # An all-waiting window step 3 attributes to b (its fault seen less clearly), with its
+        # waiting leaders above the line: the fault goes on, at the impact that makes it slow.
+        return any(
+            t == b and any(r.p99_ms.get((x, q), 0.0) > cfg.p99_threshold_ms for x in r.explained.get(q, ()))
+            for q, t in r.attributed.items()
+        )
+
     walks = {
         b: walk(
-            [(state(i, r, b), r.weight(b), r.slow_weight(b)) for i, r in enumerate(readings)], windows, cfg
+            [(state(i, r, b), r.weight(b), r.slow_weight(b)) for i, r in enumerate(readings)],
+            windows,
+            cfg,
+            [persists(r, b) for r in readings],
         )
         for b in brokers
     }

@@ -542,12 +542,44 @@ CASES = [
         {("cluster_slow", "cluster:c1"): None},
     ),
     (
+        # A stall confined to one window (a burst, the scheduler of a busy host, one long GC):
+        # broker 2's own queue and its peers' waits above the line, then all in line. Two
+        # families fire the early warning at once; a remediation acts only on a stall that
+        # persists (slow_min_windows), and this one was over before any action could land.
+        "broker 2 stalls in one window above the line, then is in line: an early warning, not remediable",
+        8,
+        3,
+        {2: {6: paused(6)}, 0: {6: waiting(450.0)}, 1: {6: waiting(450.0)}},
+        {("degraded_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        # The first stall (its own work alone, one family) never fires and its score decays; a
+        # second one eight windows later is a stall of its own, not the first one going on.
+        "broker 2 stalls alone in one window, then in another far later: an early warning, not remediable",
+        12,
+        3,
+        {2: {1: SLOW, 9: paused(9)}, 0: {9: waiting(450.0)}, 1: {9: waiting(450.0)}},
+        {("degraded_broker", "broker:2"): "requestQueue"},
+    ),
+    (
+        "broker 2 stalls in two windows in a row: slow, remediable",
+        8,
+        3,
+        {
+            2: {5: paused(5), 6: paused(6)},
+            0: {5: waiting(450.0), 6: waiting(450.0)},
+            1: {5: waiting(450.0), 6: waiting(450.0)},
+        },
+        {("slow_broker", "broker:2"): "requestQueue"},
+    ),
+    (
         # The live e2e's shape on a quiet machine: broker 2 named once (Rule 9), then left out
         # below the line while 0 and 1 wait on it (its own remote too high for Rule 5's check),
         # or all three wait.
         # Its first window has two families of evidence against it (its own stage out of line,
         # its peers waiting on it), which fires at once; the windows after it leave it out or
-        # have everyone waiting, and are its (held), not the cluster's.
+        # have everyone waiting, and are its (held), not the cluster's: they continue its fault
+        # above the line, so it is slow (remediable) from the second window on.
         "paused broker 2 named once, then left out or everyone waiting: broker 2, not cluster-wide",
         10,
         3,
