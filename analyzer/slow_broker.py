@@ -45,7 +45,9 @@ module walks those readings over time and writes the findings:
   remediate. Meanwhile it serves less than its peers until its leadership comes back, so a
   window showing it serving with no evidence counts as healthy, not as a hold: the evidence of
   its restart clears instead of outliving the grace. A broker that stalls keeps its JVM, so a
-  stall is never read as a restart.
+  stall is never read as a restart; but one coming back from a stall (slow within
+  ``clear_windows``, not blamed in the newest window) is coming back all the same: while it
+  does, another broker's finding is provisional (its peers resync with it).
 * **Slow clients.** A broker above the line whose largest excess is a client's stage (``send``,
   ``throttle``) walks a score of its own per request type; the finding names the client from
   the slow-request exemplars and is never a broker's.
@@ -313,6 +315,21 @@ def evaluate(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> Model:
     return Model(rows, readings, walks, walk(cluster_states, windows, cfg), changing, restarted)
 
 
+def _recovering(model: Model, cfg: SlowBrokerConfig) -> set[int]:
+    """Brokers coming back from a stall: slow (remediable, so it lasted) within the last
+    ``clear_windows`` windows and not blamed in the newest. A stalled broker resuming is a
+    broker coming back, as after a restart: its fetch sessions and its ISR membership are
+    re-established and its peers serve its catch-up reads, so for a moment leaders wait on a
+    follower that is not at fault (a whole-suite run named broker 1, beside a broker 2 paused
+    90 % of the time, in the windows right after the pauses ended)."""
+    out = set()
+    for b, steps in model.brokers.items():
+        tail = steps[-cfg.clear_windows - 1 :]
+        if tail and tail[-1].state != "blamed" and any(s.slow for s in tail):
+            out.add(b)
+    return out
+
+
 def restarts(data: Aggregates, windows: Sequence[int]) -> list[frozenset[int]]:
     """Per window of ``windows`` (window starts, oldest first): the brokers that restarted in it.
     A restart is a JVM start time read in the lookback that is newer than another read for the
@@ -468,14 +485,25 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
         returning = {b for r in model.readings[recent] for b in r.absent} | {
             b for bs in model.restarted[recent] for b in bs
         }
+        recovering = _recovering(model, cfg)
         for b, steps in sorted(model.brokers.items()):
             if steps and steps[-1].active:
                 f = self._broker_finding(data, now_ms, model, b, steps)
-                why = hold or (
-                    f"broker {b} was down or restarted within returning_grace_windows: it is catching "
-                    "up, not raised new"
-                    if b in returning
-                    else ""
+                others = sorted(recovering - {b})
+                why = (
+                    hold
+                    or (
+                        f"broker {others[0]} is coming back from a stall (slow within clear_windows, "
+                        "not blamed now): its peers resync with it, not raised new"
+                        if others
+                        else ""
+                    )
+                    or (
+                        f"broker {b} was down or restarted within returning_grace_windows: it is catching "
+                        "up, not raised new"
+                        if b in returning
+                        else ""
+                    )
                 )
                 if why:
                     f = dataclasses.replace(f, evidence={**f.evidence, PROVISIONAL: why})

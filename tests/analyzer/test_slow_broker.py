@@ -562,6 +562,21 @@ CASES = [
         {("degraded_broker", "broker:2"): "requestQueue"},
     ),
     (
+        # Broker 2 paused four windows, then back; in the two windows after, broker 1 (the
+        # follower beside it) stalls while their replication is re-established (fetch sessions,
+        # the ISR, broker 2's catch-up reads): a broker coming back from a stall, as from a
+        # restart. Broker 1's finding is not raised new while broker 2 comes back.
+        "broker 2 paused, then back; broker 1 stalls in the two windows after: broker 2 alone",
+        8,
+        3,
+        {
+            2: {i: paused(i) for i in range(2, 6)},
+            0: {i: waiting(450.0) for i in range(2, 8)},
+            1: {i: waiting(450.0) for i in range(2, 6)} | {6: paused(6), 7: paused(7)},
+        },
+        {("slow_broker", "broker:2"): "requestQueue"},
+    ),
+    (
         "broker 2 stalls in two windows in a row: slow, remediable",
         8,
         3,
