@@ -285,20 +285,23 @@ def evaluate(data: Aggregates, now_ms: int, cfg: SlowBrokerConfig) -> Model:
             return "healthy"
         return s
 
-    def persists(r: Reading, b: int) -> bool:
-        # An all-waiting window step 3 attributes to b (its fault seen less clearly), with its
-        # waiting leaders above the line: the fault goes on, at the impact that makes it slow.
-        return any(
-            t == b and any(r.p99_ms.get((x, q), 0.0) > cfg.p99_threshold_ms for x in r.explained.get(q, ()))
+    # Per reading, the brokers an all-waiting window is attributed to (step 3: their fault seen
+    # less clearly) with its waiting leaders above the line: their fault goes on, at the impact
+    # that makes it slow. Once per reading, not per broker.
+    persisting = [
+        {
+            t
             for q, t in r.attributed.items()
-        )
-
+            if any(r.p99_ms.get((x, q), 0.0) > cfg.p99_threshold_ms for x in r.explained.get(q, ()))
+        }
+        for r in readings
+    ]
     walks = {
         b: walk(
             [(state(i, r, b), r.weight(b), r.slow_weight(b)) for i, r in enumerate(readings)],
             windows,
             cfg,
-            [persists(r, b) for r in readings],
+            [b in p for p in persisting],
         )
         for b in brokers
     }
@@ -486,25 +489,27 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             b for bs in model.restarted[recent] for b in bs
         }
         recovering = _recovering(model, cfg)
+
+        def provisional(b: int) -> str:
+            """Why broker ``b``'s finding is not raised new ("" if it is)."""
+            if hold:
+                return hold
+            if others := sorted(recovering - {b}):
+                return (
+                    f"broker {others[0]} is coming back from a stall (slow within clear_windows, "
+                    "not blamed now): its peers resync with it, not raised new"
+                )
+            if b in returning:
+                return (
+                    f"broker {b} was down or restarted within returning_grace_windows: it is catching "
+                    "up, not raised new"
+                )
+            return ""
+
         for b, steps in sorted(model.brokers.items()):
             if steps and steps[-1].active:
                 f = self._broker_finding(data, now_ms, model, b, steps)
-                others = sorted(recovering - {b})
-                why = (
-                    hold
-                    or (
-                        f"broker {others[0]} is coming back from a stall (slow within clear_windows, "
-                        "not blamed now): its peers resync with it, not raised new"
-                        if others
-                        else ""
-                    )
-                    or (
-                        f"broker {b} was down or restarted within returning_grace_windows: it is catching "
-                        "up, not raised new"
-                        if b in returning
-                        else ""
-                    )
-                )
+                why = provisional(b)
                 if why:
                     f = dataclasses.replace(f, evidence={**f.evidence, PROVISIONAL: why})
                 found.append(f)
