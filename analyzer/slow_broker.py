@@ -70,7 +70,7 @@ from pydantic import Field
 
 from analyzer.base import BarChart, Chart, Detector, DetectorConfig, DetectorGauge, GaugeValues, LineChart
 from analyzer.blame import FEW, OWN, PROBE, UNSEEN, WAITED_ON, WAITS, Reading, Rows, Signal, read_windows
-from analyzer.probe_evidence import probe_evidence
+from analyzer.probe_evidence import ProbeThresholds, probe_evidence
 from linkwatch.aggregates import Aggregates, ClientWindow
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, PRODUCE, Finding
 
@@ -576,7 +576,9 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             },
             "windows": [r.window_start_ms for r in history],
             "slow_windows": blamed_windows,
-            "probe": probe_evidence(data, b, [r.window_start_ms for r in history]),
+            # The probe's verdict over the episode by the model's own probe thresholds (step 4),
+            # so the evidence never reads "corroborates" by a laxer line than the model's.
+            "probe": probe_evidence(data, b, [r.window_start_ms for r in history], probe_thresholds(cfg)),
         }
         how = self._how(b, stage, families, leaders, unknown_wait)
         if not slow:
@@ -768,6 +770,15 @@ class SlowBrokerDetector(Detector[SlowBrokerConfig]):
             },
             action=action + f"; broker {b} is not at fault: do not move its leadership",
         )
+
+
+def probe_thresholds(cfg: SlowBrokerConfig) -> ProbeThresholds:
+    """The probe evidence's thresholds: the model's own (step 4's ratio, floor and gap)."""
+    return ProbeThresholds(
+        peer_ratio=cfg.probe_ratio,
+        min_latency_ms=cfg.probe_floor_ms,
+        availability_gap=cfg.probe_availability_gap,
+    )
 
 
 def _confidence(episode: Sequence[tuple[Reading, list[Signal]]], families: list[str]) -> float:

@@ -149,6 +149,18 @@ def test_slow_broker_finding_cites_the_probe() -> None:
     assert finding.evidence["probe"]["windows"] == finding.evidence["windows"]
 
 
+@pytest.mark.parametrize(("probe_ratio", "verdict"), [(3.0, CONTRADICTS), (2.0, CORROBORATES)])
+def test_the_findings_probe_verdict_reads_the_models_probe_line(probe_ratio: float, verdict: str) -> None:
+    # Broker 2's end-to-end p99 at 2.5x its peers' and over the floor: by the model's default
+    # probe_ratio (3) the probe does not find it slow, and the finding must not say it does.
+    stages = scenario(8, 3, {2: slow_in(range(3, 8))})
+    probes = rows({0: {"e2e_p99": 100.0}, 1: {"e2e_p99": 100.0}, 2: {"e2e_p99": 250.0}})
+    cfg = SlowBrokerConfig(probe_ratio=probe_ratio)
+    (finding,) = SlowBrokerDetector(cfg).detect(dataclasses.replace(stages, probes=probes), now_after(8))
+    assert finding.evidence["probe"]["verdict"] == verdict
+    assert finding.evidence["probe"]["baseline"]["peer_ratio"] == probe_ratio
+
+
 def test_slow_broker_finding_cites_the_probes_commit_p99() -> None:
     stages = scenario(8, 3, {2: slow_in(range(3, 8))})
     probes = rows({2: {"e2e_p99": 900.0, "commit_p99": 420.0}, 1: {"commit_p99": 12.0}})
