@@ -153,7 +153,13 @@ def test_topic_config_override_is_deleted_though_its_default_reads_back_as_a_val
 ) -> None:
     # flush.messages has no "unset" value: deleted, it reads back as Long.MAX_VALUE.
     ensure_topic(admin, topic_name, partitions=1, replication=3)
+    # Right after the creation, the broker that answers DescribeConfigs may not know the topic
+    # yet (a whole-suite run read None): read its value once a broker reports one.
+    deadline = time.monotonic() + 30
     before = faults.topic_config(admin, topic_name, "flush.messages")
+    while before is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        before = faults.topic_config(admin, topic_name, "flush.messages")
     with faults.topic_configs(admin, [topic_name], {"flush.messages": "1"}):
         assert faults.topic_config(admin, topic_name, "flush.messages") == "1"
         assert faults.ACTIVE
