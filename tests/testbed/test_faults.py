@@ -12,6 +12,7 @@ from kafka.admin import NewTopic
 from testbed import faults
 from testbed.cluster import ClusterState
 from testbed.load import ensure_topic, partition_leaders
+from tests.remediation.kit import wait_until
 
 
 def _process_state(pid: int) -> str:
@@ -155,11 +156,11 @@ def test_topic_config_override_is_deleted_though_its_default_reads_back_as_a_val
     ensure_topic(admin, topic_name, partitions=1, replication=3)
     # Right after the creation, the broker that answers DescribeConfigs may not know the topic
     # yet (a whole-suite run read None): read its value once a broker reports one.
-    deadline = time.monotonic() + 30
-    before = faults.topic_config(admin, topic_name, "flush.messages")
-    while before is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-        before = faults.topic_config(admin, topic_name, "flush.messages")
+    before = wait_until(
+        lambda: faults.topic_config(admin, topic_name, "flush.messages"),
+        30,
+        "flush.messages of the new topic",
+    )
     with faults.topic_configs(admin, [topic_name], {"flush.messages": "1"}):
         assert faults.topic_config(admin, topic_name, "flush.messages") == "1"
         assert faults.ACTIVE
