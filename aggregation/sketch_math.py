@@ -45,7 +45,7 @@ QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
 # Read over the values above the sketch's zero bucket alone (StageWindow.nonzero_p99_ms).
 NONZERO_QUANTILES: dict[str, float] = {"nonzero_p99_ms": 0.99}
 # The quantiles a ProbeBrokerWindow carries of each of its sketches.
-PROBE_QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p99_ms": 0.99}
+PROBE_QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p90_ms": 0.9, "p99_ms": 0.99}
 
 _NO_HIT = np.iinfo(np.int64).max
 

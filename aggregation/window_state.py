@@ -573,7 +573,7 @@ def _client_rows(picked: list[tuple[int, _Window]]) -> list[ClientWindow]:
 
 
 def _probe_rows(picked: list[tuple[int, _Window]]) -> list[ProbeBrokerWindow]:
-    """Per leader broker and window: the summed counts, and p50/p99 of the merged produce,
+    """Per leader broker and window: the summed counts, and p50/p90/p99 of the merged produce,
     end-to-end and commit sketches."""
     cells = [(start, broker, p) for start, win in picked for broker, p in win.probes.items()]
     if not cells:
@@ -599,6 +599,8 @@ def _probe_rows(picked: list[tuple[int, _Window]]) -> list[ProbeBrokerWindow]:
                 end_to_end_p50_ms=q["end_to_end"]["p50_ms"][i],
                 end_to_end_p99_ms=q["end_to_end"]["p99_ms"][i],
                 commit_p99_ms=q["commit"]["p99_ms"][i],
+                produce_p90_ms=q["produce"]["p90_ms"][i],
+                end_to_end_p90_ms=q["end_to_end"]["p90_ms"][i],
             )
         )
     return out

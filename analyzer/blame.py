@@ -37,13 +37,14 @@ The model (the detector in :mod:`analyzer.slow_broker` walks its readings over t
 4. **Clients wait on leaders: the probe.** Kafka starts a request's clock when the broker reads
    it, so a stalled process or a slow path to it is invisible in its own timers. The probe's
    produce / end-to-end p99 per leader (at least ``probe_min_probes`` decided in the window) at
-   least ``probe_ratio`` × its peers' median and above ``probe_floor_ms``, or an availability
+   least ``probe_ratio`` × its peers' median and above ``probe_floor_ms`` — its p90 out of line
+   too: several probes, not its slowest one or two — or an availability
    ``probe_availability_gap`` below its peers', blames the leader (stage ``unseen`` when its own
    timers show nothing). A record is read back once replicated, so in step 3 the probe is
    evidence of a *waiting* leader's own stall only when its produce p99 alone is out of line.
-5. **Common mode.** When the brokers that are blamed, wait on nobody known, or are above the
-   line with nothing explaining it are more than ``cluster_wide_fraction`` of the reporting
-   brokers, the window is the cluster's: no broker is blamed in it.
+5. **Common mode.** When the brokers that are blamed (by the probe too), wait on nobody known, or
+   are above the line with nothing explaining it are more than ``cluster_wide_fraction`` of the
+   reporting brokers, the window is the cluster's: no broker is blamed in it.
 6. **Down is not slow.** A broker known in the lookback with no row in the window and nobody
    waiting on it is ``absent``: shut down (its leadership moved away first) or crashed.
 
@@ -437,11 +438,17 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
     by_broker = {b: p for b, p in rows.probes.get(w, {}).items() if p.decided >= cfg.probe_min_probes}
     latency = {b: max(p.produce_p99_ms or 0.0, p.end_to_end_p99_ms or 0.0) for b, p in by_broker.items()}
     produce = {b: p.produce_p99_ms or 0.0 for b, p in by_broker.items()}
+    # The p90s: rows aggregated before they were carried have none, and are judged on p99 alone.
+    tails = all(p.produce_p90_ms is not None or p.end_to_end_p90_ms is not None for p in by_broker.values())
+    tail = {b: max(p.produce_p90_ms or 0.0, p.end_to_end_p90_ms or 0.0) for b, p in by_broker.items()}
+    produce_tail = {b: p.produce_p90_ms or 0.0 for b, p in by_broker.items()}
 
-    def slow_beside_peers(values: dict[int, float], peer: dict[int, float]) -> set[int]:
-        # Against the peers' median; and above the line, against the fastest peer too: with two
-        # of three leaders stalled, the median is a stalled one, while a healthy peer shows what
-        # a probe costs. Many brokers blamed at once is the cluster's (step 5).
+    def slow_beside_peers(values: dict[int, float], p99: dict[int, float]) -> set[int]:
+        # Against the peers' median; and above the line (the broker's p99: what its clients
+        # pay), against the fastest peer too: with two of three leaders stalled, the median is
+        # a stalled one, while a healthy peer shows what a probe costs. Many brokers blamed at
+        # once is the cluster's (step 5).
+        peer = peer_medians(values)
         ordered = sorted(values.values())
         out = set()
         for b, mine in values.items():
@@ -449,15 +456,23 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
                 continue
             fastest = ordered[1] if len(ordered) > 1 and mine == ordered[0] else ordered[0]
             slow_here = mine >= cfg.probe_ratio * peer[b] or (
-                mine > cfg.p99_threshold_ms and mine >= cfg.probe_ratio * fastest
+                p99[b] > cfg.p99_threshold_ms and mine >= cfg.probe_ratio * fastest
             )
-            if mine >= cfg.probe_floor_ms and slow_here:
+            if p99[b] >= cfg.probe_floor_ms and slow_here:
                 out.add(b)
         return out
 
+    def several(p99: dict[int, float], p90: dict[int, float]) -> set[int]:
+        # Out of line at p99 and at p90 alike: a p99 of a window's few dozen probes is its
+        # slowest one or two, and one late probe is the probe's own hiccup (its process
+        # descheduled on a busy host, a pause of its client) as often as the leader's. A
+        # stalled leader, a slow path to it, delays a share of its probes, not one.
+        out = slow_beside_peers(p99, p99)
+        return out & slow_beside_peers(p90, p99) if tails else out
+
     peer_latency = peer_medians(latency)
-    slow = slow_beside_peers(latency, peer_latency)
-    slow_alone = slow_beside_peers(produce, peer_medians(produce))
+    slow = several(latency, tail)
+    slow_alone = several(produce, produce_tail)
     peer_avail = peer_medians({b: p.availability for b, p in by_broker.items() if p.availability is not None})
     out: dict[int, Signal] = {}
     for b, p in by_broker.items():
@@ -523,8 +538,33 @@ def read_window(
         if "remote" not in cfg.wait_stages.get(request, ()):
             _waits(rows, request, w, usable, throughput, few, reading, cfg, usual)
     blamed = reading.blamed()  # once: it is computed anew at each call until the reading is final
-    reading.healthy = {b for (b, _r) in reading.p99_ms if b not in below_healthy and not blamed.get(b)}
+    answering = probe_in_line(rows, w, cfg)
+    reading.healthy = {
+        b for (b, _r) in reading.p99_ms if (b not in below_healthy or b in answering) and not blamed.get(b)
+    }
     return reading
+
+
+def probe_in_line(rows: Rows, w: int, cfg: SlowBrokerConfig) -> set[int]:
+    """The leaders that answer their probes in ``w`` as their peers do: at least
+    ``probe_min_probes`` decided, the p99 under the line and under ``probe_ratio`` × the peers'
+    median, availability within ``probe_availability_gap`` of theirs. Such a broker serves its
+    clients whatever its request count: serving fewer than its peers with no evidence against
+    it is leadership it lost (fenced during a stall, or moved away) and gets back at the next
+    preferred-leader election, not a stall (step 1's window showing it healthy)."""
+    by_broker = {b: p for b, p in rows.probes.get(w, {}).items() if p.decided >= cfg.probe_min_probes}
+    latency = {b: max(p.produce_p99_ms or 0.0, p.end_to_end_p99_ms or 0.0) for b, p in by_broker.items()}
+    peer_latency = peer_medians(latency)
+    peer_avail = peer_medians({b: p.availability for b, p in by_broker.items() if p.availability is not None})
+    return {
+        b
+        for b, p in by_broker.items()
+        if b in peer_latency
+        and latency[b] <= cfg.p99_threshold_ms
+        and latency[b] < cfg.probe_ratio * peer_latency[b]
+        and p.availability is not None
+        and p.availability >= peer_avail.get(b, 0.0) - cfg.probe_availability_gap
+    }
 
 
 def _beside_peers(mine: float, peer: float, cfg: SlowBrokerConfig) -> bool:
@@ -770,14 +810,19 @@ def _attribute(r: Reading, request: str, target: int) -> None:
 
 def _common(r: Reading, cfg: SlowBrokerConfig) -> bool:
     """Step 5: more than ``cluster_wide_fraction`` of a request type's reporting brokers blamed,
-    waiting on nobody known, or above the line with nothing explaining it."""
+    waiting on nobody known, or above the line with nothing explaining it. Blamed by the probe
+    counts as by its own timers: two of three leaders stalled for their clients is the cluster's
+    whichever evidence names each (a leader waiting on a stalled follower keeps the probe's
+    blame only when its produce alone is slow, step 3)."""
     for request, n in r.reporting.items():
         if n < 2:
             continue
+        reporting = {b for b, q in r.p99_ms if q == request}
         blamed = {
             b
             for b, sigs in r.signals.items()
             if any(s.family in (OWN, WAITED_ON) and s.request == request for s in sigs)
+            or (b in reporting and any(s.family == PROBE for s in sigs))
         }
         culprits = (
             blamed

@@ -146,6 +146,9 @@ class ProbeBrokerWindow:
     end_to_end_p50_ms: float | None
     end_to_end_p99_ms: float | None
     commit_p99_ms: float | None = None
+    # Several probes, not one: a p99 of a window's few dozen probes is its slowest one or two.
+    produce_p90_ms: float | None = None
+    end_to_end_p90_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -210,7 +210,7 @@ def _probe_quantiles(base: DataFrame, column: str) -> DataFrame:
 
 def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
     """ProbeSample records → per (leader broker, window): probes sent, ok, decided, availability,
-    p50/p99 of produce and end-to-end latency and p99 of the commits this broker coordinated,
+    p50/p90/p99 of produce and end-to-end latency and p99 of the commits this broker coordinated,
     from the merged sketches (columns of :class:`linkwatch.aggregates.ProbeBrokerWindow`).
     Availability is summed counts' ratio, never an average of ratios."""
     base = samples.select(
@@ -245,4 +245,6 @@ def probe_windows(samples: DataFrame, window_s: int) -> DataFrame:
         "end_to_end_p50_ms",
         "end_to_end_p99_ms",
         F.col("commit_latency_p99_ms").alias("commit_p99_ms"),
+        "produce_p90_ms",
+        "end_to_end_p90_ms",
     )
