@@ -36,7 +36,11 @@ NO_DATA = "no probe data"
 
 @dataclass(frozen=True)
 class ProbeThresholds:
-    peer_ratio: float = 2.0
+    """Defaults: the slow-broker model's (``probe_ratio``, ``probe_floor_ms``,
+    ``probe_availability_gap``); :func:`analyzer.slow_broker.probe_thresholds` maps a
+    configured model's."""
+
+    peer_ratio: float = 3.0
     min_latency_ms: float = 100.0
     availability_gap: float = 0.05
 

@@ -281,3 +281,10 @@ def test_a_broker_leading_less_after_its_stall_clears_when_it_answers_its_probes
     assert {f.subject for f in active if f.rule in ("slow_broker", "degraded_broker")} == (
         set() if probed else {"broker:2"}
     )
+
+
+def test_the_probe_verdicts_defaults_are_the_models_defaults() -> None:
+    from analyzer.probe_evidence import ProbeThresholds
+    from analyzer.slow_broker import probe_thresholds
+
+    assert ProbeThresholds() == probe_thresholds(SlowBrokerConfig())
