@@ -433,10 +433,35 @@ def _own_signal(
     return sig, None, excess
 
 
-def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal]:
+@dataclass(frozen=True)
+class _ProbeView:
+    """The probe's rows of one window that can be judged (``probe_min_probes`` decided), each
+    leader's p99 (the larger of produce and end to end) and its peers' medians."""
+
+    by_broker: dict[int, ProbeBrokerWindow]
+    latency: dict[int, float]
+    peer_latency: dict[int, float]
+    peer_avail: dict[int, float]
+
+    @classmethod
+    def read(cls, rows: Rows, w: int, cfg: SlowBrokerConfig) -> _ProbeView:
+        by_broker = {b: p for b, p in rows.probes.get(w, {}).items() if p.decided >= cfg.probe_min_probes}
+        latency = {b: max(p.produce_p99_ms or 0.0, p.end_to_end_p99_ms or 0.0) for b, p in by_broker.items()}
+        avail = {b: p.availability for b, p in by_broker.items() if p.availability is not None}
+        return cls(by_broker, latency, peer_medians(latency), peer_medians(avail))
+
+
+def probe_signals(
+    rows: Rows, w: int, cfg: SlowBrokerConfig, view: _ProbeView | None = None
+) -> dict[int, Signal]:
     """Step 4: the leaders the probe finds slow or failing against their peers in ``w``."""
-    by_broker = {b: p for b, p in rows.probes.get(w, {}).items() if p.decided >= cfg.probe_min_probes}
-    latency = {b: max(p.produce_p99_ms or 0.0, p.end_to_end_p99_ms or 0.0) for b, p in by_broker.items()}
+    view = view or _ProbeView.read(rows, w, cfg)
+    by_broker, latency, peer_latency, peer_avail = (
+        view.by_broker,
+        view.latency,
+        view.peer_latency,
+        view.peer_avail,
+    )
     produce = {b: p.produce_p99_ms or 0.0 for b, p in by_broker.items()}
     # The p90s: rows aggregated before they were carried have none, and are judged on p99 alone.
     tails = all(p.produce_p90_ms is not None or p.end_to_end_p90_ms is not None for p in by_broker.values())
@@ -470,10 +495,8 @@ def probe_signals(rows: Rows, w: int, cfg: SlowBrokerConfig) -> dict[int, Signal
         out = slow_beside_peers(p99, p99)
         return out & slow_beside_peers(p90, p99) if tails else out
 
-    peer_latency = peer_medians(latency)
     slow = several(latency, tail)
     slow_alone = several(produce, produce_tail)
-    peer_avail = peer_medians({b: p.availability for b, p in by_broker.items() if p.availability is not None})
     out: dict[int, Signal] = {}
     for b, p in by_broker.items():
         if b not in peer_latency:
@@ -507,7 +530,8 @@ def read_window(
     noted from this one). Step 3's attribution and step 5 need the whole lookback:
     :func:`read_windows`."""
     signals: dict[int, list[Signal]] = defaultdict(list)
-    probe = probe_signals(rows, w, cfg)
+    view = _ProbeView.read(rows, w, cfg)
+    probe = probe_signals(rows, w, cfg, view)
     for b, s in probe.items():
         signals[b].append(s)
     reading = Reading(w, signals, set(), {}, {}, {}, {}, {}, [], {}, {})
@@ -538,27 +562,24 @@ def read_window(
         if "remote" not in cfg.wait_stages.get(request, ()):
             _waits(rows, request, w, usable, throughput, few, reading, cfg, usual)
     blamed = reading.blamed()  # once: it is computed anew at each call until the reading is final
-    answering = probe_in_line(rows, w, cfg)
+    answering = probe_in_line(view, cfg)
     reading.healthy = {
         b for (b, _r) in reading.p99_ms if (b not in below_healthy or b in answering) and not blamed.get(b)
     }
     return reading
 
 
-def probe_in_line(rows: Rows, w: int, cfg: SlowBrokerConfig) -> set[int]:
-    """The leaders that answer their probes in ``w`` as their peers do: at least
+def probe_in_line(view: _ProbeView, cfg: SlowBrokerConfig) -> set[int]:
+    """The leaders that answer their probes in the window as their peers do: at least
     ``probe_min_probes`` decided, the p99 under the line and under ``probe_ratio`` × the peers'
     median, availability within ``probe_availability_gap`` of theirs. Such a broker serves its
     clients whatever its request count: serving fewer than its peers with no evidence against
     it is leadership it lost (fenced during a stall, or moved away) and gets back at the next
     preferred-leader election, not a stall (step 1's window showing it healthy)."""
-    by_broker = {b: p for b, p in rows.probes.get(w, {}).items() if p.decided >= cfg.probe_min_probes}
-    latency = {b: max(p.produce_p99_ms or 0.0, p.end_to_end_p99_ms or 0.0) for b, p in by_broker.items()}
-    peer_latency = peer_medians(latency)
-    peer_avail = peer_medians({b: p.availability for b, p in by_broker.items() if p.availability is not None})
+    latency, peer_latency, peer_avail = view.latency, view.peer_latency, view.peer_avail
     return {
         b
-        for b, p in by_broker.items()
+        for b, p in view.by_broker.items()
         if b in peer_latency
         and latency[b] <= cfg.p99_threshold_ms
         and latency[b] < cfg.probe_ratio * peer_latency[b]

@@ -11,7 +11,8 @@ module walks those readings over time and writes the findings:
   (no evidence, serving in line with its peers or answering its probes as they do: a broker
   fenced during a stall leads less until the next preferred-leader election), and holds in a
   window that says nothing (it is silent, serves few with nobody waiting and no probe answered
-  in line, or an all-waiting window the lookback attributes to it). It fires at ``fire_score``, capped at ``max_score``.
+  in line, or an all-waiting window the lookback attributes to it). It fires at
+  ``fire_score``, capped at ``max_score``.
 * **Hysteresis by evidence, not by score.** An active finding clears only after
   ``clear_windows`` windows in a row show the broker healthy: a fault that leaves evidence at
   least that often never clears mid-fault, and a recovered broker clears ``clear_windows``
