@@ -54,6 +54,14 @@ class Bench:
         return any("{" in a for a in self.args)
 
 
+def _the_holder_waits_less(out: str) -> None:
+    """The lease thread's short turn leaves the holder's calls a shorter wait than the baseline's
+    200 ms poll re-taken at once (a wait of about one poll against most of a second)."""
+    m = re.search(r"median wait, baseline / product: ([\d.]+) ms / ([\d.]+) ms", out)
+    assert m, out
+    assert float(m[2]) < float(m[1]), out
+
+
 def _the_loop_ran_in_order(out: str) -> None:
     """The remediation loop on the real cluster (the demo's agents, Spark analyzer and executed
     remediation config; testbed.recovery): broker 2 paused while it leads → the slow_broker
@@ -101,6 +109,16 @@ BENCHES = [
         "lag_pass.py",
         ("--bootstrap", "{bootstrap}", "--smoke"),
         (r"way\s+wall s \(median\)", r"^pass\s+[\d.]+", r"^per group\s+[\d.]+", r"pass / admin floor"),
+    ),
+    Bench(
+        "lease_lock.py",
+        ("--bootstrap", "{bootstrap}", "--smoke"),
+        (
+            r"product \(poll \d+ ms, idle \d+ ms\)\s+\d+",
+            r"baseline \(poll 200 ms, idle 0 ms\)\s+\d+",
+            r"median wait, baseline / product",
+        ),
+        check=_the_holder_waits_less,
     ),
     Bench(
         "lag_big_group.py",

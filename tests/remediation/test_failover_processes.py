@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ class Member:
         self.points.mkdir(parents=True)
         _, path = config(tmp / name, bootstrap, **settings)
         self.audit_path = tmp / name / "state" / "audit.jsonl"
-        self.log = (tmp / name / "out.log").open("w")
+        self.log_path = tmp / name / "out.log"
+        self.log = self.log_path.open("w")
         env = {**os.environ, "LINKWATCH_FAILPOINTS": str(self.points)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "remediate", "run", "-c", str(path), "--member", name],
@@ -97,6 +99,23 @@ class Member:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+def _explain(members: list[Member | None]) -> str:
+    """What each member did (its audit, its log's last lines): why a wait timed out."""
+    out = []
+    for m in members:
+        if m is None:
+            continue
+        events = [
+            f"{e['ts']:.1f} {e['event']} "
+            + " ".join(f"{k}={e[k]}" for k in ("status", "step", "reason", "subject") if k in e)
+            for e in m.events()
+        ]
+        log_tail = m.log_path.read_text(errors="replace").splitlines()[-15:]
+        out.append(f"member {m.name} (exit {m.proc.poll()}) audit: " + "; ".join(events[-20:]))
+        out.append(f"member {m.name} log:\n  " + "\n  ".join(line[:300] for line in log_tail))
+    return "\n".join(out)
 
 
 def _lease(topic_name: str) -> dict[str, Any]:
@@ -166,19 +185,23 @@ def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
     }
     a = Member("a", tmp_path, cluster3.bootstrap, settings)
     b: Member | None = None
+
+    def until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        return wait_until(check, timeout_s, what, explain=lambda: _explain([a, b]))
+
     try:
-        wait_until(lambda: a.events("lease_acquired"), 60, "a holding the lease")
+        until(lambda: a.events("lease_acquired"), 60, "a holding the lease")
         b = Member("b", tmp_path, cluster3.bootstrap, settings)
-        wait_until(lambda: b.events("started"), 60, "b started (standby)")
+        until(lambda: b.events("started"), 60, "b started (standby)")
         (a.points / point).touch()
         _publish(cluster3.bootstrap, findings_topic, "broker:2")
-        wait_until(a.frozen, 60, f"a frozen at {point}")
+        until(a.frozen, 60, f"a frozen at {point}")
         frozen_at = time.time()
         if how == "killed":
             a.proc.kill()
             a.proc.wait(10)
-        wait_until(lambda: b.events("lease_acquired"), 4 * SESSION_MS / 1000, "b taking the lease")
-        wait_until(lambda: 2 not in leaders(admin, topic_name).values(), 60, "broker 2 leading nothing")
+        until(lambda: b.events("lease_acquired"), 4 * SESSION_MS / 1000, "b taking the lease")
+        until(lambda: 2 not in leaders(admin, topic_name).values(), 60, "broker 2 leading nothing")
         remaining = frozen_at + 2 * SESSION_MS / 1000 - time.time()
         if remaining > 0 and how == "frozen":
             time.sleep(remaining)
@@ -188,15 +211,15 @@ def test_a_holder_stopped_mid_action_changes_nothing_after_and_the_cap_holds(
         if (
             point != "in_settle" and how == "frozen"
         ):  # resumed inside the action: its next write or change is refused
-            wait_until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale step refused (fenced)")
+            until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale step refused (fenced)")
         after_resume = leaders(admin, topic_name)
 
         # A second broker's finding, after the failover and once the first action is over (its
         # settle period too: a running action is refused by max_concurrent_actions first): the
         # new holder refuses it by the cap on demoted brokers, which it knows from the state.
-        wait_until(lambda: _over([a, b], "broker:2"), 60, "the broker:2 action over")
+        until(lambda: _over([a, b], "broker:2"), 60, "the broker:2 action over")
         _publish(cluster3.bootstrap, findings_topic, "broker:3")
-        refused = wait_until(
+        refused = until(
             lambda: [e for e in b.events("refused") if "broker:3" in str(e.get("subject"))],
             60,
             "b judging broker:3",
@@ -257,24 +280,28 @@ def test_a_holder_stopped_mid_reassignment_sends_nothing_after_and_the_standby_f
     subject = f"log_dir:1:{filled.path}"
     a = Member("a", tmp_path, cluster3.bootstrap, settings)
     b: Member | None = None
+
+    def until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        return wait_until(check, timeout_s, what, explain=lambda: _explain([a, b]))
+
     try:
-        wait_until(lambda: a.events("lease_acquired"), 60, "a holding the lease")
+        until(lambda: a.events("lease_acquired"), 60, "a holding the lease")
         b = Member("b", tmp_path, cluster3.bootstrap, settings)
-        wait_until(lambda: b.events("started"), 60, "b started (standby)")
+        until(lambda: b.events("started"), 60, "b started (standby)")
         _publish(cluster3.bootstrap, findings_topic, subject, rule="hot_disk")
-        wait_until(lambda: _moving(admin, topic_name), 60, "a's first move in flight")
+        until(lambda: _moving(admin, topic_name), 60, "a's first move in flight")
         # Its next change to the cluster (the next move, or a throttle) stops it: a move is
         # still in flight then, a slot's move at most intended.
         (a.points / "before_fence").touch()
-        wait_until(a.frozen, 60, "a stopped at its next change")
+        until(a.frozen, 60, "a stopped at its next change")
         frozen_at = time.time()
         in_flight = _moving(admin, topic_name)
         assert in_flight, "no move in flight when a stopped: the case under test did not happen"
         if how == "killed":
             a.proc.kill()
             a.proc.wait(10)
-        wait_until(lambda: b.events("lease_acquired"), 4 * SESSION_MS / 1000, "b taking the lease")
-        recovered = wait_until(lambda: b.events("recover"), 120, "b recovering a's action")
+        until(lambda: b.events("lease_acquired"), 4 * SESSION_MS / 1000, "b taking the lease")
+        recovered = until(lambda: b.events("recover"), 120, "b recovering a's action")
         assert recovered[0]["status"] == "recovered", recovered
         print(f"in flight when a stopped: {in_flight}; b recovered: {recovered[0]['note']}")
         remaining = frozen_at + 2 * SESSION_MS / 1000 - time.time()
@@ -282,8 +309,8 @@ def test_a_holder_stopped_mid_reassignment_sends_nothing_after_and_the_standby_f
             time.sleep(max(0.0, remaining))
             resumed_at = time.time()
             os.kill(a.proc.pid, signal.SIGCONT)
-            wait_until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale change refused (fenced)")
-        wait_until(
+            until(lambda: a.events("fenced", since=resumed_at), 30, "a's stale change refused (fenced)")
+        until(
             lambda: not _moving(admin, topic_name) and throttles(admin, topic_name) == {},
             120,
             "no move in flight and no throttle left",
