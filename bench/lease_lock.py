@@ -11,9 +11,11 @@ the group).
 * ``baseline``: the lease before (a 200 ms poll under the lock, re-taken at once), the same code
   with those two settings.
 
-    python bench/lease_lock.py --bootstrap HOST:PORT [--seconds 10] [--rounds 3]
+    python bench/lease_lock.py [--bootstrap HOST:PORT] [--seconds 10] [--rounds 3]
 
-Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/lease_lock.py --bootstrap …``.
+Without ``--bootstrap`` it starts a 3-broker cluster of its own on loopback (and stops it).
+
+Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/lease_lock.py``.
 ``--smoke``: one round of 2 s per variant (the suite's run; its figures are not a measurement).
 """
 
@@ -21,14 +23,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from kafka import KafkaAdminClient
 
 import remediation.lease as lease_mod
 from remediation.config import LeaseConfig
 from remediation.lease import KafkaLease, ensure_lease_topic
+from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 
 VARIANTS = {
     "product": (lease_mod.POLL_MS, lease_mod.IDLE_S),
@@ -71,13 +76,28 @@ def one(bootstrap: str, admin: KafkaAdminClient, poll_ms: int, idle_s: float, se
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--bootstrap")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     if args.smoke:
         args.seconds, args.rounds = 2.0, 1
+    cluster = None
+    if args.bootstrap is None:
+        root = Path(tempfile.mkdtemp(prefix="lease-bench-")) / "kafka"
+        cluster = LocalCluster(
+            ClusterSpec(brokers=3, root=root, base_port=find_free_base_port(3, start=37000))
+        )
+        args.bootstrap = cluster.up().bootstrap
+    try:
+        measure(args)
+    finally:
+        if cluster is not None:
+            cluster.down()
+
+
+def measure(args: argparse.Namespace) -> None:
     admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
     results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     shipped = VARIANTS["product"]
