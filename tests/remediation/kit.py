@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -13,26 +12,7 @@ from kafka.admin import NewTopic
 
 from linkwatch.records import Finding
 from remediation.config import RemediatorConfig, load_remediation_config
-
-
-def wait_until(
-    check: Callable[[], Any],
-    timeout_s: float,
-    what: str,
-    every_s: float = 0.3,
-    explain: Callable[[], str] | None = None,
-) -> Any:
-    """``check()`` once it is truthy; an AssertionError naming ``what`` (and, when given,
-    ``explain()``: the state that tells why, read at the timeout) after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            why = f"\n{explain()}" if explain is not None else ""
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{why}")
-        time.sleep(every_s)
+from tests.waiting import wait_until
 
 
 def create_topic(admin, name: str, assignment: dict[int, list[int]]) -> None:

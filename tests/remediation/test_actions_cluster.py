@@ -25,8 +25,8 @@ from tests.remediation.kit import (
     replica_dirs,
     replicas,
     throttles,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.minutes(2), pytest.mark.cluster, pytest.mark.timing]
 

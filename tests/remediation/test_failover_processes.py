@@ -36,16 +36,8 @@ from kafka.admin import NewTopic
 
 from remediation.audit import read_audit
 from testbed.cluster import ClusterState
-from tests.remediation.kit import (
-    config,
-    create_topic,
-    demoting,
-    finding,
-    leaders,
-    replicas,
-    throttles,
-    wait_until,
-)
+from tests.remediation.kit import config, create_topic, demoting, finding, leaders, replicas, throttles
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster, pytest.mark.timing]
 

@@ -23,7 +23,8 @@ from remediation.remediator import Remediator
 from testbed import faults
 from testbed.cluster import ClusterState
 from tests.probe.cluster_config import probe_config
-from tests.remediation.kit import config, create_topic, demoting, finding, leaders, replicas, wait_until
+from tests.remediation.kit import config, create_topic, demoting, finding, leaders, replicas
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]
 

@@ -17,7 +17,8 @@ from remediation.audit import read_audit
 from remediation.remediator import Remediator
 from remediation.view import read_view
 from testbed.cluster import ClusterState
-from tests.remediation.kit import config, create_topic, finding, leaders, produce, replicas, wait_until
+from tests.remediation.kit import config, create_topic, finding, leaders, produce, replicas
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 

@@ -19,7 +19,8 @@ from remediation.lease import KafkaLease, ensure_lease_topic, member_confirmed
 from remediation.service import build
 from remediation.state import Fenced, TopicStateStore, ensure_state_topic, from_documents, read_documents
 from testbed.cluster import ClusterState
-from tests.remediation.kit import config, create_topic, demoting, finding, replicas, wait_until
+from tests.remediation.kit import config, create_topic, demoting, finding, replicas
+from tests.waiting import wait_until
 
 # (the client's view of its membership, holds the lease if it is assigned the partition)
 MEMBERSHIP = [

@@ -12,7 +12,7 @@ from kafka.admin import NewTopic
 from testbed import faults
 from testbed.cluster import ClusterState
 from testbed.load import ensure_topic, partition_leaders
-from tests.remediation.kit import wait_until
+from tests.waiting import wait_until
 
 
 def _process_state(pid: int) -> str:
