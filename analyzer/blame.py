@@ -42,9 +42,13 @@ The model (the detector in :mod:`analyzer.slow_broker` walks its readings over t
    ``probe_availability_gap`` below its peers', blames the leader (stage ``unseen`` when its own
    timers show nothing). A record is read back once replicated, so in step 3 the probe is
    evidence of a *waiting* leader's own stall only when its produce p99 alone is out of line.
-5. **Common mode.** When the brokers that are blamed (by the probe too), wait on nobody known, or
-   are above the line with nothing explaining it are more than ``cluster_wide_fraction`` of the
-   reporting brokers, the window is the cluster's: no broker is blamed in it.
+5. **Common mode.** When the brokers that are blamed (by the probe too), wait on nobody known,
+   are above the line with nothing explaining it, or *stall for their clients against their own
+   usual level* are more than ``cluster_wide_fraction`` of the reporting brokers, the window is
+   the cluster's: no broker is blamed in it. The last is the probe's acks=1 produce p90 (no
+   replication in it; several probes) at least ``probe_ratio`` × the leader's usual level and
+   above ``probe_floor_ms``: every leader stalling at once stands out from no peer, and a leader
+   waiting on a stalled follower keeps its acks=1 produce fast, so only its own stall moves it.
 6. **Down is not slow.** A broker known in the lookback with no row in the window and nobody
    waiting on it is ``absent``: shut down (its leadership moved away first) or crashed.
 
@@ -156,6 +160,8 @@ class Reading:
     # request -> the one broker below the line while every other waits above it: supports an
     # attribution to it (step 3), never names it alone (brokers slowed alike in turn do this too)
     left_out: dict[str, int] = field(default_factory=dict)
+    # Leaders whose acks=1 produce, as the probe sees it, left their own usual level (step 5)
+    stalling: frozenset[int] = frozenset()
     common: bool = False
 
     def blamed(self) -> dict[int, list[Signal]]:
@@ -535,6 +541,7 @@ def read_window(
     for b, s in probe.items():
         signals[b].append(s)
     reading = Reading(w, signals, set(), {}, {}, {}, {}, {}, [], {}, {})
+    reading.stalling = stalling_leaders(view, cfg, usual)
     below_healthy: set[int] = set()
     read: dict[str, _Stages] = {}
     for request in cfg.requests:
@@ -567,6 +574,33 @@ def read_window(
         b for (b, _r) in reading.p99_ms if (b not in below_healthy or b in answering) and not blamed.get(b)
     }
     return reading
+
+
+def stalling_leaders(view: _ProbeView, cfg: SlowBrokerConfig, usual: Usual | None) -> frozenset[int]:
+    """Step 5's evidence from the probe against each leader's own past: its acks=1 produce p90
+    at least ``probe_ratio`` × its usual level (:class:`Usual`, once known) and above
+    ``probe_floor_ms``. An acks=1 produce holds no replication, so only the leader's own stall
+    (its process, its path) moves it: a leader waiting on a stalled follower keeps it fast. The
+    p90, not the p99: several probes late, not the probe's own hiccup. Judged against itself,
+    not its peers: when every leader stalls at once (the machine, the cluster) none stands out
+    from the others, and each left its own level. ``usual``: the levels, noted from this window."""
+    if usual is None:
+        return frozenset()
+    out = set()
+    for b, p in view.by_broker.items():
+        if p.produce_p90_ms is None:
+            continue
+        key = (b, PROBE, "produce_p90")
+        level = usual.level(key)
+        departed = (
+            level is not None
+            and p.produce_p90_ms >= cfg.probe_ratio * level
+            and p.produce_p90_ms >= cfg.probe_floor_ms
+        )
+        usual.note(key, p.produce_p90_ms, departed)
+        if departed:
+            out.add(b)
+    return frozenset(out)
 
 
 def probe_in_line(view: _ProbeView, cfg: SlowBrokerConfig) -> set[int]:
@@ -831,10 +865,13 @@ def _attribute(r: Reading, request: str, target: int) -> None:
 
 def _common(r: Reading, cfg: SlowBrokerConfig) -> bool:
     """Step 5: more than ``cluster_wide_fraction`` of a request type's reporting brokers blamed,
-    waiting on nobody known, or above the line with nothing explaining it. Blamed by the probe
+    waiting on nobody known, above the line with nothing explaining it, or stalling for their
+    clients against their own usual level (:func:`stalling_leaders`). Blamed by the probe
     counts as by its own timers: two of three leaders stalled for their clients is the cluster's
     whichever evidence names each (a leader waiting on a stalled follower keeps the probe's
-    blame only when its produce alone is slow, step 3)."""
+    blame only when its produce alone is slow, step 3). A follower every leader seems to wait
+    on is no explanation when those leaders stall themselves: with every broker paused in
+    phase, the one leading no acks=all partition looks like the follower they wait on."""
     for request, n in r.reporting.items():
         if n < 2:
             continue
@@ -849,6 +886,7 @@ def _common(r: Reading, cfg: SlowBrokerConfig) -> bool:
             blamed
             | set(r.unexplained.get(request, ()))
             | (r.above.get(request, set()) - r.explained.get(request, set()))
+            | (r.stalling & r.explained.get(request, set()))
         )
         if len(culprits) / n > cfg.cluster_wide_fraction:
             return True
