@@ -8,17 +8,44 @@ fault (or the test) runs against the config it set.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+from kafka.errors import UnknownBrokerIdError
 
 from linkwatch.errors import SetupError
+
+# A broker's config is read and set on that broker: a broker the admin client's metadata lost
+# (fenced while it was paused or restarting, and left out of the metadata it read then) is looked
+# up again until it is back, for this long. The client refreshes its metadata only every few
+# minutes unless asked.
+BROKER_LOOKUP_S = 20.0
+
+T = TypeVar("T")
+
+
+def _on_known_broker(admin, call: Callable[[], T]) -> T:
+    """``call()``, asking for fresh metadata and calling again while the client knows no broker
+    it must reach (``UnknownBrokerIdError``), for up to :data:`BROKER_LOOKUP_S`."""
+    deadline = time.monotonic() + BROKER_LOOKUP_S
+    while True:
+        try:
+            return call()
+        except UnknownBrokerIdError:
+            if time.monotonic() > deadline:
+                raise
+            manager = getattr(admin, "_manager", None)  # kafka-python's admin: its metadata
+            if manager is not None:
+                manager.cluster.request_update()
+            time.sleep(0.5)
 
 
 def alter(admin, resources: list[ConfigResource]) -> None:
     """Apply config changes; raise SetupError naming the resource if the broker refuses any."""
     # raise_on_unknown=False: the throttle rates are valid dynamic configs kafka-python does not list.
-    result = admin.alter_configs(resources, raise_on_unknown=False)  # {"broker": {"2": "OK" | "<error>"}}
+    # {"broker": {"2": "OK" | "<error>"}}
+    result = _on_known_broker(admin, lambda: admin.alter_configs(resources, raise_on_unknown=False))
     errors = [
         f"{rtype} {name}: {outcome}"
         for rtype, by_name in result.items()
@@ -46,7 +73,8 @@ def _read_config(admin, rtype: ConfigResourceType, name: str, key: str) -> str |
 
 def read_entry(admin, rtype: ConfigResourceType, name: str, key: str) -> Any:
     """The describe-configs entry of one key: a dict with ``value`` and ``config_source``."""
-    result = admin.describe_configs([ConfigResource(rtype, name, [key])], config_filter="all")
+    resource = ConfigResource(rtype, name, [key])
+    result = _on_known_broker(admin, lambda: admin.describe_configs([resource], config_filter="all"))
     by_name = next(iter(result.values()), {}) if result else {}
     return by_name.get(name, {}).get(key)
 
