@@ -3,7 +3,7 @@
 The async-fetch consumer runs on kafka-python **3.0.12** (pinned in ``pyproject.toml``) and
 reaches past its public API for a few things the public API does not offer: the per-broker
 fetch round trip, committing from inside a rebalance callback, the fetch position of a
-partition, the cluster metadata, two group-join races, a corrupt batch that wedges ``poll``,
+partition, the cluster metadata, three group-join races, a corrupt batch that wedges ``poll``,
 the pacing of the group-coordinator lookup and the close of the coordinator's connection;
 and, for the producer's tracing helper (:mod:`producer.tracing`), which Produce request
 (broker, correlation id) carried a record (:func:`note_produce_requests`). Each function
@@ -20,6 +20,8 @@ naming both versions. Upgrading means re-checking each function here (and runnin
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import threading
 import time
@@ -35,6 +37,7 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 SUPPORTED_VERSION = "3.0.12"
+_log = logging.getLogger(__name__)
 
 
 class UnsupportedKafkaPythonError(RuntimeError):
@@ -133,8 +136,53 @@ def failing_partition(consumer: KafkaConsumer, e: KafkaError) -> TopicPartition 
     return tp
 
 
+def finish_late_joins(consumer: KafkaConsumer) -> None:
+    """Complete a group join whose answer came between two polls instead of throwing it away.
+
+    kafka-python 3.0.12's ``join_group_async`` runs JoinGroup+SyncGroup as a task
+    (``_coordinator._join_task``) and stops waiting for it when the caller's poll timeout
+    expires, keeping the task for the next poll. But the next poll starts a *new* join when it
+    finds that task already done (``if self._join_task is None or self._join_task.is_done``):
+    an assignment that arrived while no poll was waiting is dropped and JoinGroup sent again.
+    When the member is the group leader its JoinGroup starts another rebalance, in which it may
+    come back without its previous assignment, so a sticky assignor hands the partition to
+    another member. Polls that come and go in tens of milliseconds (the remediation lease's 20 ms
+    turns, a pump's short polls) are between two polls a few milliseconds at a time, and a
+    SyncGroup answer takes about as long on loopback: a standby joining set off a rebalance
+    storm (generation 109 after 20 s) and, 3 runs in 13 even with longer polls while joining,
+    took the lease from a live holder.
+
+    Fix: a finished join task met by the next poll is replaced by a pending one that resolves,
+    on kafka-python's event loop, with the finished task's result (or raises its error), so the
+    library's own completion path (state, heartbeats, ``on_partitions_assigned``) runs on the
+    answer the group gave. Touches ``_coordinator.join_group_async``, ``_join_task`` and
+    ``_manager.call_soon``.
+    """
+    coordinator = consumer._coordinator
+    manager = coordinator._manager
+    join_group_async = coordinator.join_group_async
+
+    async def join_or_finish(timeout_ms: float | None = None) -> bool:
+        task = coordinator._join_task
+        if task is not None and task.is_done:
+            # Runs on the event loop, like this coroutine: it cannot resolve before the library
+            # has checked the task (nothing awaits in between while the coordinator is known).
+            _log.debug("group %s: completing a join answered between two polls", coordinator.group_id)
+            coordinator._join_task = manager.call_soon(functools.partial(_outcome, task))
+        return await join_group_async(timeout_ms=timeout_ms)
+
+    coordinator.join_group_async = join_or_finish
+
+
+def _outcome(future: Any) -> Any:
+    """A finished future's value, or its exception raised."""
+    if future.exception is not None:
+        raise future.exception
+    return future.value
+
+
 def steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
-    """Work around two kafka-python 3.0.12 group-join races that the pump's short polls hit.
+    """Work around three kafka-python 3.0.12 group-join races that short polls hit.
 
     1. The coordinator compares the metadata it assigned with (``_assignment_snapshot``) to the
        latest one and rejoins when they differ. Its snapshot is only rebuilt on a metadata
@@ -151,7 +199,9 @@ def steady_group_join(consumer: KafkaConsumer, join_wait_ms: int) -> None:
        consumer fetches nothing until the session ends. Fix: a join task in flight means a
        rejoin is still needed, and a join is awaited for up to ``join_wait_ms`` per poll (so a
        join is not abandoned every 20 ms pump poll in the first place).
+    3. A join answered between two polls is thrown away: :func:`finish_late_joins`.
     """
+    finish_late_joins(consumer)
     coordinator = consumer._coordinator
     coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(
         consumer._subscription, consumer._cluster

@@ -22,10 +22,12 @@ from typing import Any, Protocol
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
+from consumer import kafka_compat
 from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 
 METADATA_MAX_AGE_MS = 5_000
 TOPIC_WAIT_S = 10.0
+HELD_POLL_MS = 200  # each held() drives the group (joins, rebalances) for up to this long
 
 
 class Lease(Protocol):
@@ -74,6 +76,10 @@ class GroupLease:
         )
         self._wait_for_topic(topic, TOPIC_WAIT_S)
         self._consumer.subscribe([topic])
+        # kafka-python 3.0.12's group-join races (a first assignment without the topic's
+        # metadata snapshot, a join that finished between two polls never completed or thrown
+        # away): each left a live instance without the lease until its session ended.
+        kafka_compat.steady_group_join(self._consumer, HELD_POLL_MS)
 
     def _wait_for_topic(self, topic: str, timeout_s: float) -> None:
         """Learn the lease topic's partition before joining, so a first assignment is not empty
@@ -88,7 +94,7 @@ class GroupLease:
     def held(self) -> bool:
         try:
             # poll drives joins and rebalances; the lease topic carries no data we need.
-            self._consumer.poll(timeout_ms=200, max_records=1)
+            self._consumer.poll(timeout_ms=HELD_POLL_MS, max_records=1)
             return self._tp in self._consumer.assignment()
         except Exception:
             return False

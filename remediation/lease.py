@@ -37,6 +37,7 @@ from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAs
 from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import MemberState
 
+from consumer import kafka_compat
 from linkwatch.kafka_client import KafkaClientConfig, kafka_python_kwargs
 from remediation.config import LeaseConfig
 
@@ -49,6 +50,10 @@ log = logging.getLogger(__name__)
 # member stays in the group and rejoins promptly; a command arrives within a turn.
 POLL_MS = 20
 IDLE_S = 0.1
+# A poll that (re)joins the group waits up to REJOIN_POLL_MS for the group's answer, and while
+# not a confirmed member the polls run back to back, so one is waiting when the group answers.
+# Nothing is held while rejoining, so the remediator's calls waiting up to this long cost nothing.
+REJOIN_POLL_MS = 250
 
 
 def ensure_lease_topic(admin: Any, topic: str, ready_within_s: float = 30.0) -> None:
@@ -111,6 +116,14 @@ class KafkaLease:
         while not self._consumer.partitions_for_topic(cfg.topic) and time.monotonic() < deadline:
             time.sleep(0.2)
         self._consumer.subscribe([cfg.topic], listener=_Rejoined(self))
+        # kafka-python 3.0.12's group-join races, each of which left a live holder without the
+        # lease (the standby took it: the CI failure "the standby took the lease from a live
+        # holder", 3 handovers in 12 on a 3-broker cluster): its first assignment made without
+        # the topic's metadata snapshot, so it rejoined at once; that join finished while no
+        # poll waited and need_rejoin() had turned false meanwhile, so it was never completed
+        # (heartbeats off until the session ended); and a join answered between two polls was
+        # thrown away and JoinGroup sent again. See :func:`consumer.kafka_compat.steady_group_join`.
+        kafka_compat.steady_group_join(self._consumer, REJOIN_POLL_MS)
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
@@ -153,7 +166,9 @@ class KafkaLease:
             # every state write) take it between two polls. Re-taken at once, it went to this
             # thread again nearly every time (a lock is not fair): a caller waited 0.7 s median
             # and 1.4 s at most on an idle host, and an action's steps crawled under load.
-            self._stop.wait(IDLE_S)
+            # Not while (re)joining: the next poll must be waiting when the group answers.
+            if member_confirmed(self._consumer.group_metadata()):
+                self._stop.wait(IDLE_S)
 
     def _check_stopped(self, since: float) -> None:
         """Mark the lease stale when more than a session passed since ``since`` (the process was

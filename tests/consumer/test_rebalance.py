@@ -188,3 +188,41 @@ def test_rebalance_storm_with_a_slow_poll_loop_waits_for_in_flight_records(clust
     assert sum(s.get("commit_failed", 0) for s in stats) == 0
     # Every duplicate is accounted for: records not acked within the wait, or acked beyond one.
     assert duplicates <= unacked + at_risk
+
+
+@pytest.mark.parametrize("completed", [True, False], ids=["late answers completed", "kafka-python alone"])
+def test_a_join_answered_between_two_polls_is_completed(cluster3, admin, topic_name, completed):
+    """kafka-python 3.0.12 throws away a JoinGroup/SyncGroup answer that arrives while no poll
+    waits for it and sends JoinGroup again (a group leader's rejoin is another rebalance). Polls
+    that give up at once with a pause after each make every answer arrive between two polls:
+    with :func:`finish_late_joins` the member joins; kafka-python alone never does (the control
+    shows the test reproduces the race; it fails once a kafka-python release fixes it)."""
+    from kafka import KafkaConsumer
+
+    from consumer import kafka_compat
+    from remediation.lease import member_confirmed
+
+    create_topic(admin, topic_name, partitions=1)
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster3.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", enable_auto_commit=False
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer.partitions_for_topic(topic_name) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        consumer.subscribe([topic_name])
+        if completed:
+            kafka_compat.finish_late_joins(consumer)
+        polls = 0
+        while polls < 40 and not member_confirmed(consumer.group_metadata()):
+            consumer.poll(timeout_ms=0)  # starts (or looks in on) the join, never waits for it
+            time.sleep(0.3)  # the group answers meanwhile
+            polls += 1
+        meta = consumer.group_metadata()
+        if completed:
+            assert member_confirmed(meta), f"not joined after {polls} polls: {meta}"
+            assert meta.generation_id <= 2, meta
+        else:
+            assert not member_confirmed(meta), "kafka-python completed a late join by itself"
+    finally:
+        consumer.close(autocommit=False)
