@@ -62,6 +62,16 @@ def _the_holder_waits_less(out: str) -> None:
     assert float(m[2]) < float(m[1]), out
 
 
+def _the_holder_keeps_the_lease(out: str) -> None:
+    """A standby joining never takes the lease from a live holder as shipped, and no sample in
+    either variant has both members holding it (the baseline may lose it: that is the race)."""
+    m = re.search(r"from a live holder, baseline / product: (\d+) / (\d+)", out)
+    assert m, out
+    assert int(m[2]) == 0, out
+    for row in re.finditer(r"^(product|baseline)\s+\d+/\d+\s+[\d.]+\s+[\d.]+\s+\d+\s+\d+\s+(\d+)", out, re.M):
+        assert int(row[2]) == 0, f"both members held the lease ({row[1]}): {out}"
+
+
 def _the_loop_ran_in_order(out: str) -> None:
     """The remediation loop on the real cluster (the demo's agents, Spark analyzer and executed
     remediation config; testbed.recovery): broker 2 paused while it leads → the slow_broker
@@ -119,6 +129,12 @@ BENCHES = [
             r"median wait, baseline / product",
         ),
         check=_the_holder_waits_less,
+    ),
+    Bench(
+        "lease_handover.py",
+        ("--bootstrap", "{bootstrap}", "--smoke"),
+        (r"^product\s+\d+/\d+", r"^baseline\s+\d+/\d+", r"from a live holder, baseline / product"),
+        check=_the_holder_keeps_the_lease,
     ),
     Bench(
         "lag_big_group.py",
