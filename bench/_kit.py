@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +79,24 @@ def read_samples(bootstrap: str, topic: str = R.SAMPLES_TOPIC, timeout_s: float 
     if bad:
         print(f"{topic}: {bad} records could not be decoded (left out of the replay)")
     return out
+
+
+@contextlib.contextmanager
+def bootstrap_or_own_cluster(
+    bootstrap: str | None, prefix: str, brokers: int = 3, start_port: int = 37000
+) -> Iterator[str]:
+    """``bootstrap`` when given; otherwise a ``brokers``-node cluster of the bench's own on loopback
+    (under a fresh ``prefix`` temp dir), its bootstrap yielded and the cluster stopped after."""
+    if bootstrap is not None:
+        yield bootstrap
+        return
+    from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
+
+    root = Path(tempfile.mkdtemp(prefix=prefix)) / "kafka"
+    cluster = LocalCluster(
+        ClusterSpec(brokers=brokers, root=root, base_port=find_free_base_port(brokers, start=start_port))
+    )
+    try:
+        yield cluster.up().bootstrap
+    finally:
+        cluster.down()

@@ -31,18 +31,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
+from _kit import bootstrap_or_own_cluster  # bench/ is on sys.path (run as a script)
 from kafka import KafkaAdminClient
 
 from consumer import kafka_compat
 from remediation.config import LeaseConfig
 from remediation.lease import KafkaLease, ensure_lease_topic
-from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 
 VARIANTS = ("product", "baseline")
 SAMPLE_S = 0.05
@@ -144,18 +142,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.handovers, args.watch_s = 1, 3.0
-    cluster = None
-    if args.bootstrap is None:
-        root = Path(tempfile.mkdtemp(prefix="lease-handover-")) / "kafka"
-        cluster = LocalCluster(
-            ClusterSpec(brokers=3, root=root, base_port=find_free_base_port(3, start=37000))
-        )
-        args.bootstrap = cluster.up().bootstrap
-    try:
+    with bootstrap_or_own_cluster(args.bootstrap, "lease-handover-") as args.bootstrap:
         measure(args)
-    finally:
-        if cluster is not None:
-            cluster.down()
 
 
 if __name__ == "__main__":

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
+from _kit import bootstrap_or_own_cluster  # bench/ is on sys.path (run as a script)
 from kafka import KafkaAdminClient
 
 import remediation.lease as lease_mod
 from remediation.config import LeaseConfig
 from remediation.lease import KafkaLease, ensure_lease_topic
-from testbed.cluster import ClusterSpec, LocalCluster, find_free_base_port
 
 VARIANTS = {
     "product": (lease_mod.POLL_MS, lease_mod.IDLE_S),
@@ -83,18 +81,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.seconds, args.rounds = 2.0, 1
-    cluster = None
-    if args.bootstrap is None:
-        root = Path(tempfile.mkdtemp(prefix="lease-bench-")) / "kafka"
-        cluster = LocalCluster(
-            ClusterSpec(brokers=3, root=root, base_port=find_free_base_port(3, start=37000))
-        )
-        args.bootstrap = cluster.up().bootstrap
-    try:
+    with bootstrap_or_own_cluster(args.bootstrap, "lease-bench-") as args.bootstrap:
         measure(args)
-    finally:
-        if cluster is not None:
-            cluster.down()
 
 
 def measure(args: argparse.Namespace) -> None:

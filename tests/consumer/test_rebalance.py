@@ -195,7 +195,7 @@ def test_a_join_answered_between_two_polls_is_completed(cluster3, admin, topic_n
     """kafka-python 3.0.12 throws away a JoinGroup/SyncGroup answer that arrives while no poll
     waits for it and sends JoinGroup again (a group leader's rejoin is another rebalance). Polls
     that give up at once with a pause after each make every answer arrive between two polls:
-    with :func:`finish_late_joins` the member joins; kafka-python alone never does (the control
+    with :func:`finish_late_joins` the member joins; kafka-python alone never does in 20 polls (the control
     shows the test reproduces the race; it fails once a kafka-python release fixes it)."""
     from kafka import KafkaConsumer
 
@@ -214,7 +214,7 @@ def test_a_join_answered_between_two_polls_is_completed(cluster3, admin, topic_n
         if completed:
             kafka_compat.finish_late_joins(consumer)
         polls = 0
-        while polls < 40 and not member_confirmed(consumer.group_metadata()):
+        while polls < 20 and not member_confirmed(consumer.group_metadata()):
             consumer.poll(timeout_ms=0)  # starts (or looks in on) the join, never waits for it
             time.sleep(0.3)  # the group answers meanwhile
             polls += 1
