@@ -144,13 +144,12 @@ def finish_late_joins(consumer: KafkaConsumer) -> None:
     expires, keeping the task for the next poll. But the next poll starts a *new* join when it
     finds that task already done (``if self._join_task is None or self._join_task.is_done``):
     an assignment that arrived while no poll was waiting is dropped and JoinGroup sent again.
-    When the member is the group leader its JoinGroup starts another rebalance, in which it may
-    come back without its previous assignment, so a sticky assignor hands the partition to
-    another member. Polls that come and go in tens of milliseconds (the remediation lease's 20 ms
-    turns, a pump's short polls) are between two polls a few milliseconds at a time, and a
-    SyncGroup answer takes about as long on loopback: a standby joining set off a rebalance
-    storm (generation 109 after 20 s) and, 3 runs in 13 even with longer polls while joining,
-    took the lease from a live holder.
+    When the member is the group leader its JoinGroup starts another rebalance. Polls that come
+    and go in tens of milliseconds (the remediation lease's 20 ms turns, a pump's short polls)
+    leave gaps of a few milliseconds between them, about as long as a SyncGroup takes on
+    loopback: with 20 ms polls and nothing else, a standby joining the lease's group set off a
+    rebalance storm (generation 109 after 20 s). ``tests/consumer/test_rebalance.py`` reproduces
+    the race with kafka-python alone and shows the join completed with this fix.
 
     Fix: a finished join task met by the next poll is replaced by a pending one that resolves,
     on kafka-python's event loop, with the finished task's result (or raises its error), so the
