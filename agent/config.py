@@ -25,9 +25,10 @@ class RequestLogConfig(StrictModel):
     position_file: FileLocation | None = None  # resume here after a restart; None: start_at decides
     start_at: Literal["end", "beginning"] = "end"
     window_s: int = Field(10, ge=1, le=300)
-    # A window closes this long after its end. Windows end on multiples of window_s and the
-    # analyzer's window stream triggers on multiples of its trigger_s (2 s): closed 1 s + a poll
-    # after its end, a window makes the trigger at end + 2 s; at 2 s it waited for end + 4 s.
+    # A window closes this long after its end, and the analyzer evaluates it once every broker's
+    # records are in: the grace is part of every window's time to its evaluation. (With the
+    # analyzer's window_feed: spark, whose query triggers on multiples of trigger_s (2 s): closed
+    # 1 s + a poll after its end, a window makes the trigger at end + 2 s; at 2 s, end + 4 s.)
     # Request-log lines are written as their requests complete, so 1 s holds the poll
     # (poll_interval_s 0.5 s) and a short stall; a line later than that is dropped as late.
     grace_s: float = Field(1.0, ge=0, le=60)

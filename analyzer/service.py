@@ -4,8 +4,8 @@
 the key sampler, the engine (detectors → policy → sinks) and the metric gauges. Each
 :meth:`AnalysisService.tick` evaluates the last ``lookback_windows`` windows at ``now``: with
 ``evaluation: incremental`` from the in-driver :class:`~aggregation.window_state.WindowState`
-that a second stream feeds once per micro-batch (rebuilt from the archive at start), with no
-Spark job per evaluation (the default); with ``evaluation: reread`` by reading the archive
+that a Kafka consumer in the driver feeds (``window_feed``; rebuilt from the archive at start),
+with no Spark job per evaluation (the default); with ``evaluation: reread`` by reading the archive
 again with the batch transforms. :func:`run_continuously` is the entry point
 for the CLI and ``spark-submit`` (the demo runs the service through
 ``testbed.demo.analyzer``).
@@ -32,6 +32,7 @@ from analyzer.sinks import KafkaFindingSink, PrometheusSink, TerminalSink
 from findings.pipeline import FindingPipeline, PipelineConfig
 from findings.policy import FindingPolicyConfig, SeverityPolicyConfig
 from findings.tracker import Changes
+from linkwatch import records as R
 from linkwatch.aggregates import Aggregates
 from linkwatch.config import DirLocation, FileLocation, StrictModel, rename_keys
 from linkwatch.kafka_client import KafkaClientConfig
@@ -106,6 +107,11 @@ class AnalyzerConfig(StrictModel):
     # evaluation; kept for comparison and where the driver's memory is the constraint).
     evaluation: Literal["incremental", "reread"] = "incremental"
     state_max_records: int = Field(200_000, ge=1)  # records held by the incremental state (docs)
+    # incremental: what feeds the window state. driver (the default): a Kafka consumer in the
+    # driver (analyzer/window_feed.py: no micro-batch between a record and the state); spark: a
+    # second Structured Streaming query beside the archive's (the earlier path; its micro-batch
+    # is most of a window's time to evaluation on a small machine, bench/results/fleet.md).
+    window_feed: Literal["driver", "spark"] = "driver"
     # incremental: a window not yet complete (a broker / replica of the window before it still
     # missing) is evaluated anyway once it ended this long ago (docs/analyzer.md).
     window_settle_s: float = Field(15.0, ge=0)
@@ -250,7 +256,7 @@ class WindowStateCollector:
         )
         yield CounterMetricFamily(
             "linkwatch_analyzer_window_stream_restarts",
-            "times the window stream failed and was started again from a rebuilt state",
+            "times the window feed failed and was started again from a rebuilt state",
             value=self.service.window_restarts,
         )
 
@@ -401,13 +407,31 @@ class AnalysisService:
             )
 
     def _start_state(self, archive: StreamOptions) -> None:
-        """Rebuild the window state from the archive's horizon, then feed it from a second
-        stream that re-reads the same horizon from Kafka (re-sends are dropped by key)."""
-        from spark_metrics.streaming import StreamOptions, start_window_stream
-
+        """Rebuild the window state from the archive's horizon, then feed it from the samples
+        topic read again from that horizon (re-sends are dropped by key): by a consumer in the
+        driver (``window_feed: driver``) or by a second Spark query (``spark``)."""
         now_ms = int(self.clock() * 1000)
         self.state = self.rebuild_state(now_ms)
-        opts = self._window_opts = StreamOptions(
+        self._window_opts = archive
+        if self.cfg.window_feed == "driver":
+            from analyzer.window_feed import WindowFeed
+
+            self.window_query = WindowFeed(
+                archive.kafka,
+                archive.topic,
+                self._on_records,
+                now_ms - self.cfg.state_horizon_ms,
+                STATE_KINDS,
+                self.state.dropped,
+                max_age_ms=archive.bounds.max_age_ms,
+                max_lead_ms=archive.bounds.max_lead_ms,
+                max_record_bytes=archive.max_record_bytes,
+                clock=self.clock,
+            ).start()
+            return
+        from spark_metrics.streaming import StreamOptions, start_window_stream
+
+        opts = StreamOptions(
             kafka=archive.kafka,
             archive_dir=archive.archive_dir,
             checkpoint_dir=self.cfg.state_dir / "window-checkpoint",
@@ -460,19 +484,25 @@ class AnalysisService:
         return [r["value"] for r in raw.where(kinds).collect()]
 
     def _on_batch(self, values: list[str]) -> None:
-        # Runs in the driver for each micro-batch; an exception would stop the stream.
+        """The Spark feed's micro-batch (record JSON), in the driver."""
+        self._fold(lambda now_ms: self.state.add_json(values, now_ms), len(values))
+
+    def _on_records(self, recs: list[R.Record]) -> None:
+        """The driver feed's poll (records decoded and checked by the feed)."""
+        self._fold(lambda now_ms: self.state.add(recs, now_ms), len(recs))
+
+    def _fold(self, add: Callable[[int], None], n: int) -> None:
+        # Runs in the feed's thread; an exception would stop the feed.
         try:
             now_ms = int(self.clock() * 1000)
-            self.state.add_json(values, now_ms)
+            add(now_ms)
             done = self.state.complete_stages_through(now_ms)
             if done is not None and (self._complete_through is None or done > self._complete_through):
                 self._complete_through = done
                 self._window_done.set()
         except Exception:
-            self.state.dropped["batch_failed"] += len(values)
-            log.exception(
-                "merging a micro-batch into the window state failed; %d records dropped", len(values)
-            )
+            self.state.dropped["batch_failed"] += n
+            log.exception("merging a micro-batch into the window state failed; %d records dropped", n)
 
     def _reread(self, since: int, now_ms: int, hot: tuple) -> Aggregates:
         from spark_metrics.aggregate import aggregate, collect

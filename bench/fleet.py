@@ -1,8 +1,9 @@
 """The live analyzer beside a synthetic fleet: does it keep up, and stay right, as the fleet grows?
 
 Per fleet size, on a real Kafka broker: the analyzer service as it ships (``AnalysisService``:
-Spark Structured Streaming from the samples topic into the archive and the incremental window
-state, the default detectors on their timer, ``local[2]``; its settings the defaults, except
+Spark Structured Streaming from the samples topic into the archive, the incremental window
+state fed by the driver (``window_feed``; ``--window-feeds spark`` for the earlier second query,
+the baseline), the default detectors on their timer, ``local[2]``; its settings the defaults, except
 ``state_max_records``, sized to hold the fleet's horizon) and ``linkwatch fleet`` in a process
 of its own (:mod:`testbed.fleet`: every broker's stage sketches and exemplars each window,
 latencies from the repository's request-log capture), with a ``local`` fault (a slow disk:
@@ -16,7 +17,8 @@ another's records or a shared cluster's backlog.
 
 Measured per size (one table): records/s into the topic; the time from a window's end to the
 first evaluation holding it (median, max); the evaluation's own time (``tick``); each stream's
-micro-batch time (``triggerExecution``) against the trigger and the share of batches over it;
+micro-batch time (``triggerExecution``; for the driver's window feed, a poll's merge time) and
+the share of the Spark queries' batches over the trigger;
 the driver's memory (this process's RSS, which holds the window state, and the Spark JVM's);
 the time from the fault's onset to the victim's ``slow_broker`` finding; other brokers'
 findings (each a false alarm: only one broker is faulty); the fleet generator's CPU (share of a
@@ -121,6 +123,7 @@ class FleetProcess:
 @dataclass
 class Row:
     brokers: int
+    feed: str = "driver"  # the analyzer's window_feed
     records_per_s: float = 0.0
     window_to_eval_s: list[float] = field(default_factory=list)
     eval_s: list[float] = field(default_factory=list)
@@ -243,9 +246,16 @@ def batches(service: AnalysisService, seen: set[tuple[str, int]], row: Row) -> N
             row.batch_s.setdefault(key[0], []).append(p["durationMs"].get("triggerExecution", 0) / 1000)
 
 
-def run_size(args: argparse.Namespace, bootstrap: str, brokers: int, stamp: int) -> Row:
-    row = Row(brokers)
-    topic = f"{args.topic}.fleet{brokers}.{stamp}"
+def run_size(
+    args: argparse.Namespace,
+    bootstrap: str,
+    brokers: int,
+    stamp: int,
+    feed: str = "driver",
+    master: str = "local[2]",
+) -> Row:
+    row = Row(brokers, feed)
+    topic = f"{args.topic}.fleet{brokers}.{feed}.{stamp}"
     from kafka import KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -265,6 +275,8 @@ def run_size(args: argparse.Namespace, bootstrap: str, brokers: int, stamp: int)
         lookback_windows=args.lookback,
         watermark=args.watermark,
         state_max_records=state_max,
+        window_feed=feed,
+        spark_master=master,
         state_dir=root / "analyzer",
         spark_log=root / "spark.log",
         publish_findings=False,
@@ -361,12 +373,13 @@ def _med_max(values: list[float]) -> str:
 
 
 def print_table(rows: list[Row], args: argparse.Namespace) -> None:
+    master = getattr(args, "master", "local[2]")
     print(
-        f"\nlocal[2], window {args.window_s}s, trigger {TRIGGER_S:g}s (the default), fault local +{args.fault_ms:g} ms on a "
+        f"\n{master}, window {args.window_s}s, trigger {TRIGGER_S:g}s (the default), fault local +{args.fault_ms:g} ms on a "
         "typical leader; median/max in seconds"
     )
     head = (
-        f"{'brokers':>7} {'rec/s in':>9} {'window→eval':>12} {'eval':>11} {'archive batch':>13} "
+        f"{'brokers':>7} {'feed':>6} {'rec/s in':>9} {'window→eval':>12} {'eval':>11} {'archive batch':>13} "
         f"{'window batch':>12} {'>trigger':>8} {'py MB':>6} {'jvm MB':>6} {'fault→finding':>13} "
         f"{'others':>6} {'fleet cpu':>9} {'late':>5} {'load 1/5/15':>14}"
     )
@@ -374,13 +387,15 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
     for r in rows:
         archive = r.batch_s.get(ARCHIVE_QUERY, [])
         window = [v for k, vs in r.batch_s.items() if k != ARCHIVE_QUERY for v in vs]
-        over = [b for b in archive + window if b > TRIGGER_S]
-        share = f"{100 * len(over) / len(archive + window):.0f}%" if archive + window else "-"
+        # Against the trigger: the Spark queries' batches (the driver feed's polls have none).
+        triggered = archive + window if r.feed == "spark" else archive
+        over = [b for b in triggered if b > TRIGGER_S]
+        share = f"{100 * len(over) / len(triggered):.0f}%" if triggered else "-"
         detect = f"{r.detect_s:.1f}" if r.detect_s is not None else "not found"
         detect = "before fault" if r.before_fault else detect
         load = "/".join(f"{x:.1f}" for x in r.load)
         print(
-            f"{r.brokers:>7} {r.records_per_s:>9.0f} {_med_max(r.window_to_eval_s):>12} {_med_max(r.eval_s):>11} "
+            f"{r.brokers:>7} {r.feed:>6} {r.records_per_s:>9.0f} {_med_max(r.window_to_eval_s):>12} {_med_max(r.eval_s):>11} "
             f"{_med_max(archive):>13} {_med_max(window):>12} {share:>8} {r.py_rss_mb:>6.0f} {r.jvm_rss_mb:>6.0f} "
             f"{detect:>13} {len(r.others):>6} {r.fleet_cpu_pct:>8.0f}% {r.fleet_behind_s:>5.1f} {load:>14}"
         )
@@ -413,6 +428,18 @@ def main() -> None:
     ap.add_argument("--replay", action="store_true", help="no broker, no Spark: state and engine only")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--stop-on-detect", action="store_true", help="end a size once the fault is found")
+    ap.add_argument(
+        "--window-feeds",
+        default="driver",
+        help="the analyzer's window_feed per run, comma-separated: driver (the default), spark (the "
+        "earlier second query: the baseline)",
+    )
+    ap.add_argument(
+        "--standalone",
+        action="store_true",
+        help="run the analyzer on a Spark standalone cluster of two 1-core workers started here "
+        "(testbed.spark), not local[2]",
+    )
     ap.add_argument("--smoke", action="store_true", help="10 brokers, 2 s windows: about a minute")
     args = ap.parse_args()
     if args.smoke:
@@ -420,6 +447,9 @@ def main() -> None:
         args.brokers, args.window_s, args.traffic = "10", 2, 5.0
         args.warmup_windows, args.fault_windows, args.stop_on_detect = 4, 10, True
     sizes = [int(b) for b in args.brokers.split(",")]
+    feeds = args.window_feeds.split(",")
+    if not set(feeds) <= {"driver", "spark"}:
+        raise SystemExit(f"--window-feeds: driver or spark, not {args.window_feeds!r}")
     print(f"load average at start: {'/'.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     if args.replay:
         print_replay([replay_size(args, n) for n in sizes], args)
@@ -432,13 +462,26 @@ def main() -> None:
         bootstrap = cluster.up().bootstrap
     rows = []
     stamp = int(time.time())
+    spark = None
     try:
+        master = "local[2]"
+        if args.standalone:
+            from testbed.spark import SparkClusterSpec, SparkStandalone
+            from testbed.spark import find_free_base_port as spark_port
+
+            spark_root = Path(tempfile.mkdtemp(prefix="lw-fleet-spark-"))
+            spark = SparkStandalone(SparkClusterSpec(root=spark_root, base_port=spark_port(2)))
+            master = spark.up().master_url
         for n in sizes:
-            rows.append(run_size(args, bootstrap, n, stamp))
-            print(f"{n} brokers done", flush=True)
+            for feed in feeds:
+                rows.append(run_size(args, bootstrap, n, stamp, feed, master))
+                print(f"{n} brokers, window_feed {feed} done", flush=True)
     finally:
+        if spark is not None:
+            spark.down()
         if cluster is not None:
             cluster.down()
+    args.master = master
     print_table(rows, args)
 
 

@@ -181,8 +181,13 @@ BENCHES = [
     ),
     Bench(
         "fleet.py",
-        ("--bootstrap", "{bootstrap}", "--smoke"),
-        (r"brokers\s+rec/s in\s+window→eval", r"^\s+10\s+\d+\s+[\d.]+/[\d.]+\s+[\d.]+/[\d.]+"),
+        # Both window feeds: the driver's (the default) and the Spark query's (window_feed: spark).
+        ("--bootstrap", "{bootstrap}", "--smoke", "--window-feeds", "driver,spark"),
+        (
+            r"brokers\s+feed\s+rec/s in\s+window→eval",
+            r"^\s+10\s+driver\s+\d+\s+[\d.]+/[\d.]+\s+[\d.]+/[\d.]+",
+            r"^\s+10\s+spark\s+\d+\s+[\d.]+/[\d.]+\s+[\d.]+/[\d.]+",
+        ),
         timeout_s=420.0,
         part="fleet",
     ),
