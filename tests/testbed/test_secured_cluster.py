@@ -102,6 +102,38 @@ def test_admin_producer_and_consumer_through_the_shared_section(section: dict[st
     assert values == [f"m{i}".encode() for i in range(5)]
 
 
+def test_the_analyzers_window_feed_reads_samples_through_the_shared_section(section: dict[str, Any]) -> None:
+    """The analyzer's driver-side window feed (``analyzer/window_feed.py``) connects with the
+    same ``kafka:`` section as every other component."""
+    from collections import Counter
+
+    from aggregation.window_state import KINDS
+    from analyzer.window_feed import WindowFeed
+    from tests.aggregation.window_records import stage
+
+    cfg = KafkaClientConfig(**section)
+    topic = _topic(section)
+    now = int(time.time() * 1000)
+    rec = stage(1, now, [1.0, 2.0])
+    producer = KafkaProducer(**kafka_python_kwargs(cfg, "test-producer"), acks="all")
+    try:
+        producer.send(topic, rec.to_json())
+        producer.flush(30)
+    finally:
+        producer.close()
+    got: list = []
+    feed = WindowFeed(
+        cfg, topic, got.extend, now - 60_000, KINDS, Counter(), 3_600_000, 30_000, 1 << 20
+    ).start()
+    try:
+        deadline = time.monotonic() + 60
+        while not got and feed.isActive and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert got == [rec], feed.exception()
+    finally:
+        feed.stop()
+
+
 def test_the_lag_collectors_pass_sees_a_group_behind(section: dict[str, Any]) -> None:
     cfg = KafkaClientConfig(**section)
     topic, group = _topic(section), f"sec-group-{uuid.uuid4().hex[:6]}"
