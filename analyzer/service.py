@@ -318,7 +318,7 @@ class AnalysisService:
         # the end of interval_s (a window's findings need not wait up to an interval more).
         self._window_done = threading.Event()
         self._complete_through: int | None = None
-        self._window_opts: StreamOptions | None = None
+        self._archive_opts: StreamOptions | None = None
         from spark_metrics.streaming import StreamDrops
 
         self.stream_drops = StreamDrops()
@@ -412,7 +412,7 @@ class AnalysisService:
         driver (``window_feed: driver``) or by a second Spark query (``spark``)."""
         now_ms = int(self.clock() * 1000)
         self.state = self.rebuild_state(now_ms)
-        self._window_opts = archive
+        self._archive_opts = archive
         if self.cfg.window_feed == "driver":
             from analyzer.window_feed import WindowFeed
 
@@ -458,7 +458,7 @@ class AnalysisService:
             return
         log.error("the window stream stopped (%s); rebuilding the window state", query.exception())
         self.window_restarts += 1
-        self._start_state(self._window_opts)
+        self._start_state(self._archive_opts)
 
     def rebuild_state(self, now_ms: int) -> WindowState:
         """A window state holding the archive's records of the state horizon before ``now_ms``."""

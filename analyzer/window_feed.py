@@ -49,7 +49,6 @@ FEED_NAME = "linkwatch-samples-windows-feed"
 METADATA_REFRESH_S = 30.0  # how soon partitions added to the topic are read
 POLL_MS = 200  # longest wait for records in one poll (also how soon a stop is seen)
 PROGRESS_KEPT = 100  # polls kept in recentProgress (as Spark keeps its last progress reports)
-MAX_TS_MS = 253_402_300_799_999  # as spark_metrics.streaming: the latest time any reader takes
 
 
 def envelope_reason(obj: object) -> str | None:
@@ -71,7 +70,7 @@ def envelope_reason(obj: object) -> str | None:
         return "bad_type"
     if ts_ms < 0:
         return "too_old"
-    if ts_ms > MAX_TS_MS:
+    if ts_ms > R.MAX_TS_MS:
         return "too_new"
     return None
 

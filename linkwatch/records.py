@@ -37,6 +37,9 @@ from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 import orjson
 
 SCHEMA_VERSION = 1
+# 9999-12-31T23:59:59.999Z: the latest event time any reader takes (Spark's timestamps, the
+# window feed's checks); a later ts_ms is dropped as too_new.
+MAX_TS_MS = 253_402_300_799_999
 SAMPLES_TOPIC = "linkwatch.samples"
 FINDINGS_TOPIC = "linkwatch.findings"
 #: The cluster name every component uses when its config names none: an agent, the analyzer and

@@ -67,7 +67,6 @@ DROP_REASONS: tuple[str, ...] = (
 LATE = "late"
 
 MIB = 1 << 20
-MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the latest time any reader takes
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ def classify(raw: DataFrame, bounds: EventTimeBounds | None = None, max_record_b
         .when(ts_ms.isNull(), "bad_type")
         # Outside what a timestamp holds at all (Spark's end at year 294247 raises in ANSI mode).
         .when(ts_ms < 0, "too_old")
-        .when(ts_ms > F.lit(MAX_TS_MS), "too_new")
+        .when(ts_ms > F.lit(R.MAX_TS_MS), "too_new")
     )
     if bounds is not None:
         now_ms = F.unix_millis(F.current_timestamp())  # the micro-batch's time in a stream
