@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How long evaluation waits for a started driver feed to catch up (analyzer/window_feed.py):
+# the horizon's samples read at tens of thousands a second take seconds; only a partition that
+# cannot be read is still behind at this point.
+FEED_CATCH_UP_MAX_S = 120.0
 DEFAULT_DETECTORS = {"slow_broker": None, "skewed_partitions": None, "hot_keys": None, "disk_imbalance": None}
 
 
@@ -318,6 +322,8 @@ class AnalysisService:
         # the end of interval_s (a window's findings need not wait up to an interval more).
         self._window_done = threading.Event()
         self._complete_through: int | None = None
+        self._feed_started = 0.0  # time.monotonic() at the driver feed's start
+        self._feed_said = ""  # what was logged about its catching up: "", "waiting", "late"
         self._archive_opts: StreamOptions | None = None
         from spark_metrics.streaming import StreamDrops
 
@@ -427,7 +433,10 @@ class AnalysisService:
                 max_lead_ms=archive.bounds.max_lead_ms,
                 max_record_bytes=archive.max_record_bytes,
                 clock=self.clock,
+                on_caught_up=self._window_done.set,  # evaluate now, not at the next interval
             ).start()
+            self._feed_started = time.monotonic()
+            self._feed_said = ""
             return
         from spark_metrics.streaming import StreamOptions, start_window_stream
 
@@ -459,6 +468,37 @@ class AnalysisService:
         log.error("the window stream stopped (%s); rebuilding the window state", query.exception())
         self.window_restarts += 1
         self._start_state(self._archive_opts)
+
+    def _feed_caught_up(self) -> bool:
+        """Whether the window state may be judged: the driver feed has read every partition up
+        to its end at the feed's start (``WindowFeed.caught_up``; the Spark query has no such
+        gap: its first micro-batch reads them all at once). Before that the state lacks some
+        partitions' samples, and their brokers would be judged on a part of their windows or
+        as unseen. A feed still behind after ``FEED_CATCH_UP_MAX_S`` (a partition that cannot be
+        read, its leader offline) is judged on what it read, with a warning naming the partitions
+        behind: one unreadable partition must not stop every judgement."""
+        caught = getattr(self.window_query, "caught_up", None)
+        if caught is None or caught.is_set():
+            return True
+        waited_s = time.monotonic() - self._feed_started
+        if waited_s < FEED_CATCH_UP_MAX_S:
+            if self._feed_said != "waiting":
+                self._feed_said = "waiting"
+                log.info(
+                    "evaluation waits for the window feed to read %s up to where it started",
+                    self.cfg.samples_topic,
+                )
+            return False
+        if self._feed_said != "late":
+            self._feed_said = "late"
+            log.warning(
+                "the window feed has not read partitions %s of %s up to where it started after %.0f s; "
+                "evaluating on what it read (their brokers may be judged on part of their samples)",
+                self.window_query.behind,
+                self.cfg.samples_topic,
+                waited_s,
+            )
+        return True
 
     def rebuild_state(self, now_ms: int) -> WindowState:
         """A window state holding the archive's records of the state horizon before ``now_ms``."""
@@ -533,6 +573,8 @@ class AnalysisService:
             self.metrics.key_sampler_skipped.labels(self.cfg.cluster).inc(self.sampler.skipped - skipped)
         since = now_ms - span - self.cfg.window_s * 1000
         self._check_window_stream()
+        if self.state is not None and not self._feed_caught_up():
+            return Changes()
         if self.state is not None:
             data = self.state.aggregates(now_ms, since, hot)
         else:

@@ -22,6 +22,12 @@ Contract, the same as :func:`spark_metrics.streaming.start_window_stream`'s:
   state cannot use is counted by the state, as from the Spark query.
 * Bounded: one poll brings at most ``max_records`` records (and kafka-python's fetch buffers
   are bounded by its ``fetch_max_bytes``); the state bounds what it keeps.
+* Caught up: at the start it notes each partition's end offset (read before the lookup by
+  time) and sets :attr:`caught_up` (then calls ``on_caught_up``) once every partition's position
+  has reached it. Until then the state holds some partitions' records and not others' (one poll
+  brings what the fetches returned, partition by partition), and an evaluation on it would judge
+  brokers whose samples are still unread; the service waits for it (the Spark query's first
+  micro-batch reads every partition up to the ends at its start, at once).
 * ``on_records`` runs in the feed's thread; an exception from it, or from the consumer, stops
   the feed: :attr:`isActive` turns false and :meth:`exception` says why, and the service starts
   a new one from a rebuilt state (as for a failed window query). ``name``, ``isActive``,
@@ -127,6 +133,7 @@ class WindowFeed:
         max_record_bytes: int,
         max_records: int = 5_000,
         clock: Callable[[], float] = time.time,
+        on_caught_up: Callable[[], None] | None = None,
     ) -> None:
         self.kafka, self.topic = kafka, topic
         self.on_records = on_records
@@ -137,6 +144,12 @@ class WindowFeed:
         self.max_records = max_records
         self.clock = clock
         self.recentProgress: deque[dict[str, Any]] = deque(maxlen=PROGRESS_KEPT)
+        self.caught_up = threading.Event()
+        self.on_caught_up = on_caught_up
+        # Partition -> the end offset it had at the start, until the position reaches it.
+        self._behind: dict[Any, int] = {}
+        self._read_at_start = 0  # records polled before caught_up (for its log line)
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._error: Exception | None = None
         self._thread = threading.Thread(target=self._run, name=FEED_NAME, daemon=True)
@@ -174,9 +187,12 @@ class WindowFeed:
                     self._assign_new(consumer, assigned, first=not assigned)
                     refreshed = time.monotonic()
                 if not assigned:
+                    self._mark_caught_up()  # no partition yet: nothing was there to read
                     self._stop.wait(POLL_MS / 1000)
                     continue
                 self._poll_once(consumer)
+                if not self.caught_up.is_set():
+                    self._check_caught_up(consumer)
         except Exception as e:  # the feed's end is reported (isActive, exception()), not raised
             if not self._stop.is_set():
                 self._error = e
@@ -243,6 +259,7 @@ class WindowFeed:
             at = consumer.offsets_for_times({tp: self.starting_timestamp_ms for tp in new})
             for tp in new:
                 consumer.seek(tp, at[tp].offset if at.get(tp) is not None else ends[tp])
+            self._behind = dict(ends)
         else:
             consumer.seek_to_beginning(*new)
         assigned.update(new)
@@ -253,6 +270,8 @@ class WindowFeed:
         values = [m.value for batch in polled.values() for m in batch]
         if not values:
             return
+        if not self.caught_up.is_set():
+            self._read_at_start += len(values)
         recs = admitted(
             values,
             int(self.clock() * 1000),
@@ -272,3 +291,30 @@ class WindowFeed:
             }
         )
         self._batch += 1
+
+    def _check_caught_up(self, consumer: Any) -> None:
+        """Drop the partitions whose position reached their end at the start; none left is
+        :attr:`caught_up`. A position is local after a seek or a fetch (no request)."""
+        for tp, end in list(self._behind.items()):
+            if consumer.position(tp) >= end:
+                del self._behind[tp]
+        if not self._behind:
+            self._mark_caught_up()
+
+    def _mark_caught_up(self) -> None:
+        if self.caught_up.is_set():
+            return
+        self.caught_up.set()
+        log.info(
+            "the window feed read %s up to where it started in %.1f s (%d records)",
+            self.topic,
+            time.monotonic() - self._started,
+            self._read_at_start,
+        )
+        if self.on_caught_up is not None:
+            self.on_caught_up()
+
+    @property
+    def behind(self) -> list[int]:
+        """The partitions not yet read up to their end at the start (for a warning)."""
+        return sorted(tp.partition for tp in list(self._behind))

@@ -459,6 +459,54 @@ def test_a_failed_window_stream_is_started_again_but_not_while_stopping() -> Non
     assert len(restarted) == 1
 
 
+class _CatchingUpFeed:
+    """Stands in for a driver feed still reading the samples up to where it started (what the
+    service reads of it: ``isActive``, ``caught_up``, ``behind``)."""
+
+    isActive = True
+
+    def __init__(self) -> None:
+        import threading
+
+        self.caught_up = threading.Event()
+        self.behind = [2]
+
+
+def test_the_state_is_not_judged_until_the_feed_has_caught_up(caplog) -> None:
+    """A state that holds some partitions' samples and not yet others' would judge their
+    brokers on part of their windows: evaluation waits for the feed, then runs; a feed still
+    behind after FEED_CATCH_UP_MAX_S is judged anyway, with one warning naming the partitions."""
+    import logging
+    import time
+
+    import analyzer.service as svc
+    from analyzer.base import InMemorySink
+
+    caplog.set_level(logging.INFO, logger="analyzer.service")
+    cfg = AnalyzerConfig(cluster=CLUSTER, window_s=WINDOW_S, evaluation="incremental")
+    service = svc.AnalysisService(cfg, sinks=[InMemorySink()])
+    service.state = fresh()
+    service.state.add([stage(b, T0 + 1_000, [1.0]) for b in (1, 2, 3)])
+    feed = service.window_query = _CatchingUpFeed()
+    service._feed_started = time.monotonic()
+    for i in range(3):
+        service.tick(T0 + WMS * (3 + i))
+        assert service.last is None, "judged while the feed was behind"
+    assert [r.levelname for r in caplog.records if "waits for the window feed" in r.getMessage()] == ["INFO"]
+    feed.caught_up.set()
+    service.tick(T0 + WMS * 6)
+    assert service.last is not None and {s.broker for s in service.last.broker_stages} == {1, 2, 3}
+
+    service.last = None
+    feed.caught_up.clear()  # a new feed (the old one failed), this one stuck behind partition 2
+    service._feed_started = time.monotonic() - svc.FEED_CATCH_UP_MAX_S
+    service.tick(T0 + WMS * 7)
+    service.tick(T0 + WMS * 8)
+    assert service.last is not None
+    late = [r for r in caplog.records if r.levelname == "WARNING" and "partitions [2]" in r.getMessage()]
+    assert len(late) == 1, caplog.text
+
+
 def test_complete_stage_windows_wake_the_evaluation_once_per_window() -> None:
     """A micro-batch that completes a newer window (every broker's sketches in) wakes the
     service's wait at once; an incomplete or repeated window does not."""

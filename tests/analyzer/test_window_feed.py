@@ -87,7 +87,7 @@ def _produce(bootstrap: str, topic: str, recs: list[R.Record], partition: int | 
         producer.close(10)
 
 
-def _feed(bootstrap: str, topic: str, since_ms: int, on_records) -> WindowFeed:
+def _feed(bootstrap: str, topic: str, since_ms: int, on_records, **kw) -> WindowFeed:
     return WindowFeed(
         bootstrap,
         topic,
@@ -98,6 +98,7 @@ def _feed(bootstrap: str, topic: str, since_ms: int, on_records) -> WindowFeed:
         max_age_ms=BOUNDS.max_age_ms,
         max_lead_ms=BOUNDS.max_lead_ms,
         max_record_bytes=MAX_BYTES,
+        **kw,
     ).start()
 
 
@@ -147,6 +148,53 @@ def test_the_feed_starts_at_its_horizon_and_reads_partitions_added_later(cluster
         wf.METADATA_REFRESH_S = refresh
         feed.stop()
     assert not feed.isActive
+
+
+@pytest.mark.cluster
+def test_caught_up_only_once_every_partition_is_read_to_where_it_started(cluster3, admin, topic_name) -> None:
+    """What the service waits for before judging the state: at the moment the feed says it is
+    caught up, every record the topic held at its start is in the state, whichever partition it
+    is in, however many polls it took (a poll brings some partitions' records, not others')."""
+    ensure_topic(admin, topic_name, 3, 1)
+    now = int(time.time() * 1000)
+    before = [stage(b, now - 1_000 + i, [float(i)]) for i in range(200) for b in (1, 2, 3)]
+    for p in range(3):
+        _produce(cluster3.bootstrap, topic_name, before[p::3], partition=p)
+    got: list[str] = []
+    at_catch_up: list[set[str]] = []
+    lock = threading.Lock()
+
+    def take(recs: list[R.Record]) -> None:
+        with lock:
+            got.extend(r.dedup_key() for r in recs)
+
+    def caught() -> None:
+        with lock:
+            at_catch_up.append(set(got))
+
+    feed = _feed(cluster3.bootstrap, topic_name, now - 60_000, take, max_records=40, on_caught_up=caught)
+    try:
+        _until("caught up", feed.caught_up.is_set)
+        assert len(at_catch_up) == 1
+        assert at_catch_up[0] == {r.dedup_key() for r in before}
+        assert len(feed.recentProgress) >= len(before) // 40, "read in one poll: the test shows nothing"
+        assert feed.behind == []
+        later = stage(4, now, [9.0])
+        _produce(cluster3.bootstrap, topic_name, [later])
+        _until("a record after the start", lambda: later.dedup_key() in got)
+        assert len(at_catch_up) == 1, "said twice"
+    finally:
+        feed.stop()
+
+
+@pytest.mark.cluster
+def test_an_empty_topic_is_caught_up_at_once(cluster3, admin, topic_name) -> None:
+    ensure_topic(admin, topic_name, 2, 1)
+    feed = _feed(cluster3.bootstrap, topic_name, int(time.time() * 1000) - 60_000, lambda _recs: None)
+    try:
+        _until("caught up", feed.caught_up.is_set, 30.0)
+    finally:
+        feed.stop()
 
 
 def _sent_to(bootstrap: str, topic: str, rec: R.Record, partition: int) -> bool:
