@@ -1452,6 +1452,29 @@ def test_scores_for_every_broker() -> None:
     }
 
 
+def test_detect_then_measure_read_the_model_once_and_a_new_evaluation_anew(monkeypatch) -> None:
+    """The engine calls detect, then measure, on the same data and time: one model for both,
+    the same scores as computed alone; new data or a new time is a new model."""
+    import analyzer.slow_broker as sb
+
+    data, now = scenario(8, 3, {2: slow_in(range(3, 8))}), now_after(8)
+    alone = broker_scores(data, now, SlowBrokerConfig())
+    calls = []
+    real = sb.evaluate
+    monkeypatch.setattr(sb, "evaluate", lambda *a: calls.append(a[1]) or real(*a))
+    det = SlowBrokerDetector()
+    det.detect(data, now)
+    gauges = det.measure(data, now)
+    assert len(calls) == 1
+    assert gauges["linkwatch_slow_broker_score"][(data.cluster, "2", "Produce")] == 5
+    assert {(b, q): s for (_c, b, q), s in gauges["linkwatch_slow_broker_score"].items()} == {
+        (str(b), q): s for (b, q), s in alone.items()
+    }
+    det.measure(data, now + 1)
+    det.detect(scenario(8, 3, {}), now + 1)
+    assert len(calls) == 3
+
+
 def test_stalled_follower_names_the_waiting_leaders_and_clears() -> None:
     special = {0: slow_in(range(2, 6), stage="remote"), 1: slow_in(range(2, 6), stage="remote")}
     [f] = SlowBrokerDetector().detect(scenario(6, 3, special), now_after(6))
