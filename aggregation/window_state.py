@@ -62,6 +62,7 @@ import math
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -153,6 +154,9 @@ class _Window:
 
     keys: set[str] = field(default_factory=set)
     stages: dict[tuple[int, str, str], _Sketches] = field(default_factory=dict)
+    # broker -> how many (request, stage) cells of ``stages`` it has: kept as cells are added,
+    # so that judging a window complete (every poll of the feed) does not walk ``stages``.
+    stage_cells: Counter[int] = field(default_factory=Counter)
     # (topic, partition, broker) -> (ts_ms, size_bytes, log_end_offset) of the last reading
     partitions: dict[tuple[str, int, int], tuple[int, int, int | None]] = field(default_factory=dict)
     # (broker, log_dir) -> (ts_ms, capacity_bytes, used_bytes, io_util) of the last reading
@@ -168,8 +172,7 @@ class _Window:
 
     def stages_short(self) -> bool:
         """A broker's agent announced more stage sketches for this window than are here yet."""
-        have = Counter(broker for broker, _request, _stage in self.stages)
-        return any(have[b] < n for b, n in self.announced.items())
+        return any(self.stage_cells[b] < n for b, n in self.announced.items())
 
 
 class WindowState:
@@ -272,7 +275,10 @@ class WindowState:
         if R.out_of_range(R.StageSketch, lambda name: getattr(rec, name)):  # built in code, not decoded
             self.dropped["bad_value"] += 1
             return False
-        cell = win.stages.setdefault((rec.broker, rec.request, rec.stage), _Sketches())
+        cell = win.stages.get((rec.broker, rec.request, rec.stage))
+        if cell is None:
+            cell = win.stages[(rec.broker, rec.request, rec.stage)] = _Sketches()
+            win.stage_cells[rec.broker] += 1
         cell.add(row, rec.capture_ratio)
         win.stage_rows = None
         if rec.window_sketches:
@@ -399,7 +405,7 @@ class WindowState:
         module contract); every window before it is released. No ``now_ms``: all are."""
         if now_ms is None:
             return math.inf
-        before: set = set()
+        before: AbstractSet = frozenset()
         for start in sorted(self._windows):
             win = self._windows[start]
             cells = _CELLS[kind](win)
@@ -432,11 +438,12 @@ class WindowState:
             }
 
 
-# What makes a window complete, per kind: the cells every window must hold again.
-_CELLS: dict[str, Callable[[_Window], set]] = {
-    "stages": lambda w: {broker for broker, _request, _stage in w.stages},
-    "partitions": lambda w: set(w.partitions),
-    "logdirs": lambda w: set(w.logdirs),
+# What makes a window complete, per kind: the cells every window must hold again (views, not
+# copies: read on every poll of the feed, over every window held).
+_CELLS: dict[str, Callable[[_Window], AbstractSet]] = {
+    "stages": lambda w: w.stage_cells.keys(),
+    "partitions": lambda w: w.partitions.keys(),
+    "logdirs": lambda w: w.logdirs.keys(),
 }
 # And what a window says it still lacks, per kind, whatever the windows before it held.
 _SHORT: dict[str, Callable[[_Window], bool]] = {
