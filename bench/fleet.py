@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import signal
@@ -237,17 +238,50 @@ def rss_mb() -> tuple[float, float]:
     return me.memory_info().rss / 2**20, jvm / 2**20
 
 
-def batches(service: AnalysisService, seen: set[tuple[str, int]], row: Row) -> None:
-    """Each stream's micro-batches completed since the last call (``recentProgress``)."""
-    for query in (service.query, service.window_query):
-        if query is None:
-            continue
-        for p in query.recentProgress:
-            key = (str(p["name"]), int(p["batchId"]))
-            if key in seen or not p["numInputRows"]:
+class BatchReader(threading.Thread):
+    """Each stream's micro-batch times, read every ``period_s`` beside the evaluation loop.
+
+    Not ``recentProgress`` in the loop: PySpark converts each of the (up to 100) kept progress
+    reports field by field over py4j, tens of round trips each, seconds a call once the list is
+    full, and the loop's next evaluation waited for it (the bench's own delay, measured as
+    window→evaluation). One ``lastProgress`` as JSON is two round trips; read at under half the
+    trigger it sees every batch. The driver feed's progress is a Python deque, read whole."""
+
+    def __init__(self, service: AnalysisService, row: Row, period_s: float = 0.5) -> None:
+        super().__init__(name="fleet-batches", daemon=True)
+        self.service, self.row, self.period_s = service, row, period_s
+        self.seen: set[tuple[str, int]] = set()
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.period_s):
+            with contextlib.suppress(Exception):  # a query stopping under us: read next time
+                self.read()
+
+    def read(self) -> None:
+        for query in (self.service.query, self.service.window_query):
+            if query is None:
                 continue
-            seen.add(key)
-            row.batch_s.setdefault(key[0], []).append(p["durationMs"].get("triggerExecution", 0) / 1000)
+            jsq = getattr(query, "_jsq", None)
+            if jsq is not None:
+                last = jsq.lastProgress()
+                progress = [] if last is None else [json.loads(last.json())]
+            else:
+                progress = list(query.recentProgress)
+            for p in progress:
+                key = (str(p["name"]), int(p["batchId"]))
+                if key in self.seen or not p["numInputRows"]:
+                    continue
+                self.seen.add(key)
+                self.row.batch_s.setdefault(key[0], []).append(
+                    p["durationMs"].get("triggerExecution", 0) / 1000
+                )
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self.read()  # the last batches
 
 
 def run_size(
@@ -288,6 +322,8 @@ def run_size(
     )
     service = AnalysisService(cfg, sinks=[InMemorySink()]).start()
     completed = _stamp_completions(service)
+    reader = BatchReader(service, row)
+    reader.start()
     fp = None
     try:
         fleet_args = [
@@ -303,7 +339,6 @@ def run_size(
         key = ("slow_broker", f"broker:{victim}")
         window_ms = args.window_s * 1000
         seen_windows = -1
-        seen_batches: set[tuple[str, int]] = set()
         stop = threading.Event()
         while time.time() - started < run_s:
             if fp.proc.poll() is not None:
@@ -338,7 +373,6 @@ def run_size(
                         row.before_fault = now < fp.onset_ms / 1000
                 elif subject.startswith("broker:") and subject != key[1]:
                     row.others.add(f"{rule} {subject}")
-            batches(service, seen_batches, row)
             py, jvm = rss_mb()
             row.py_rss_mb, row.jvm_rss_mb = max(row.py_rss_mb, py), max(row.jvm_rss_mb, jvm)
             row.rss_series.append((now - started, py, jvm))
@@ -353,6 +387,7 @@ def run_size(
         row.fleet_behind_s = max((w[3] for w in fp.windows), default=0.0)
         row.state_dropped = sum(service.state.dropped.values()) if service.state is not None else 0
     finally:
+        reader.stop()
         if fp is not None:
             fp.stop()
         service.stop()
