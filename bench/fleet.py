@@ -137,6 +137,11 @@ class Row:
     jvm_rss_mb: float = 0.0
     # (seconds into the run, driver RSS MB, Spark JVM RSS MB) at every evaluation: flat or growing.
     rss_series: list[tuple[float, float, float]] = field(default_factory=list)
+    # (seconds into the run, the Spark JVM's heap in use after its pools' last collections, its heap
+    # in use now, MB): what its live objects hold, which an RSS capped by -Xmx and padded by
+    # non-heap does not say. An old generation never collected reports 0 after collection, so the
+    # lowest heap in use in a stretch (the troughs young collections leave) is printed beside it.
+    heap_series: list[tuple[float, float, float]] = field(default_factory=list)
     detect_s: float | None = None
     others: set[str] = field(default_factory=set)
     fleet_cpu_pct: float = 0.0
@@ -247,16 +252,37 @@ class BatchReader(threading.Thread):
     window→evaluation). One ``lastProgress`` as JSON is two round trips; read at under half the
     trigger it sees every batch. The driver feed's progress is a Python deque, read whole."""
 
+    HEAP_EVERY_S = 10.0
+
     def __init__(self, service: AnalysisService, row: Row, period_s: float = 0.5) -> None:
         super().__init__(name="fleet-batches", daemon=True)
         self.service, self.row, self.period_s = service, row, period_s
         self.seen: set[tuple[str, int]] = set()
         self.halt = threading.Event()
+        self.started = time.monotonic()
 
     def run(self) -> None:
+        heap_at = 0.0
         while not self.halt.wait(self.period_s):
             with contextlib.suppress(Exception):  # a query stopping under us: read next time
                 self.read()
+            if time.monotonic() - heap_at >= self.HEAP_EVERY_S:
+                heap_at = time.monotonic()
+                with contextlib.suppress(Exception):
+                    self.row.heap_series.append((heap_at - self.started, *self.heap_mb()))
+
+    def heap_mb(self) -> tuple[float, float]:
+        """The JVM's heap pools in use after their last collection (``getCollectionUsage``), and
+        its heap in use now."""
+        management = self.service.spark._jvm.java.lang.management.ManagementFactory
+        after = 0
+        for pool in management.getMemoryPoolMXBeans():
+            if pool.getType().toString() == "HEAP":
+                usage = pool.getCollectionUsage()
+                if usage is not None:
+                    after += usage.getUsed()
+        now = management.getMemoryMXBean().getHeapMemoryUsage().getUsed()
+        return after / 2**20, now / 2**20
 
     def read(self) -> None:
         for query in (self.service.query, self.service.window_query):
@@ -426,6 +452,21 @@ def memory_by_fifth(series: list[tuple[float, float, float]]) -> str:
     return "driver/JVM MB by fifth: " + ", ".join(parts)
 
 
+def heap_by_fifth(series: list[tuple[float, float, float]]) -> str:
+    """The JVM heap in each fifth of the run: the median in use after the pools' last collections,
+    and the lowest in use at any sample (MB)."""
+    end = max(t for t, _, _ in series) or 1.0
+    parts = []
+    for k in range(5):
+        lo, hi = end * k / 5, end * (k + 1) / 5
+        inside = [(after, now) for t, after, now in series if lo <= t <= hi]
+        if inside:
+            after = statistics.median(a for a, _ in inside)
+            lowest = min(n for _, n in inside)
+            parts.append(f"{lo / 60:.0f}-{hi / 60:.0f} min {after:.0f}/{lowest:.0f}")
+    return "after last collection/lowest in use, MB by fifth: " + ", ".join(parts)
+
+
 def _med_max(values: list[float]) -> str:
     if not values:
         return "-"
@@ -469,6 +510,10 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
     for r in rows:
         if len(r.rss_series) >= 10:
             print(f"{r.brokers} brokers, memory over the run: {memory_by_fifth(r.rss_series)}")
+        if len(r.heap_series) >= 5:
+            print(
+                f"{r.brokers} brokers, the Spark JVM heap, {heap_by_fifth(r.heap_series)}"
+            )
     for r in rows:
         if r.others:
             print(f"{r.brokers} brokers, other brokers' findings: {', '.join(sorted(r.others))}")
