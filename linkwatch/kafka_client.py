@@ -320,8 +320,45 @@ def admin_client(**configs: Any) -> Any:
       topic keeper and the remediator's leader elections stopped working after one. On that
       error (or the broker not ready), the view is refreshed, the controller asked again, and
       the request sent once more.
+    * A refused authentication ends the bootstrap at once. kafka-python records the refusal and
+      tries again until ``bootstrap_timeout_ms`` ends (10 s for linkwatch's services), then
+      raises a timeout; a wrong password cannot succeed on a later try, and Kafka's own clients
+      fail on it at once (an authentication error is not retriable there). The refusal is raised
+      instead, so the operator's one line comes with no wait.
     """
-    return _admin_class()(**configs)
+    return _admin_class()(**{"kafka_client": _net_client_refusing_early, **configs})
+
+
+def _net_client_refusing_early(**configs: Any) -> Any:
+    """kafka-python's ``KafkaNetClient`` whose bootstrap stops at the first authentication
+    refusal (see :func:`admin_client`). The bootstrap asks its manager for a connection on every
+    try; a refusal of an earlier try is raised there instead. A refusal reaches the bootstrap
+    two ways: recorded by the manager (its connect step failed) or as the failure of the
+    connection's handshake (the broker's SaslAuthenticate answer), which the manager does not
+    record; both are read. Only while not yet bootstrapped: later, kafka-python's own handling
+    of a refused reconnection stands."""
+    from kafka import errors  # kafka-python: only where clients are built
+    from kafka.net.compat import KafkaNetClient
+
+    refused = (errors.SaslAuthenticationFailedError, errors.AuthorizationError)
+    client = KafkaNetClient(**configs)
+    manager = client._manager
+    connect = manager.get_connection
+    tried: list[Any] = []  # the bootstrap's connections so far (a few: one a try)
+
+    def get_connection(node_id: Any, *args: Any, **kwargs: Any) -> Any:
+        if not manager.bootstrapped:
+            for failure in [*manager._auth_failures.values(), *(c.init_future.exception for c in tried)]:
+                if isinstance(failure, refused):
+                    raise failure
+            del tried[:-8]
+        conn = connect(node_id, *args, **kwargs)
+        if not manager.bootstrapped:
+            tried.append(conn)
+        return conn
+
+    manager.get_connection = get_connection
+    return client
 
 
 def known_brokers(admin: Any) -> list[Any]:
