@@ -137,11 +137,11 @@ class Row:
     jvm_rss_mb: float = 0.0
     # (seconds into the run, driver RSS MB, Spark JVM RSS MB) at every evaluation: flat or growing.
     rss_series: list[tuple[float, float, float]] = field(default_factory=list)
-    # (seconds into the run, the Spark JVM's heap in use after its pools' last collections, its heap
-    # in use now, MB): what its live objects hold, which an RSS capped by -Xmx and padded by
-    # non-heap does not say. An old generation never collected reports 0 after collection, so the
-    # lowest heap in use in a stretch (the troughs young collections leave) is printed beside it.
-    heap_series: list[tuple[float, float, float]] = field(default_factory=list)
+    # (seconds into the run, the Spark JVM's heap in use, MB) every 10 s: the lowest in a stretch
+    # (the troughs young collections leave) is what its live objects hold, which an RSS capped by
+    # -Xmx and padded by non-heap does not say. (Its pools' usage after their last collection says
+    # nothing here: in 30 minutes at 200 brokers the old generation was never collected.)
+    heap_series: list[tuple[float, float]] = field(default_factory=list)
     detect_s: float | None = None
     others: set[str] = field(default_factory=set)
     fleet_cpu_pct: float = 0.0
@@ -269,20 +269,12 @@ class BatchReader(threading.Thread):
             if time.monotonic() - heap_at >= self.HEAP_EVERY_S:
                 heap_at = time.monotonic()
                 with contextlib.suppress(Exception):
-                    self.row.heap_series.append((heap_at - self.started, *self.heap_mb()))
+                    self.row.heap_series.append((heap_at - self.started, self.heap_mb()))
 
-    def heap_mb(self) -> tuple[float, float]:
-        """The JVM's heap pools in use after their last collection (``getCollectionUsage``), and
-        its heap in use now."""
+    def heap_mb(self) -> float:
+        """The Spark JVM's heap in use now (``MemoryMXBean``), MB."""
         management = self.service.spark._jvm.java.lang.management.ManagementFactory
-        after = 0
-        for pool in management.getMemoryPoolMXBeans():
-            if pool.getType().toString() == "HEAP":
-                usage = pool.getCollectionUsage()
-                if usage is not None:
-                    after += usage.getUsed()
-        now = management.getMemoryMXBean().getHeapMemoryUsage().getUsed()
-        return after / 2**20, now / 2**20
+        return management.getMemoryMXBean().getHeapMemoryUsage().getUsed() / 2**20
 
     def read(self) -> None:
         for query in (self.service.query, self.service.window_query):
@@ -452,19 +444,16 @@ def memory_by_fifth(series: list[tuple[float, float, float]]) -> str:
     return "driver/JVM MB by fifth: " + ", ".join(parts)
 
 
-def heap_by_fifth(series: list[tuple[float, float, float]]) -> str:
-    """The JVM heap in each fifth of the run: the median in use after the pools' last collections,
-    and the lowest in use at any sample (MB)."""
-    end = max(t for t, _, _ in series) or 1.0
+def heap_by_fifth(series: list[tuple[float, float]]) -> str:
+    """The Spark JVM's heap in use, the lowest sample (MB) in each fifth of the run."""
+    end = max(t for t, _ in series) or 1.0
     parts = []
     for k in range(5):
         lo, hi = end * k / 5, end * (k + 1) / 5
-        inside = [(after, now) for t, after, now in series if lo <= t <= hi]
+        inside = [mb for t, mb in series if lo <= t <= hi]
         if inside:
-            after = statistics.median(a for a, _ in inside)
-            lowest = min(n for _, n in inside)
-            parts.append(f"{lo / 60:.0f}-{hi / 60:.0f} min {after:.0f}/{lowest:.0f}")
-    return "after last collection/lowest in use, MB by fifth: " + ", ".join(parts)
+            parts.append(f"{lo / 60:.0f}-{hi / 60:.0f} min {min(inside):.0f}")
+    return "lowest in use, MB by fifth: " + ", ".join(parts)
 
 
 def _med_max(values: list[float]) -> str:
@@ -511,9 +500,7 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
         if len(r.rss_series) >= 10:
             print(f"{r.brokers} brokers, memory over the run: {memory_by_fifth(r.rss_series)}")
         if len(r.heap_series) >= 5:
-            print(
-                f"{r.brokers} brokers, the Spark JVM heap, {heap_by_fifth(r.heap_series)}"
-            )
+            print(f"{r.brokers} brokers, the Spark JVM heap, {heap_by_fifth(r.heap_series)}")
     for r in rows:
         if r.others:
             print(f"{r.brokers} brokers, other brokers' findings: {', '.join(sorted(r.others))}")
