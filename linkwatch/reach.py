@@ -152,12 +152,7 @@ def _kafka_brokers(
     listed: list[str], key: str, budget_s: float, client_options: Mapping[str, Any]
 ) -> list[str]:
     """Bootstrap a Kafka client within ``budget_s``; the brokers the cluster advertises."""
-    from kafka.errors import (
-        AuthorizationError,
-        IncompatibleBrokerVersion,
-        KafkaError,
-        SaslAuthenticationFailedError,
-    )
+    from kafka.errors import IncompatibleBrokerVersion, KafkaError
 
     from linkwatch.kafka_client import admin_client, known_brokers
 
@@ -176,13 +171,6 @@ def _kafka_brokers(
                 key,
                 ",".join(listed),
                 "that port answers as a KRaft controller, not a broker: use the brokers' client listener",
-            ) from None
-        except (SaslAuthenticationFailedError, AuthorizationError) as e:
-            raise UnreachableError(
-                key,
-                ",".join(listed),
-                f"the cluster answers but refused this client ({type(e).__name__}: {str(e)[:200]}): "
-                "check sasl_username, the password's source and sasl_mechanism",
             ) from None
         except (KafkaError, OSError) as e:
             raise UnreachableError(
