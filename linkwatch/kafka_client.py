@@ -323,8 +323,11 @@ def admin_client(**configs: Any) -> Any:
     * A refused authentication ends the bootstrap at once. kafka-python records the refusal and
       tries again until ``bootstrap_timeout_ms`` ends (10 s for linkwatch's services), then
       raises a timeout; a wrong password cannot succeed on a later try, and Kafka's own clients
-      fail on it at once (an authentication error is not retriable there). The refusal is raised
-      instead, so the operator's one line comes with no wait.
+      fail on it at once (an authentication error is not retriable there). A refusal the
+      bootstrap sees is raised instead, so the operator's one line comes with no wait. It is not
+      always seen as one (in some attempts the bootstrap only times out, as before: a clean-clone
+      suite run and a random-order run showed it; the cause is not yet read), so callers keep
+      their handling of a timeout.
     """
     return _admin_class()(**{"kafka_client": _net_client_refusing_early, **configs})
 
