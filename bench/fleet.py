@@ -429,30 +429,32 @@ def _stamp_completions(service: AnalysisService) -> list[tuple[int, float]]:
     return out
 
 
+def _fifths(series: list[tuple[float, ...]]) -> list[tuple[str, list[tuple[float, ...]]]]:
+    """The samples ``(seconds into the run, value, ...)`` of each fifth of the run (by time),
+    labelled ``"lo-hi min"``; fifths without a sample left out."""
+    end = max(s[0] for s in series) or 1.0
+    out = []
+    for k in range(5):
+        lo, hi = end * k / 5, end * (k + 1) / 5
+        inside = [s[1:] for s in series if lo <= s[0] <= hi]
+        if inside:
+            out.append((f"{lo / 60:.0f}-{hi / 60:.0f} min", inside))
+    return out
+
+
 def memory_by_fifth(series: list[tuple[float, float, float]]) -> str:
     """The driver's and the Spark JVM's median RSS in each fifth of the run (by time): a state
     or cache without a bound shows as a rise from fifth to fifth, a bounded one as a plateau."""
-    end = max(t for t, _py, _jvm in series) or 1.0
-    parts = []
-    for k in range(5):
-        lo, hi = end * k / 5, end * (k + 1) / 5
-        inside = [(py, jvm) for t, py, jvm in series if lo <= t <= hi]
-        if inside:
-            py = statistics.median(p for p, _ in inside)
-            jvm = statistics.median(j for _, j in inside)
-            parts.append(f"{lo / 60:.0f}-{hi / 60:.0f} min {py:.0f}/{jvm:.0f}")
+    parts = [
+        f"{label} {statistics.median(p for p, _ in inside):.0f}/{statistics.median(j for _, j in inside):.0f}"
+        for label, inside in _fifths(series)
+    ]
     return "driver/JVM MB by fifth: " + ", ".join(parts)
 
 
 def heap_by_fifth(series: list[tuple[float, float]]) -> str:
     """The Spark JVM's heap in use, the lowest sample (MB) in each fifth of the run."""
-    end = max(t for t, _ in series) or 1.0
-    parts = []
-    for k in range(5):
-        lo, hi = end * k / 5, end * (k + 1) / 5
-        inside = [mb for t, mb in series if lo <= t <= hi]
-        if inside:
-            parts.append(f"{lo / 60:.0f}-{hi / 60:.0f} min {min(inside):.0f}")
+    parts = [f"{label} {min(mb for (mb,) in inside):.0f}" for label, inside in _fifths(series)]
     return "lowest in use, MB by fifth: " + ", ".join(parts)
 
 

@@ -329,7 +329,7 @@ def admin_client(**configs: Any) -> Any:
       suite run and a random-order run showed it; the cause is not yet read), so callers keep
       their handling of a timeout.
     """
-    return _admin_class()(**{"kafka_client": _net_client_refusing_early, **configs})
+    return _admin_class()(**configs)
 
 
 def _net_client_refusing_early(**configs: Any) -> Any:
@@ -380,7 +380,7 @@ def _admin_class() -> type:
     class Admin(KafkaAdminClient):
         def __init__(self, **configs: Any) -> None:
             try:
-                super().__init__(**configs)
+                super().__init__(**{"kafka_client": _net_client_refusing_early, **configs})
             except BaseException:
                 net = getattr(self, "_net", None)
                 if net is not None:
