@@ -782,8 +782,9 @@ class Loads:
     """The producers a scenario runs beside: acks=1 (uniform and Zipf keys) and acks=all, as its
     ``load`` says; replaced between scenarios, so each runs at its own drawn mix and rates."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, client: str = "kafka-python") -> None:
         self.bootstrap = bootstrap
+        self.client = client  # testbed.load.CLIENTS
         self.running: list[ProducerLoad] = []
         self.current: dict[str, Any] | None = None
 
@@ -794,14 +795,27 @@ class Loads:
         half = load["acks1_rate"] / 2
         if load["mix"] in ("acks1", "both"):
             self.running += [
-                ProducerLoad(self.bootstrap, "fm-uniform", half, acks=1).start(),
+                ProducerLoad(self.bootstrap, "fm-uniform", half, acks=1, client=self.client).start(),
                 ProducerLoad(
-                    self.bootstrap, "fm-zipf", half, KeyDistribution("zipf", 1000, 1.3), acks=1, seed=7
+                    self.bootstrap,
+                    "fm-zipf",
+                    half,
+                    KeyDistribution("zipf", 1000, 1.3),
+                    acks=1,
+                    seed=7,
+                    client=self.client,
                 ).start(),
             ]
         if load["mix"] in ("acksall", "both"):
             self.running.append(
-                ProducerLoad(self.bootstrap, ACKS_ALL_TOPIC, load["acksall_rate"], acks="all", seed=3).start()
+                ProducerLoad(
+                    self.bootstrap,
+                    ACKS_ALL_TOPIC,
+                    load["acksall_rate"],
+                    acks="all",
+                    seed=3,
+                    client=self.client,
+                ).start()
             )
         self.current = dict(load)
 

@@ -36,6 +36,12 @@ machine's own load already holds them from the line.
 windows from the samples topic and the analyzer's findings from the findings topic as one JSON
 document, to replay the rules over the same windows (``bench/fault_matrix.py``'s ``replay``).
 
+The producers whose p99 is timed run on librdkafka (``--load-client``, confluent-kafka): it
+times each ack itself, in C, from ``produce()`` to the broker's answer. With kafka-python's loads
+(the fault matrix's) the producers stood at 175-764 ms before any fault on this 2-core machine,
+over the 300 ms line (``bench/results/remediation.md``): the load generator's own CPU and GIL
+waits, which a recovery cannot bring down.
+
 Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recover.py``.
 ``--cluster-dir DIR`` uses a running 3-broker ``linkwatch cluster up`` cluster; ``--smoke`` is one
 round with remediation only and a short quiet time, the fault held until the producer recovers
@@ -66,7 +72,7 @@ from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_b
 from testbed.demo.agents import AgentsComponent
 from testbed.demo.analyzer import AnalyzerComponent, demo_config
 from testbed.demo.probe import ProbeComponent
-from testbed.load import KeyDistribution, ProducerLoad, ensure_topic
+from testbed.load import CLIENTS, KeyDistribution, ProducerLoad, ensure_topic
 from testbed.recovery import PAUSE_MS, fault_round, one_round, p99_by_leader, wait_restored, wait_whole
 
 VICTIM = 2
@@ -123,7 +129,10 @@ def run_draws(args: argparse.Namespace) -> None:
     import fault_matrix as fm  # bench/ is on sys.path (run as a script)
 
     chosen = fm.draws(args.draws, args.seed, args.fault_s, tuple(args.kinds.split(",")))
-    print(f"with remediation: demote_leadership, followers: {args.followers}", flush=True)
+    print(
+        f"with remediation: demote_leadership, followers: {args.followers}; producers on {args.load_client}",
+        flush=True,
+    )
     root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-draws-"))
     cluster = LocalCluster(
         ClusterSpec(brokers=3, root=root / "cluster", base_port=find_free_base_port(3, start=19400))
@@ -146,7 +155,7 @@ def run_draws(args: argparse.Namespace) -> None:
         agents.start(state)
         if probe is not None:
             probe.start(state)
-        loads = fm.Loads(state.bootstrap)
+        loads = fm.Loads(state.bootstrap, client=args.load_client)
         loads.set(fm.BOTH)
         ctx = fm.Ctx(state, admin, cluster)
         for mode in args.modes.split(","):
@@ -342,6 +351,15 @@ def main() -> None:
         default=True,
         help="with the draws: run the probe beside the agents, as the fault matrix does (default)",
     )
+    ap.add_argument(
+        "--load-client",
+        choices=CLIENTS,
+        default="librdkafka",
+        help="the producers' client (default librdkafka: the producers whose p99 is timed batch, send "
+        "and time their acks in C threads, so their latency is the cluster's and their CPU small; "
+        "kafka-python's loads took a third of a core per 150 msg/s and read an ack's latency when "
+        "the Python thread got to it)",
+    )
     ap.add_argument("--before-s", type=float, default=15.0)
     ap.add_argument(
         "--modes",
@@ -369,6 +387,7 @@ def main() -> None:
         args.rounds, args.modes, args.fault_s, args.quiet_s = 1, "with", 120.0, 2.0
         args.restore_timeout_s, args.clear_timeout_s = 150.0, 30.0
 
+    print(f"producers on {args.load_client}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-"))
     cluster = None
     if args.cluster_dir is None:
@@ -393,9 +412,21 @@ def main() -> None:
         agents.start(state)
         loads = [
             ProducerLoad(
-                state.bootstrap, "orders", 800, KeyDistribution("zipf", 1000, 1.2), acks="all"
+                state.bootstrap,
+                "orders",
+                800,
+                KeyDistribution("zipf", 1000, 1.2),
+                acks="all",
+                client=args.load_client,
             ).start(),
-            ProducerLoad(state.bootstrap, "serve", 300, KeyDistribution("uniform", 1000), seed=3).start(),
+            ProducerLoad(
+                state.bootstrap,
+                "serve",
+                300,
+                KeyDistribution("uniform", 1000),
+                seed=3,
+                client=args.load_client,
+            ).start(),
         ]
         serve = loads[1]
         pid = state.node(VICTIM).pid

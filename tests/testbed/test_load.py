@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkwatch.errors import ConfigError
-from testbed.load import KeyDistribution, LoadStats, ProducerLoad, p99_ms
+from testbed.load import CLIENTS, KeyDistribution, LoadStats, ProducerLoad, ensure_topic, p99_ms
 
 
 def _draw(spec: str, n: int = 50_000, keys: int = 100) -> Counter[bytes | None]:
@@ -56,6 +56,7 @@ def test_bad_key_distribution(spec: str, keys: int, message: str) -> None:
         ({"rate_per_s": 0}, "--rate"),
         ({"message_bytes": 0}, "--size"),
         ({"acks": "2"}, "--acks"),
+        ({"client": "sarama"}, "--load-client"),
     ],
 )
 def test_bad_producer_options(kwargs: dict, message: str) -> None:
@@ -98,3 +99,29 @@ def test_recent_keeps_the_acks_of_the_window_only() -> None:
     assert stats.recent(2.0, now=106.0) == [(0.2, 1), (0.1, 2), (0.05, 0)]
     assert stats.recent(0.5, now=106.0) == [(0.05, 0)]
     assert stats.recent(10.0, now=200.0) == []
+
+
+# -- on the real brokers: both clients ----------------------------------------------------------
+
+
+@pytest.mark.cluster
+def test_both_clients_put_a_key_on_one_partition_and_time_every_ack(cluster3, admin, topic_name: str) -> None:
+    """Each client's load acks all it sent, with a latency for every ack, and a key lands on the
+    same partition through either (murmur2, as the Java client): a bench's skew is the same
+    whichever client carries its load."""
+    import time
+
+    ensure_topic(admin, topic_name, 6, 3)
+    partitions = {}
+    for client in CLIENTS:
+        load = ProducerLoad(cluster3.bootstrap, topic_name, 200, KeyDistribution("uniform", 1), client=client)
+        load.start()
+        time.sleep(2.0)
+        stats = load.stop()
+        assert stats.errors == 0, (client, stats.last_error)
+        assert stats.sent >= 200 and stats.acked == stats.sent, (client, stats.sent, stats.acked)
+        latencies = [lat for lat, _ in stats.recent(60.0)]
+        assert len(latencies) == stats.acked and all(0 < lat < 10 for lat in latencies), client
+        assert len(stats.acked_by_partition) == 1, (client, stats.acked_by_partition)
+        partitions[client] = next(iter(stats.acked_by_partition))
+    assert len(set(partitions.values())) == 1, partitions
