@@ -36,11 +36,12 @@ machine's own load already holds them from the line.
 windows from the samples topic and the analyzer's findings from the findings topic as one JSON
 document, to replay the rules over the same windows (``bench/fault_matrix.py``'s ``replay``).
 
-The producers whose p99 is timed run on librdkafka (``--load-client``, confluent-kafka): it
-times each ack itself, in C, from ``produce()`` to the broker's answer. With kafka-python's loads
-(the fault matrix's) the producers stood at 175-764 ms before any fault on this 2-core machine,
-over the 300 ms line (``bench/results/remediation.md``): the load generator's own CPU and GIL
-waits, which a recovery cannot bring down.
+``--load-client librdkafka`` runs the producers on librdkafka (confluent-kafka), which times each
+ack itself, in C, from ``produce()`` to the broker's answer. With kafka-python's loads (the
+default, the fault matrix's) the producers stood at 175-764 ms before any fault on this 2-core
+machine, over the 300 ms line: the load generator's own CPU and GIL waits, which a recovery cannot
+bring down; on librdkafka, 11-47 ms (``bench/results/remediation.md``, 2026-12-03). Not yet the
+default: the rounds' smoke on it raised no finding within 120 s in its one run, cause not read.
 
 Run it alone: ``../shared/bin/quiet -- .venv/bin/python bench/remediation_recover.py``.
 ``--cluster-dir DIR`` uses a running 3-broker ``linkwatch cluster up`` cluster; ``--smoke`` is one
@@ -354,11 +355,10 @@ def main() -> None:
     ap.add_argument(
         "--load-client",
         choices=CLIENTS,
-        default="librdkafka",
-        help="the producers' client (default librdkafka: the producers whose p99 is timed batch, send "
-        "and time their acks in C threads, so their latency is the cluster's and their CPU small; "
-        "kafka-python's loads took a third of a core per 150 msg/s and read an ack's latency when "
-        "the Python thread got to it)",
+        default="kafka-python",
+        help="the producers' client: kafka-python (default) or librdkafka, whose acks are timed in "
+        "C threads, so their latency is the cluster's and their CPU small (kafka-python's loads took "
+        "a third of a core per 150 msg/s and read an ack's latency when the Python thread got to it)",
     )
     ap.add_argument("--before-s", type=float, default=15.0)
     ap.add_argument(

@@ -167,20 +167,30 @@ class ProducerLoad:
             client_id="linkwatch-load",
             max_block_ms=5000,
         )
-        next_key = self.keys.sampler(self._rng)
-        payload = bytes(self._rng.getrandbits(8) for _ in range(self.message_bytes))
-        started = time.monotonic()
+        payload = self._payload()
         try:
-            while not self._stop.is_set():
-                due = int((time.monotonic() - started) * self.rate_per_s) - self.stats.sent
-                if due <= 0:
-                    time.sleep(min(0.01, 1.0 / self.rate_per_s))
-                    continue
-                for _ in range(min(due, 1000)):
-                    self._send(producer, next_key(), payload)
+            self._paced(lambda key: self._send(producer, key, payload), time.sleep)
         finally:
             producer.flush(timeout=10)
             producer.close(timeout=5)
+
+    def _payload(self) -> bytes:
+        return bytes(self._rng.getrandbits(8) for _ in range(self.message_bytes))
+
+    def _paced(self, send: Callable[[bytes | None], None], wait: Callable[[float], object]) -> None:
+        """Call ``send(key)`` at ``rate_per_s`` until stopped (a send that fails counts in
+        ``stats.errors``, not ``stats.sent``, and is made up for); ``wait(s)`` between batches
+        (librdkafka serves its acks there)."""
+        next_key = self.keys.sampler(self._rng)
+        started = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * self.rate_per_s) - self.stats.sent
+            if due <= 0:
+                wait(min(0.01, 1.0 / self.rate_per_s))
+                continue
+            for _ in range(min(due, 1000)):
+                send(next_key())
+            wait(0)
 
     def _run_librdkafka(self) -> None:
         try:
@@ -199,24 +209,19 @@ class ProducerLoad:
                 "message.timeout.ms": 30_000,  # a message not acked in 30 s is an error, counted
             }
         )
-        next_key = self.keys.sampler(self._rng)
-        payload = bytes(self._rng.getrandbits(8) for _ in range(self.message_bytes))
-        started = time.monotonic()
+        payload = self._payload()
+
+        def send(key: bytes | None) -> None:
+            try:
+                producer.produce(self.topic, payload, key, on_delivery=self._on_delivery)
+            except (BufferError, KafkaException) as e:  # local queue full: count and go on
+                self.stats.errors += 1
+                self.stats.last_error = f"{type(e).__name__}: {e}"
+                return
+            self.stats.sent += 1
+
         try:
-            while not self._stop.is_set():
-                due = int((time.monotonic() - started) * self.rate_per_s) - self.stats.sent
-                if due <= 0:
-                    producer.poll(min(0.01, 1.0 / self.rate_per_s))  # serves the acks meanwhile
-                    continue
-                for _ in range(min(due, 1000)):
-                    try:
-                        producer.produce(self.topic, payload, next_key(), on_delivery=self._on_delivery)
-                    except (BufferError, KafkaException) as e:  # local queue full: count and go on
-                        self.stats.errors += 1
-                        self.stats.last_error = f"{type(e).__name__}: {e}"
-                        continue
-                    self.stats.sent += 1
-                producer.poll(0)
+            self._paced(send, producer.poll)
         finally:
             producer.flush(10)
 
