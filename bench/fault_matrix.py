@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -793,30 +794,14 @@ class Loads:
             return
         self.stop()
         half = load["acks1_rate"] / 2
+        producer = functools.partial(ProducerLoad, self.bootstrap, client=self.client)
         if load["mix"] in ("acks1", "both"):
             self.running += [
-                ProducerLoad(self.bootstrap, "fm-uniform", half, acks=1, client=self.client).start(),
-                ProducerLoad(
-                    self.bootstrap,
-                    "fm-zipf",
-                    half,
-                    KeyDistribution("zipf", 1000, 1.3),
-                    acks=1,
-                    seed=7,
-                    client=self.client,
-                ).start(),
+                producer("fm-uniform", half, acks=1).start(),
+                producer("fm-zipf", half, KeyDistribution("zipf", 1000, 1.3), acks=1, seed=7).start(),
             ]
         if load["mix"] in ("acksall", "both"):
-            self.running.append(
-                ProducerLoad(
-                    self.bootstrap,
-                    ACKS_ALL_TOPIC,
-                    load["acksall_rate"],
-                    acks="all",
-                    seed=3,
-                    client=self.client,
-                ).start()
-            )
+            self.running.append(producer(ACKS_ALL_TOPIC, load["acksall_rate"], acks="all", seed=3).start())
         self.current = dict(load)
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import importlib.util
 import itertools
 import random
 import threading
@@ -79,6 +80,11 @@ class LoadStats:
     recent_latencies: deque[tuple[float, float, int]] = field(default_factory=lambda: deque(maxlen=20000))
     last_error: str = ""
 
+    def count_error(self, what: str) -> None:
+        """One failed send or ack; ``what`` is kept as the last error's text."""
+        self.errors += 1
+        self.last_error = what
+
     def recent(self, window_s: float, now: float | None = None) -> list[tuple[float, int]]:
         """(ack latency seconds, partition) of the acks of the last ``window_s`` seconds
         (``now``: a ``time.monotonic()`` reading, default the current one)."""
@@ -124,6 +130,8 @@ class ProducerLoad:
     ) -> None:
         if client not in CLIENTS:
             raise ConfigError("--load-client", [f"{client!r}: use {' or '.join(CLIENTS)}"])
+        if client == "librdkafka" and importlib.util.find_spec("confluent_kafka") is None:
+            raise ConfigError("--load-client", ["librdkafka needs confluent-kafka (pyproject's dev extra)"])
         if rate_per_s <= 0:
             raise ConfigError("--rate", [f"{rate_per_s}: must be > 0 messages/s"])
         if message_bytes < 1 or message_bytes > 1_000_000:
@@ -193,12 +201,8 @@ class ProducerLoad:
             wait(0)
 
     def _run_librdkafka(self) -> None:
-        try:
-            from confluent_kafka import KafkaException, Producer
-        except ImportError:  # a dev dependency (pyproject's dev extra)
-            self.stats.errors += 1
-            self.stats.last_error = "the librdkafka load needs confluent-kafka: pip install confluent-kafka"
-            return
+        from confluent_kafka import KafkaException, Producer  # found at __init__
+
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -215,8 +219,7 @@ class ProducerLoad:
             try:
                 producer.produce(self.topic, payload, key, on_delivery=self._on_delivery)
             except (BufferError, KafkaException) as e:  # local queue full: count and go on
-                self.stats.errors += 1
-                self.stats.last_error = f"{type(e).__name__}: {e}"
+                self.stats.count_error(f"{type(e).__name__}: {e}")
                 return
             self.stats.sent += 1
 
@@ -227,8 +230,7 @@ class ProducerLoad:
 
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
-            self.stats.errors += 1
-            self.stats.last_error = str(err)
+            self.stats.count_error(str(err))
             return
         self.stats.acked += 1
         self.stats.acked_by_partition[msg.partition()] += 1
@@ -241,8 +243,7 @@ class ProducerLoad:
         try:
             future = producer.send(self.topic, key=key, value=payload)
         except Exception as e:  # buffer full or metadata timeout: count and go on
-            self.stats.errors += 1
-            self.stats.last_error = f"{type(e).__name__}: {e}"
+            self.stats.count_error(f"{type(e).__name__}: {e}")
             return
         self.stats.sent += 1
         future.add_callback(self._on_ack, sent_at)
@@ -255,8 +256,7 @@ class ProducerLoad:
         self.stats.recent_latencies.append((now, now - sent_at, metadata.partition))
 
     def _on_error(self, exc: BaseException) -> None:
-        self.stats.errors += 1
-        self.stats.last_error = f"{type(exc).__name__}: {exc}"
+        self.stats.count_error(f"{type(exc).__name__}: {exc}")
 
 
 class ConsumerLoad:

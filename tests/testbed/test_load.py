@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 
 import pytest
@@ -109,8 +110,6 @@ def test_both_clients_put_a_key_on_one_partition_and_time_every_ack(cluster3, ad
     """Each client's load acks all it sent, with a latency for every ack, and a key lands on the
     same partition through either (murmur2, as the Java client): a bench's skew is the same
     whichever client carries its load."""
-    import time
-
     ensure_topic(admin, topic_name, 6, 3)
     partitions = {}
     for client in CLIENTS:
