@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import shutil
 import statistics
 import tempfile
@@ -130,6 +131,13 @@ def run_draws(args: argparse.Namespace) -> None:
     import fault_matrix as fm  # bench/ is on sys.path (run as a script)
 
     chosen = fm.draws(args.draws, args.seed, args.fault_s, tuple(args.kinds.split(",")))
+    if args.only:
+        wanted = set(args.only.split(","))
+        if unknown := wanted - {s.name for s in chosen}:
+            raise SystemExit(
+                f"--only: no draw {', '.join(sorted(unknown))} among {', '.join(s.name for s in chosen)}"
+            )
+        chosen = [s for s in chosen if s.name in wanted]
     print(
         f"with remediation: demote_leadership, followers: {args.followers}; producers on {args.load_client}",
         flush=True,
@@ -181,7 +189,8 @@ def run_draws(args: argparse.Namespace) -> None:
                         if r["recovered"] is not None
                         else f", p99 at the end by topic@leader {_ms(r.get('last_p99_ms'))}"
                     )
-                    + (f", error {r['error']}" if r.get("error") else ""),
+                    + (f", error {r['error']}" if r.get("error") else "")
+                    + f", findings {_found(r.get('findings'))}",
                     flush=True,
                 )
             analyzer.stop()
@@ -216,9 +225,20 @@ def warm_up(analyzer: AnalyzerComponent) -> None:
     time.sleep(20)
 
 
-def any_slow_broker(analyzer: AnalyzerComponent, victims: tuple[int, ...]) -> bool:
+def any_slow_broker(
+    analyzer: AnalyzerComponent,
+    victims: tuple[int, ...],
+    seen: dict[str, float] | None = None,
+    onset: float = 0.0,
+) -> bool:
+    """A ``slow_broker`` finding for a victim is active. ``seen`` (if given) gets every finding
+    active now that it does not hold yet, ``rule subject stage`` → seconds since ``onset``
+    (monotonic): what the analyzer said instead, when the row says "not found"."""
     svc = analyzer.service
     active = svc.engine.tracker.active if svc is not None else {}
+    if seen is not None:
+        for (rule, subject), f in list(active.items()):
+            seen.setdefault(f"{rule} {subject} {f.evidence.get('stage', '-')}", time.monotonic() - onset)
     return any(("slow_broker", f"broker:{v}") in active for v in victims)
 
 
@@ -246,11 +266,12 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
     # The line is absolute (300 ms): what the producers ack in before the fault says how far the
     # machine's own load already is from it.
     before = p99_by_leader(admin, loads.running)
+    seen: dict[str, float] = {}  # findings during the draw (one active before it: at +0 s)
     try:
         r = fault_round(
             admin,
             lambda: loads.running,
-            functools.partial(any_slow_broker, analyzer, s.victims),
+            functools.partial(any_slow_broker, analyzer, s.victims, seen, time.monotonic()),
             s.victims,
             s.fault(ctx),
             s.fault_s,
@@ -267,7 +288,14 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
             "before_p99_ms": before,
             "error": repr(e),
         }
-    return {**r, "before_p99_ms": before}
+    return {**r, "before_p99_ms": before, "findings": seen}
+
+
+def _found(seen: dict[str, float] | None) -> str:
+    """The findings active during a draw, each with the seconds from the onset it was first seen."""
+    return (
+        "; ".join(f"{k} +{v:.0f} s" for k, v in sorted((seen or {}).items(), key=lambda kv: kv[1])) or "none"
+    )
 
 
 def _ms(p99: dict[str, float | None] | None) -> str:
@@ -286,14 +314,15 @@ def summarize_draws(rows: list[tuple[str, Any, dict]]) -> None:
     print("time from fault onset to the worst producer's ack p99 back under 300 ms (3 s calm):")
     for mode in ("without", "with"):
         got = [(s, r) for m, s, r in rows if m == mode and s.name in crossed]
-        values = [r["recovered"] if r["recovered"] is not None else s.fault_s for s, r in got]
-        capped = sum(1 for _, r in got if r["recovered"] is None)
-        if not values:
+        if not got:
             continue
-        p90 = statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
+        values = [r["recovered"] for _, r in got]
+        cap = max(s.fault_s for s, _ in got)
+        missed = sum(1 for v in values if v is None)
         print(
-            f"  {mode:>7} remediation: median {statistics.median(values):.1f} s, p90 {p90:.1f} s"
-            f" over {len(values)} draws ({capped} not recovered within the fault: counted as its length)"
+            f"  {mode:>7} remediation: median {fmt(rank_quantile(values, 0.5), cap).strip()} s, "
+            f"p90 {fmt(rank_quantile(values, 0.9), cap).strip()} s over {len(values)} draws "
+            f"({missed} not recovered within the fault)"
         )
     by_kind: dict[str, list[str]] = {}
     for m, s, r in rows:
@@ -301,6 +330,19 @@ def summarize_draws(rows: list[tuple[str, Any, dict]]) -> None:
             by_kind.setdefault(s.kind, []).append(f"{m}:{fmt(r['recovered'], s.fault_s).strip()}")
     for kind, vals in sorted(by_kind.items()):
         print(f"  {kind:<18} {', '.join(vals)}")
+
+
+def rank_quantile(values: list[float | None], q: float) -> float | None:
+    """The ``q`` quantile by nearest rank (the smallest value with at least ``q`` of them at or
+    below it: never beyond the data); for ``q`` 0.5 the usual median (the mean of the middle two
+    of an even count). None stands for a draw not recovered within its fault, which ranks above
+    every time: a quantile that falls on one is None (printed "> fault")."""
+    ranked = sorted(values, key=lambda v: math.inf if v is None else v)
+    n = len(ranked)
+    if q == 0.5 and n % 2 == 0:
+        low, high = ranked[n // 2 - 1], ranked[n // 2]
+        return None if low is None or high is None else (low + high) / 2
+    return ranked[max(math.ceil(q * n), 1) - 1]
 
 
 def fmt(v: float | None, cap: float) -> str:
@@ -339,6 +381,11 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=0, help="time N random fault draws instead of rounds")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kinds", default=",".join(REMEDIABLE), help="fault kinds to draw from")
+    ap.add_argument(
+        "--only",
+        help="with the draws: run only these of them, by name (comma-separated, e.g. d02-slow_disk-b1): "
+        "one draw of a run again, the same as in it (the draws depend on --draws, --seed and --kinds)",
+    )
     ap.add_argument(
         "--followers",
         choices=("keep", "drop"),
