@@ -664,6 +664,7 @@ class Run:
     window_s: int  # the agents' windows
     newest_rows: list[tuple[int, int]] = field(default_factory=list)  # Ticker.newest_rows
     scenarios: list[Scenario] = field(default_factory=list)  # what ran (a draw is not in the code)
+    cluster: str = CLUSTER  # the records' cluster name (bench/remediation_recover.py's draws: "demo")
 
 
 def save_run(result: Run, path: Path) -> None:
@@ -677,6 +678,7 @@ def save_run(result: Run, path: Path) -> None:
         "ticks": result.ticks,
         "newest_rows": result.newest_rows,
         "scenarios": [asdict(x) for x in result.scenarios],
+        "cluster": result.cluster,
         "records": [r.to_json().decode() for r in result.records],
     }
     path.write_text(json.dumps(doc))
@@ -697,6 +699,7 @@ def load_run(path: Path) -> Run:
         int(doc.get("window_s", 2)),  # runs saved before the option had 2 s windows
         [tuple(x) for x in doc.get("newest_rows", [])],  # runs saved before run 24 have none
         [_scenario(x) for x in doc.get("scenarios", [])],  # runs saved before the draws: the code's
+        doc.get("cluster", CLUSTER),
     )
 
 
@@ -928,12 +931,12 @@ def run(chosen: list[Scenario], args: argparse.Namespace) -> Run:
 
 
 def replay(
-    records: list[R.Record], spans: list[tuple[float, float]], window_s: int
+    records: list[R.Record], spans: list[tuple[float, float]], window_s: int, cluster: str = CLUSTER
 ) -> tuple[list[tuple[float, R.Finding]], WindowState]:
     """The analyzer's engine over the agents' windows, at every window end within ``spans``:
     what the rules say without the pipeline's delay. Returns the emitted findings (at the
     evaluation's time) and the state (for the effect checks)."""
-    state = WindowState(CLUSTER, window_s, horizon_ms=1 << 40, max_records=1 << 30)
+    state = WindowState(cluster, window_s, horizon_ms=1 << 40, max_records=1 << 30)
     state.add(records)
     sink = TimedSink()
     info_too = SeverityPolicyConfig(
@@ -966,7 +969,7 @@ def explain_draw(result: Run, name: str) -> list[str]:
     onset = marks["fault"][0]
     start, end = marks["before"][0], marks["after"][1]
     step = result.window_s * 1000
-    state = WindowState(CLUSTER, result.window_s, horizon_ms=1 << 40, max_records=1 << 30)
+    state = WindowState(result.cluster, result.window_s, horizon_ms=1 << 40, max_records=1 << 30)
     state.add(result.records)
     cfg = sb.SlowBrokerConfig()
     out = [f"{name}: fault {marks['fault'][1] - onset:.0f} s; window ends from the onset"]
@@ -1588,7 +1591,7 @@ def main() -> None:
         print("\n".join(explain_draw(result, args.explain)))
         return
     spans = [(m["before"][0], m["after"][1]) for m in result.phases.marks.values()]
-    replayed, state = replay(result.records, spans, result.window_s)
+    replayed, state = replay(result.records, spans, result.window_s, result.cluster)
     rows = table([s for s in chosen if s.name in result.phases.marks], result, replayed, state)
     print_table(rows)
     summary = summarize(rows)

@@ -34,7 +34,11 @@ machine's own load already holds them from the line.
 
 ``--save-run F`` writes the rounds (with their onset and removal, wall clock ms), the agents'
 windows from the samples topic and the analyzer's findings from the findings topic as one JSON
-document, to replay the rules over the same windows (``bench/fault_matrix.py``'s ``replay``).
+document, to replay the rules over the same windows (``bench/fault_matrix.py``'s ``replay``);
+with ``--draws``, a run in ``bench/fault_matrix.py``'s own form, so that its ``--from-run F
+--explain DRAW`` walks the model over one draw's windows. ``--only NAMES`` re-runs named draws
+of a run (the same draws: they depend on ``--draws``, ``--seed`` and ``--kinds``). Each draw's
+row lists the findings active during it and how far behind the analyzer's newest window was.
 
 ``--load-client librdkafka`` runs the producers on librdkafka (confluent-kafka), which times each
 ack itself, in C, from ``produce()`` to the broker's answer. With kafka-python's loads (the
@@ -54,6 +58,7 @@ the order of its figures); its figures are not a measurement.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -190,12 +195,14 @@ def run_draws(args: argparse.Namespace) -> None:
                         else f", p99 at the end by topic@leader {_ms(r.get('last_p99_ms'))}"
                     )
                     + (f", error {r['error']}" if r.get("error") else "")
-                    + f", findings {_found(r.get('findings'))}",
+                    + f"; {r.get('watch', '')}",
                     flush=True,
                 )
             analyzer.stop()
             analyzer = None
         admin.close()
+        if args.save_run is not None:
+            save_draws(args.save_run, state.bootstrap, agents.window_s, rows)
     finally:
         faults.revert_all()
         if analyzer is not None:
@@ -214,6 +221,33 @@ def run_draws(args: argparse.Namespace) -> None:
     summarize_draws(rows)
 
 
+def save_draws(path: Path, bootstrap: str, window_s: int, rows: list[tuple[str, Any, dict]]) -> None:
+    """The draws as a run of ``bench/fault_matrix.py`` (``save_run``): the agents' windows from
+    the samples topic, the analyzer's findings from the findings topic and each draw's spans,
+    named as the draw (``+remediation`` in the pass with it), so that ``fault_matrix.py
+    --from-run F --explain NAME`` walks the model over a draw's windows."""
+    import fault_matrix as fm
+
+    phases = fm.Phases()
+    for mode, s, r in rows:
+        if "marks" in r:
+            phases.marks[s.name if mode == "without" else f"{s.name}+remediation"] = r["marks"]
+    findings = read_samples(bootstrap, R.FINDINGS_TOPIC)
+    live = [(f.ts_ms / 1000, f) for f in findings if isinstance(f, R.Finding)]
+    run = fm.Run(
+        phases,
+        live,
+        [],
+        [],
+        read_samples(bootstrap),
+        window_s,
+        scenarios=[s for m, s, _ in rows if m == rows[0][0]],
+        cluster="demo",  # the demo's agents (testbed.demo.agents)
+    )
+    fm.save_run(run, path)
+    print(f"run saved to {path} (bench/fault_matrix.py --from-run {path} --explain DRAW)", flush=True)
+
+
 def warm_up(analyzer: AnalyzerComponent) -> None:
     warm = time.monotonic()
     while (
@@ -225,20 +259,44 @@ def warm_up(analyzer: AnalyzerComponent) -> None:
     time.sleep(20)
 
 
+@dataclasses.dataclass
+class DrawWatch:
+    """What the analyzer said during a draw, beside the row's times, until the victim's
+    slow_broker: every finding active at some point (``rule subject stage`` → seconds from the
+    onset it was first seen; one active before the onset at +0 s), and how far behind the wall
+    clock its newest window with a broker's rows was at worst (a fault that slows the cluster
+    its own samples ride on can leave it blind)."""
+
+    onset: float
+    findings: dict[str, float] = dataclasses.field(default_factory=dict)
+    worst_behind_s: float = 0.0
+
+    def observe(self, analyzer: AnalyzerComponent) -> None:
+        svc = analyzer.service
+        if svc is None:
+            return
+        for (rule, subject), f in list(svc.engine.tracker.active.items()):
+            self.findings.setdefault(
+                f"{rule} {subject} {f.evidence.get('stage', '-')}", time.monotonic() - self.onset
+            )
+        last = svc.last
+        if last is not None and last.broker_stages:
+            newest_end_s = (max(w.window_start_ms for w in last.broker_stages) + last.window_s * 1000) / 1000
+            self.worst_behind_s = max(self.worst_behind_s, time.time() - newest_end_s)
+
+    def __str__(self) -> str:
+        found = "; ".join(f"{k} +{v:.0f} s" for k, v in sorted(self.findings.items(), key=lambda kv: kv[1]))
+        return f"findings {found or 'none'}; the analyzer's newest window at worst {self.worst_behind_s:.0f} s behind"
+
+
 def any_slow_broker(
-    analyzer: AnalyzerComponent,
-    victims: tuple[int, ...],
-    seen: dict[str, float] | None = None,
-    onset: float = 0.0,
+    analyzer: AnalyzerComponent, victims: tuple[int, ...], watch: DrawWatch | None = None
 ) -> bool:
-    """A ``slow_broker`` finding for a victim is active. ``seen`` (if given) gets every finding
-    active now that it does not hold yet, ``rule subject stage`` → seconds since ``onset``
-    (monotonic): what the analyzer said instead, when the row says "not found"."""
+    """A ``slow_broker`` finding for a victim is active (``watch``, if given, observes too)."""
+    if watch is not None:
+        watch.observe(analyzer)
     svc = analyzer.service
     active = svc.engine.tracker.active if svc is not None else {}
-    if seen is not None:
-        for (rule, subject), f in list(active.items()):
-            seen.setdefault(f"{rule} {subject} {f.evidence.get('stage', '-')}", time.monotonic() - onset)
     return any(("slow_broker", f"broker:{v}") in active for v in victims)
 
 
@@ -262,16 +320,18 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
     except Exception as e:  # said; the draw runs on the leaders there are
         print(f"preferred leaders not restored before {s.name}: {e!r}", flush=True)
     loads.set(s.load)
+    before_t = time.time()
     time.sleep(args.before_s)
     # The line is absolute (300 ms): what the producers ack in before the fault says how far the
     # machine's own load already is from it.
     before = p99_by_leader(admin, loads.running)
-    seen: dict[str, float] = {}  # findings during the draw (one active before it: at +0 s)
+    watch = DrawWatch(time.monotonic())
+    onset_t = time.time()
     try:
         r = fault_round(
             admin,
             lambda: loads.running,
-            functools.partial(any_slow_broker, analyzer, s.victims, seen, time.monotonic()),
+            functools.partial(any_slow_broker, analyzer, s.victims, watch),
             s.victims,
             s.fault(ctx),
             s.fault_s,
@@ -288,14 +348,10 @@ def draw_round(admin, analyzer, loads, ctx, s, mode: str, args: argparse.Namespa
             "before_p99_ms": before,
             "error": repr(e),
         }
-    return {**r, "before_p99_ms": before, "findings": seen}
-
-
-def _found(seen: dict[str, float] | None) -> str:
-    """The findings active during a draw, each with the seconds from the onset it was first seen."""
-    return (
-        "; ".join(f"{k} +{v:.0f} s" for k, v in sorted((seen or {}).items(), key=lambda kv: kv[1])) or "none"
-    )
+    end_t = time.time()
+    # The spans bench/fault_matrix.py's --explain reads from a saved run (its Phases.marks).
+    marks = {"before": (before_t, onset_t), "fault": (onset_t, end_t), "after": (end_t, end_t + 30.0)}
+    return {**r, "before_p99_ms": before, "watch": str(watch), "marks": marks}
 
 
 def _ms(p99: dict[str, float | None] | None) -> str:
@@ -374,7 +430,12 @@ def main() -> None:
         default=PAUSE_MS,
         help="broker 2 is paused this long of every 1000 ms (400: its leaders' acks=all p99 sits on the 300 ms line)",
     )
-    ap.add_argument("--save-run", type=Path, help="write rounds, windows and findings here (JSON)")
+    ap.add_argument(
+        "--save-run",
+        type=Path,
+        help="write rounds (or draws), windows and findings here (JSON; the draws in bench/fault_matrix.py's "
+        "form, for its --from-run F --explain DRAW)",
+    )
     ap.add_argument(
         "--keep-audit", type=Path, help="--draws: copy the remediator's audit log here at the end"
     )

@@ -45,6 +45,30 @@ def test_an_unknown_scenario_names_the_ones_the_run_holds() -> None:
         fault_matrix.explain_draw(fault_matrix.smoke_run("leader_pause_400"), "d99")
 
 
+def test_a_saved_run_keeps_its_cluster_so_the_walk_reads_its_records(tmp_path: Path) -> None:
+    """bench/remediation_recover.py's draws save runs whose agents name the cluster "demo": the
+    walk over them must read those records, not look for the fault matrix's own cluster."""
+    import dataclasses
+
+    from linkwatch import records as R
+
+    run = fault_matrix.smoke_run("leader_pause_400")
+    demo = dataclasses.replace(
+        run,
+        records=[dataclasses.replace(r, cluster="demo") for r in run.records],
+        cluster="demo",
+    )
+    assert {r.cluster for r in demo.records if isinstance(r, R.StageSketch)} == {"demo"}
+    fault_matrix.save_run(demo, tmp_path / "run.json")
+    loaded = fault_matrix.load_run(tmp_path / "run.json")
+    assert loaded.cluster == "demo"
+    assert fault_matrix.explain_draw(loaded, "leader_pause_400") == fault_matrix.explain_draw(
+        run, "leader_pause_400"
+    )
+    # Without the cluster (as saved before it was kept), the same records say nothing.
+    assert len(fault_matrix.explain_draw(dataclasses.replace(loaded, cluster="fm"), "leader_pause_400")) == 1
+
+
 # --- judging: flaps --------------------------------------------------------------------------
 
 TWO_SLOW = fault_matrix.Scenario("d15-two_slow-b13", "two_slow", (1, 3), {}, {"mix": "both"}, 60.0)
