@@ -195,7 +195,7 @@ def run_draws(args: argparse.Namespace) -> None:
                         else f", p99 at the end by topic@leader {_ms(r.get('last_p99_ms'))}"
                     )
                     + (f", error {r['error']}" if r.get("error") else "")
-                    + f"; {r.get('watch', '')}",
+                    + (f"; {r['watch']}" if r.get("watch") else ""),
                     flush=True,
                 )
             analyzer.stop()
