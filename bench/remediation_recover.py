@@ -202,7 +202,7 @@ def run_draws(args: argparse.Namespace) -> None:
             analyzer = None
         admin.close()
         if args.save_run is not None:
-            save_draws(args.save_run, state.bootstrap, agents.window_s, rows)
+            save_draws(args.save_run, state.bootstrap, agents.window_s, chosen, rows)
     finally:
         faults.revert_all()
         if analyzer is not None:
@@ -221,7 +221,9 @@ def run_draws(args: argparse.Namespace) -> None:
     summarize_draws(rows)
 
 
-def save_draws(path: Path, bootstrap: str, window_s: int, rows: list[tuple[str, Any, dict]]) -> None:
+def save_draws(
+    path: Path, bootstrap: str, window_s: int, chosen: list[Any], rows: list[tuple[str, Any, dict]]
+) -> None:
     """The draws as a run of ``bench/fault_matrix.py`` (``save_run``): the agents' windows from
     the samples topic, the analyzer's findings from the findings topic and each draw's spans,
     named as the draw (``+remediation`` in the pass with it), so that ``fault_matrix.py
@@ -241,7 +243,7 @@ def save_draws(path: Path, bootstrap: str, window_s: int, rows: list[tuple[str, 
         [],
         read_samples(bootstrap),
         window_s,
-        scenarios=[s for m, s, _ in rows if m == rows[0][0]],
+        scenarios=chosen,
         cluster="demo",  # the demo's agents (testbed.demo.agents)
     )
     fm.save_run(run, path)
