@@ -108,10 +108,10 @@ def busy_windows(lines: Iterable[bytes], request: str, window_ms: int) -> Window
         for w, part in spread(req.ts_ms, served, window_ms):
             busy = out.by_start[w].setdefault(req.connection, Busy())
             busy.served_ms += part
+            busy.line = busy.line or req.line  # the connection's client id, in every window it spans
             if w == end_window:
                 busy.completed += 1
                 busy.slowest_ms = max(busy.slowest_ms, served)
-                busy.line = busy.line or req.line
     return out
 
 

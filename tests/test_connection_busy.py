@@ -94,6 +94,15 @@ def test_a_request_spanning_windows_is_split_over_them_and_lines_not_requests_ar
         T0_MS: 1000,
     }
     assert got.by_start[T0_MS]["c"].completed == 1 and got.by_start[T0_MS - 5000]["c"].completed == 0
+    assert cb.report(got, top=1, saturated=0.3, zero_ms=T0_MS)[0].split()[:7] == [
+        "-5.0s",
+        "1",
+        "conns",
+        "1",
+        "saturated",
+        "x",
+        "0.40",
+    ]  # the client is named in a window its request spans without completing
     assert got.dropped == {"not_a_request_line": 1}
 
 
