@@ -29,7 +29,11 @@ module walks those readings over time and writes the findings:
 * **The stage** is the one the episode's evidence names most: its own stage where its own work
   was out of line in more than half of its blamed windows (a request queue behind an
   out-of-line disk is the disk's: ``local``), else ``remote`` (its peers wait on it), else
-  ``unseen`` (only the probe sees it: a stall before its timers start, or its network).
+  ``unseen`` where the probe's acks=1 produce to it was out of line in more than half of its
+  blamed windows (its own process or path, whatever replication wait it keeps beside: its
+  followers' fetches travel the same path), else ``remote`` (it waits on a follower nobody
+  names), else ``unseen`` (only the probe sees it: a stall before its timers start, or its
+  network).
 * **The cluster.** Windows read as common mode walk a cluster score of their own; while it is
   active there is a ``cluster_slow`` finding (the findings policy stands remediation down while
   it is). While the newest window reads common or that finding is active, a broker finding is
@@ -424,7 +428,13 @@ def finding_stage(episode: Sequence[tuple[Reading, list[Signal]]]) -> tuple[str,
         top = max(votes, key=lambda s: (votes[s], round(excess[s], 3), order.get(s, -9)))
         return top, dict(excess)
     families = {s.family for sigs in blamed for s in sigs}
-    if WAITED_ON in families or WAITS in families:
+    if WAITED_ON in families:
+        return "remote", dict(excess)
+    # The probe's acks=1 produce holds no replication: out of line, only the leader's own process
+    # or path moves it. A replication wait the leader keeps beside it, with no follower to
+    # explain it, is the same path seen by its followers' fetches (their responses travel it).
+    alone = sum(1 for sigs in blamed if any(s.family == PROBE and s.leader_alone for s in sigs))
+    if WAITS in families and 2 * alone <= len(blamed):
         return "remote", dict(excess)
     if PROBE in families:
         return UNSEEN, dict(excess)

@@ -11,7 +11,9 @@ only ever lower REMEDIATE to NOTIFY (each a small named function, the reason kep
 * a severity below ``remediate_min_severity`` (a degraded finding) → NOTIFY, unless allowed;
 * a slow broker whose excess is not in its own stages (``send``/``throttle``: a slow client;
   ``remote``: a follower) → NOTIFY, unless allowed; a finding about the stalled follower itself
-  (``remote`` with ``slow_follower`` = the subject) is the broker's own and may be remediated.
+  (``remote`` with ``slow_follower`` = the subject) is the broker's own and may be remediated, and
+  so is ``unseen`` (its clients wait on it before its timers start: its process or its network
+  path) when a family of evidence from its own request timings stands beside the probe's.
 
 A rule with no match and no ``default`` override notifies, which keeps every finding reaching
 the notifiers for unknown rules.
@@ -41,6 +43,10 @@ from linkwatch.records import Finding
 SEVERITIES = ("info", "warning", "critical")
 # Stages whose excess is the broker's own work: moving its leadership away helps.
 OWN_STAGES = ("requestQueue", "local", "responseQueue")
+# The slow-broker finding's words for what only the probe sees, and for the probe's family of
+# evidence (analyzer.blame's UNSEEN and PROBE; the findings floor does not import the analyzer).
+UNSEEN_STAGE = "unseen"
+PROBE_FAMILY = "probe"
 
 
 class Action(enum.Enum):
@@ -145,13 +151,27 @@ def _is_stalled_follower(f: Finding) -> bool:
     return follower is not None and f.subject == f"broker:{follower}"
 
 
+def _is_own_unseen(f: Finding) -> bool:
+    """Stage ``unseen``: clients wait on the broker before its timers start (a stalled process,
+    a slow path to it), seen by the probe. Its own when the evidence has a second family beside
+    the probe's, from the broker's own request timings (its own replication wait, serving few,
+    peers waiting on it): two views agree. The probe alone may be the probe's own path."""
+    families = f.evidence.get("families")
+    if not isinstance(families, list) or not all(isinstance(x, str) for x in families):
+        return False
+    return PROBE_FAMILY in families and len(set(families) - {PROBE_FAMILY}) >= 1
+
+
 # Rule 4 — a slow broker whose excess is a client's (send/throttle) or another broker's (remote,
-# a leader waiting on a follower; but a finding about the stalled follower itself is its own).
+# a leader waiting on a follower; but a finding about the stalled follower itself is its own,
+# and so is a corroborated unseen stall: its process or its path).
 def foreign_stage(f: Finding, row: PolicyRule | None) -> str | None:
     if f.rule != "slow_broker" or (row and row.allow_foreign_stage):
         return None
     stage = f.evidence.get("stage")
     if stage == "remote" and _is_stalled_follower(f):
+        return None
+    if stage == UNSEEN_STAGE and _is_own_unseen(f):
         return None
     if stage not in OWN_STAGES:
         return f"excess in stage {stage!r}, not the broker's own ({', '.join(OWN_STAGES)}): notify only"

@@ -226,6 +226,40 @@ def test_a_waiting_leader_slow_to_the_probe_only_end_to_end_is_no_stall_of_its_o
         assert "cluster_slow" in {f.rule for f in findings}, [f.rule for f in findings]
 
 
+@pytest.mark.parametrize(
+    ("leader_produce_ms", "stage"),
+    [
+        # A slow path to broker 2 (a congested link, recovery bench d04 of seed 2027): its acks=1
+        # probes are late (no replication in them), and as a leader it waits on followers that
+        # no other leader waits on: their fetch responses travel the same path. Its own.
+        (600.0, "unseen"),
+        # The same wait with its acks=1 probes in line (read back late only): the wait is on a
+        # follower the model cannot name, not the leader's own.
+        (5.0, "remote"),
+    ],
+)
+def test_a_leader_whose_acks1_probes_are_late_keeps_its_unexplained_wait_as_its_own_path(
+    leader_produce_ms: float, stage: str
+) -> None:
+    fault = range(8, 12)
+    special: dict[int, dict[int, dict]] = {
+        b: {i: {**jitter(b, i), "count": 100} for i in range(12)} for b in range(3)
+    }
+    for i in fault:
+        special[2][i] = {**waiting(700.0), "count": 100}
+    stages = scenario(12, 3, special)
+    probes = [
+        _probe(b, i, *((leader_produce_ms, 900.0) if b == 2 and i in fault else (5.0, 12.0)))
+        for b in range(3)
+        for i in range(12)
+    ]
+    findings = SlowBrokerDetector(SlowBrokerConfig()).detect(
+        dataclasses.replace(stages, probes=probes), now_after(12)
+    )
+    slow = {f.subject: f.evidence["stage"] for f in findings if f.rule == "slow_broker"}
+    assert slow == {"broker:2": stage}, [(f.rule, f.subject, f.evidence.get("families")) for f in findings]
+
+
 def _tail_row(broker: int, i: int, p90: float, p99: float) -> ProbeBrokerWindow:
     """A probe row whose produce and end-to-end p90 and p99 are as given (40 probes decided)."""
     return dataclasses.replace(

@@ -14,6 +14,7 @@ def finding(
     active: bool = True,
     ts_ms: int = 1000,
     follower: int | None = None,
+    families: list | None = None,
 ) -> Finding:
     return Finding(
         cluster="c",
@@ -23,7 +24,9 @@ def finding(
         subject=subject,
         severity=severity,
         summary=f"{rule} {subject}",
-        evidence={"stage": stage} | ({"slow_follower": follower} if follower is not None else {}),
+        evidence={"stage": stage}
+        | ({"slow_follower": follower} if follower is not None else {})
+        | ({"families": families} if families is not None else {}),
         action="look",
         active=active,
     )
