@@ -15,6 +15,8 @@ line is counted in ``health`` by reason).
 
 from __future__ import annotations
 
+import re
+
 import orjson
 
 from agent.health import Health
@@ -54,12 +56,13 @@ _TOTAL = b',"totalTimeMs":'
 _SHAPE_BYTES = 72
 _FETCH_SHAPES: dict[bytes, str] = {}
 # The stage keys after totalTimeMs in the order the broker writes them (ROW_ORDER); a tail's
-# stage part with its numbers taken out is exactly _SKELETON, or not the usual shape. Numbers
-# are digits and dots only (no sign, no exponent: anything else takes the general path).
+# stage part with each run of number characters replaced by one # is exactly _SKELETON, or not
+# the usual shape (so a digit slipped in beside a key is never read into a number). Numbers are
+# digits and dots only (no sign, no exponent: anything else takes the general path).
 _ROW_KEYS = tuple(b',"%s":' % STAGE_KEYS[i].encode() for i in ROW_ORDER[1:])
-_NUMBER_CHARS = b"0123456789."
-_SKELETON = b"".join(_ROW_KEYS)
-_KEY_CHARS = bytes(sorted(set(_SKELETON) - set(b",")))
+_NUMBERS = re.compile(rb"[0-9.]+")
+_SKELETON = b"#" + b"#".join(_ROW_KEYS) + b"#"
+_KEY_CHARS = bytes(sorted(set(b"".join(_ROW_KEYS)) - set(b",")))
 _CONN_CHARS = bytes(range(ord("0"), ord("9") + 1)) + bytes(range(ord("A"), ord("Z") + 1))
 _CONN_CHARS += bytes(range(ord("a"), ord("z") + 1)) + b".:-_[]%/"
 # Non-negative values each below this sum to below parse.MAX_STAGE_MS in any order.
@@ -241,7 +244,7 @@ def _stage_rows(nums: list[bytes], conns: list[bytes]) -> list[list[float] | Non
         return []
     text = b"[[" + b"],[".join(nums) + b"]]"
     rows: list[list[float] | None] | None = None
-    if text.translate(None, _NUMBER_CHARS) == b"[[" + b"],[".join([_SKELETON] * n) + b"]]" and b"\n".join(
+    if _NUMBERS.sub(b"#", text) == b"[[" + b"],[".join([_SKELETON] * n) + b"]]" and b"\n".join(
         conns
     ).translate(None, _CONN_CHARS) == b"\n".join([b'""'] * n):
         try:  # the keys taken out: the numbers as nested arrays
@@ -257,7 +260,7 @@ def _stage_rows(nums: list[bytes], conns: list[bytes]) -> list[list[float] | Non
 
 def _stage_row(num: bytes, conn: bytes) -> list[float] | None:
     """:func:`_stage_rows` for one tail."""
-    if num.translate(None, _NUMBER_CHARS) != _SKELETON or conn.translate(None, _CONN_CHARS) != b'""':
+    if _NUMBERS.sub(b"#", num) != _SKELETON or conn.translate(None, _CONN_CHARS) != b'""':
         return None
     try:
         return orjson.loads(b"[" + num.translate(None, _KEY_CHARS) + b"]")

@@ -132,6 +132,9 @@ SHAPES = [
     ),
     ("tail after the last brace", REAL[: REAL.rindex(b',"securityProtocol"') + 25], False),
     ("extra key in the tail", REAL.replace(b',"totalTimeMs":', b',"x":1,"totalTimeMs":'), False),
+    ("a digit between a number and its key", REAL.replace(b',"sendTimeMs":', b',1"sendTimeMs":'), False),
+    ("a digit inside a stage key", REAL.replace(b',"sendTimeMs":', b',"send1TimeMs":'), False),
+    ("a dot before a key's colon", REAL.replace(b'"sendTimeMs":', b'"sendTimeMs".:'), False),
     ("unknown request type", REAL.replace(b'"requestApiKeyName":"', b'"requestApiKeyName":"X'), False),
     (
         "request object before the header ends",
