@@ -36,6 +36,9 @@ class Health:
         # Saves of the request log's position that failed (a full or read-only disk): the
         # windows are published all the same; a restart re-reads from the last saved position.
         self.position_save_failures = 0
+        # Service time (µs) of connections beyond the per-window bound, not timed per connection
+        # (agent.requestlog.window.MAX_CONNECTIONS).
+        self.untimed_connection_us = 0
         self._log_every_s = log_every_s
         self._clock = clock
         self._last_log: dict[str, float] = {}

@@ -206,6 +206,7 @@ class Agent:
         records: list[Record] = []
         for win in closed if self.capture is None else self._scale_sampled(closed):
             self.metrics.add_window(win, self._histogram_requests)
+            self.health.untimed_connection_us += win.untracked_busy_us
             records += win.sketches
             records += win.slow_requests
             for listener in self.listeners:

@@ -16,7 +16,7 @@ Every record is a JSON object with an envelope and a body::
   older readers drop every record of the new version as ``future_version``. Kinds added so far
   at ``v`` 1: ``probe`` (:class:`ProbeSample`); optional fields added at ``v`` 1:
   ``ProbeSample.commit_*``, ``StageSketch.capture_ratio``, ``StageSketch.window_sketches``,
-  ``StageSketch.capture_exact``.
+  ``StageSketch.capture_exact``, ``StageSketch.connections``, ``StageSketch.saturated_connections``.
 * ``key`` identifies the fact, not the delivery: the same window from the same broker always has
   the same key, so a consumer (the Spark job) drops duplicates from re-sends and restarts.
 * :func:`decode` raises :class:`RecordError` with a short ``reason`` (for a
@@ -122,9 +122,17 @@ class StageSketch(Record):
     # logger switch through the broker's own admin API failed or was late: a stalled broker): the
     # quantiles are still its logged requests', the counts the planned stride's estimate.
     capture_exact: bool = True
+    # On the ``total`` sketch (optional, added at v 1; 0 on the other stages, and from agents
+    # before them): how many client connections the broker served requests of this type in the
+    # window, and how many of them it served for at least 0.9 of the window — back to back, its
+    # client's next request already waiting where no broker timer runs (agent.requestlog.window).
+    connections: int = 0
+    saturated_connections: int = 0
     RANGES: ClassVar[dict[str, tuple[float, float]]] = {
         "capture_ratio": (0.0, 1.0),
         "window_sketches": (-1, 1_000_000),
+        "connections": (-1, 1_000_000),
+        "saturated_connections": (-1, 1_000_000),
     }
 
     def dedup_key(self) -> str:

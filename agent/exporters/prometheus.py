@@ -22,6 +22,8 @@ from agent.health import Health
 from agent.requestlog.window import HISTOGRAM_BOUNDS_MS, ClosedWindow
 
 STAGE_HISTOGRAM = "linkwatch_broker_request_stage_seconds"
+SERVED = "linkwatch_broker_connections_served"
+SATURATED = "linkwatch_broker_connections_saturated"
 BUCKET_LABELS = [*(_b / 1000 for _b in HISTOGRAM_BOUNDS_MS)]
 
 # Gauge name -> (help, extra label names). Sources set values with AgentMetrics.set_gauges.
@@ -53,6 +55,11 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "linkwatch_host_page_cache_bytes": ("Page cache (Cached in /proc/meminfo)", ()),
     "linkwatch_host_disk_write_bytes_per_second": ("Host disk write rate", ()),
     "linkwatch_host_page_cache_window_seconds": ("Page cache bytes / disk write rate", ()),
+    SERVED: ("Client connections served requests of the type in the last closed window", ("request",)),
+    SATURATED: (
+        "Connections served back to back (>= 0.9 of the last closed window): their clients wait unseen",
+        ("request",),
+    ),
 }
 
 
@@ -68,8 +75,14 @@ class AgentMetrics(Collector):
 
     # -- updates (agent thread) ------------------------------------------------------------
     def add_window(self, window: ClosedWindow, requests: frozenset[str] | None = None) -> None:
-        """Add a closed window's histogram counts (only ``requests`` types, if given)."""
+        """Add a closed window's histogram counts, and set its connection gauges (only
+        ``requests`` types, if given)."""
+        totals = [
+            s for s in window.sketches if s.stage == "total" and (requests is None or s.request in requests)
+        ]
         with self._lock:
+            self._gauges[SERVED] = {(s.request,): float(s.connections) for s in totals}
+            self._gauges[SATURATED] = {(s.request,): float(s.saturated_connections) for s in totals}
             for key, (counts, total_ms) in window.histograms.items():
                 if requests is not None and key[0] not in requests:
                     continue
@@ -150,6 +163,12 @@ class AgentMetrics(Collector):
                 "Saves of the request log's position that failed (full or read-only disk); "
                 "windows still published",
                 health.position_save_failures,
+            ),
+            (
+                CounterMetricFamily,
+                "linkwatch_agent_untimed_connection_seconds",
+                "Service time of connections beyond the per-window bound of timed connections",
+                health.untimed_connection_us / 1e6,
             ),
         ):
             one = family(name, doc, labels=["cluster", "broker"])

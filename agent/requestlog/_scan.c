@@ -9,6 +9,7 @@
                          the line is not of the usual shape (Python's general path reads it then)
      secs[k], millis[k]  the stamp's second as the number yyyymmddHHMMSS, and its milliseconds
      stages[7k..7k+6]    the stage times in the order the line writes them (totalTimeMs first)
+     conns[k]            the connection's 64-bit FNV-1a hash (its characters between the quotes)
 
    A line gets a kind only if it is certainly read the same way by LineParser.parse
    (agent/requestlog/parse.py): ASCII only, at most max_line bytes, the zone-less stamp
@@ -28,8 +29,9 @@
    or -1 if they are more than cap (nothing else written is meaningful then), -2 before lw_init.
 
    lw_group then accounts a scanned block's lines at once (scanner.py's BlockScan.group): their
-   stage rows grouped by kind, and the slow ones; lw_unique counts one kind's rows per distinct
-   value of each stage (scanner.py's count_rows, when a window folds them). */
+   stage rows grouped by kind, and the slow ones; lw_busy sums the time served per connection
+   (scanner.py's BlockScan.busy); lw_unique counts one kind's rows per distinct value of each
+   stage (scanner.py's count_rows, when a window folds them). */
 
 #define _GNU_SOURCE
 #include <locale.h>
@@ -154,13 +156,19 @@ static int conn_char(char ch) {
            ch == ':' || ch == '-' || ch == '_' || ch == '[' || ch == ']' || ch == '%' || ch == '/';
 }
 
-/* The tail [c + 1, s): "connection":"…",<the seven stage keys and numbers>, nothing else. */
-static int tail(const char *c, const char *s, double limit, double *out) {
+/* The tail [c + 1, s): "connection":"…",<the seven stage keys and numbers>, nothing else; the
+   connection's characters hashed (FNV-1a, 64 bits) into *conn. */
+static int tail(const char *c, const char *s, double limit, double *out, uint64_t *conn) {
     const char *p = c + 1;
     static const char OPEN[] = "\"connection\":\"";
     if (s - p < (ptrdiff_t)LEN(OPEN) || memcmp(p, OPEN, LEN(OPEN)) != 0) return 0;
     p += LEN(OPEN);
-    while (p < s && conn_char(*p)) p++;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    while (p < s && conn_char(*p)) {
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+        p++;
+    }
+    *conn = h;
     if (p >= s || *p != '"') return 0;
     p++;
     for (int k = 0; k < NSTAGES; k++) {
@@ -201,7 +209,7 @@ static long api_index(const char *p, const char *q, const char *names, long n_na
 
 /* One line [p, nl): its kind (-1 if not of the usual shape), stamp and stage times. */
 static int32_t line(const char *p, const char *nl, long max_line, const char *names, long n_names,
-                    long fetch_index, double limit, int64_t *sec, int64_t *ms, double *out) {
+                    long fetch_index, double limit, int64_t *sec, int64_t *ms, double *out, uint64_t *conn) {
     if (nl - p > max_line || nl - p < BODY_AT + 2 || !is_ascii(p, nl)) return -1;
     if (!stamp(p, sec, ms) || memcmp(p + PREFIX_AT, PREFIX, LEN(PREFIX)) != 0) return -1;
     const char *b = p + BODY_AT;
@@ -219,7 +227,7 @@ static int32_t line(const char *p, const char *nl, long max_line, const char *na
     const char *c = rfind(b, e, CONN, LEN(CONN));
     if (c == NULL) return -1;
     const char *s = find(c, e, SEC, LEN(SEC));
-    if (s == NULL || !tail(c, s, limit, out)) return -1;
+    if (s == NULL || !tail(c, s, limit, out, conn)) return -1;
     if (api == fetch_index && follower_fetch(b, e)) return (int32_t)n_names;
     return (int32_t)api;
 }
@@ -233,7 +241,7 @@ int lw_init(void) {
 
 long lw_scan(const char *buf, long len, long max_line, const char *names, long n_names, long fetch_index,
              double limit, long cap, int64_t *starts, int64_t *ends, int32_t *kinds, int64_t *secs,
-             int64_t *millis, double *stages) {
+             int64_t *millis, double *stages, uint64_t *conns) {
     if (c_locale == (locale_t)0) return -2; /* lw_init not called, or it failed */
     const char *p = buf, *stop = buf + len;
     long k = 0;
@@ -245,8 +253,9 @@ long lw_scan(const char *buf, long len, long max_line, const char *names, long n
         ends[k] = nl - buf;
         secs[k] = 0;
         millis[k] = 0;
+        conns[k] = 0;
         kinds[k] = line(p, nl, max_line, names, n_names, fetch_index, limit, secs + k, millis + k,
-                        stages + (size_t)k * NSTAGES);
+                        stages + (size_t)k * NSTAGES, conns + k);
         k++;
         p = nl + 1;
     }
@@ -298,6 +307,50 @@ long lw_group(const int32_t *kinds, const int64_t *secs, const int64_t *millis, 
     *lo = least;
     *hi = most;
     return m;
+}
+
+/* After lw_scan, for its n lines (each of a kind >= 0): per distinct (kind, connection hash), in the
+   order first seen, its kind at out_kind[i], the first line naming it at out_first[i], and the
+   time the broker spent serving those lines at out_busy_us[i]: the sum of each line's total time
+   (stages[7k], ms; less its remote time for kind fetch_a or fetch_b: a fetch waits in purgatory
+   by design) times 1000, truncated to whole microseconds, so that the sum is exact and the same
+   in any order and grouping (the Python paths truncate the same products). Counted in an
+   open-addressing table: keys and slots have room for cap entries, cap a power of two >= 2n.
+   Returns the number of distinct pairs. */
+long lw_busy(const int32_t *kinds, const uint64_t *conns, const double *stages, long n, long fetch_a,
+             long fetch_b, int32_t *out_kind, int64_t *out_first, int64_t *out_busy_us, uint64_t *keys,
+             int64_t *slots, long cap) {
+    int shift = 64;
+    while (shift > 1 && (1L << (64 - shift)) < cap) shift--;
+    const uint64_t mask = (uint64_t)cap - 1;
+    long d = 0;
+    for (long h = 0; h < cap; h++) slots[h] = -1;
+    for (long k = 0; k < n; k++) {
+        uint64_t key = conns[k];
+        int32_t kind = kinds[k];
+        uint64_t h = ((key ^ (uint64_t)(uint32_t)kind) * 0x9E3779B97F4A7C15ULL) >> shift;
+        const double *row = stages + (size_t)k * NSTAGES;
+        double served = (kind == fetch_a || kind == fetch_b) ? row[0] - row[3] : row[0];
+        int64_t us = (int64_t)(served * 1000.0);
+        for (;;) {
+            int64_t at = slots[h];
+            if (at < 0) {
+                slots[h] = d;
+                keys[h] = key;
+                out_kind[d] = kind;
+                out_first[d] = k;
+                out_busy_us[d] = us;
+                d++;
+                break;
+            }
+            if (keys[h] == key && out_kind[at] == kind) {
+                out_busy_us[at] += us;
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    return d;
 }
 
 /* For n rows (7 doubles each, e.g. one request type's rows of lw_group's grouped): per stage j,

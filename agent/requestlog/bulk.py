@@ -26,7 +26,7 @@ import operator
 
 from agent.health import Health
 from agent.requestlog.parse import LineParser, TimestampParser, is_follower_fetch
-from agent.requestlog.scanner import KIND_REQUESTS, NSTAGES, BlockScan, Grouped
+from agent.requestlog.scanner import KIND_REQUESTS, NSTAGES, BlockScan, Grouped, busy_us
 from agent.requestlog.shape import (
     API_TYPES,
     BODY,
@@ -92,6 +92,8 @@ def ingest_compiled(
             acc = win.requests[request] = RequestAccumulator(agg.memo)
         acc.add_rows(grouped.rows[first * NSTAGES : end * NSTAGES])
     starts, ends = scan.starts, scan.ends
+    for kind, k, us in scan.busy(n):
+        win.requests[KIND_REQUESTS[kind]].serve(_connection(block, starts[k], ends[k]), us)
     for k, slowness in zip(grouped.slow, grouped.slowness, strict=True):
         agg.keep_slow(win, parser.parse(block[starts[k] : ends[k]]), slowness)
     if tmax > agg.watermark:
@@ -99,6 +101,13 @@ def ingest_compiled(
     parser.ts.last_ms = last
     health.lines_read += n
     return []
+
+
+def _connection(block: bytes, start: int, end: int) -> str:
+    """The connection of the line ``block[start:end]`` as the compiled scanner read it: the plain
+    characters after the last ``,"connection":"`` before the line's last ``}``."""
+    c = block.rindex(CONN, start, block.rindex(b"}", start, end) + 1) + len(CONN) + 1
+    return block[c : block.index(b'"', c, end)].decode("ascii")
 
 
 def _stamps(
@@ -164,6 +173,9 @@ def ingest_python(
         if acc is None:
             acc = win.requests[request] = RequestAccumulator(agg.memo)
         acc.count(rows)
+        serve = acc.serve
+        for tail in rows:
+            serve(tail.connection, busy_us(request, tail.totalTimeMs, tail.remoteTimeMs))
         totals = list(map(_TOTAL_OF, rows))
         if request is FETCH_CONSUMER or request is FETCH_FOLLOWER:
             # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.

@@ -27,6 +27,7 @@ from agent.requestlog.parse import (
     LineParser,
     is_follower_fetch,
 )
+from agent.requestlog.scanner import busy_us
 from agent.requestlog.shape import (
     API_TYPES,
     BODY,
@@ -83,7 +84,7 @@ def ingest_ordered(
     any other shape, and every line the aggregator must see whole (late, slow: exemplars), takes
     the general path (:meth:`LineParser.parse`, which names every drop reason).
     """
-    entries, rows = extract(block, parser)
+    entries, rows, conns = extract(block, parser)
     ts_parser = parser.ts
     closed: list[ClosedWindow] = []
     agg = aggregator
@@ -129,6 +130,7 @@ def ingest_ordered(
         if len(pending) >= CHUNK:
             acc.fold()
         total = row[ROW_TOTAL]
+        acc.serve(conns[k - 1][1:-1].decode("ascii"), busy_us(request, total, row[ROW_REMOTE]))
         if total >= threshold:
             if request is not FETCH_CONSUMER and request is not FETCH_FOLLOWER:
                 agg.keep_slow(cur, parse(block[at:nl]), total)
@@ -154,10 +156,12 @@ def ingest_ordered(
 Entry = tuple[int, "str | None", int, int]
 
 
-def extract(block: bytes, parser: LineParser) -> tuple[list[Entry], list[list[float] | None]]:
+def extract(block: bytes, parser: LineParser) -> tuple[list[Entry], list[list[float] | None], list[bytes]]:
     """The fast extractor: for each line of ``block`` (each ending in ``\n``), an entry
     ``(ts_ms, request type, line start, line end)``, and for each entry with a request type a
-    stage row (:data:`~agent.requestlog.window.ROW_ORDER`), in the order of the entries.
+    stage row (:data:`~agent.requestlog.window.ROW_ORDER`) and its connection (the JSON string
+    with its quotes; plain characters between them wherever the row is not None), in the order
+    of the entries.
 
     A request type of None, or a row of None, means "take the general path": the line is not of
     the usual shape, or not certainly so. Such an entry's ``ts_ms`` is the stamp of the line
@@ -216,7 +220,7 @@ def extract(block: bytes, parser: LineParser) -> tuple[list[Entry], list[list[fl
             push_conn(block[c + len(CONN) : e])
             push_num(block[e + len(_TOTAL) : s])
         pos = nl + 1
-    return entries, _stage_rows(nums, conns)
+    return entries, _stage_rows(nums, conns), conns
 
 
 def _fetch_type(block: bytes, pos: int, q: int, nl: int) -> str:

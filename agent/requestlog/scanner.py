@@ -2,7 +2,8 @@
 with ctypes: one call per block reads every line's request type, stamp and stage times into
 reused arrays (:class:`BlockScan`, the standard library's :mod:`array`: no numpy on a broker), no
 Python object per line; a second call groups the block's stage rows by request type and finds
-its slow lines (:meth:`BlockScan.group`).
+its slow lines (:meth:`BlockScan.group`), a third sums the time served per connection
+(:meth:`BlockScan.busy`).
 
 When the library is missing or does not load, :func:`block_scan` gives None and the agent runs the
 pure-Python path (:func:`agent.requestlog.ingest.ingest_block` takes either); :data:`STATUS`
@@ -53,7 +54,7 @@ def load(library: Path = LIBRARY) -> tuple[ctypes.CDLL | None, str]:
         return None, f"python ({library}: no C locale for strtod_l)"
     p = ctypes.c_void_p
     fn.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_long]
-    fn.argtypes += [ctypes.c_long, ctypes.c_double, ctypes.c_long, p, p, p, p, p, p]
+    fn.argtypes += [ctypes.c_long, ctypes.c_double, ctypes.c_long, p, p, p, p, p, p, p]
     fn.restype = ctypes.c_long
     group = lib.lw_group
     group.argtypes = [p, p, p, p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_double]
@@ -61,6 +62,21 @@ def load(library: Path = LIBRARY) -> tuple[ctypes.CDLL | None, str]:
     group.restype = ctypes.c_long
     lib.lw_unique.argtypes = [p, ctypes.c_long, p, p, p, p, p, ctypes.c_long]
     lib.lw_unique.restype = None
+    lib.lw_busy.argtypes = [
+        p,
+        p,
+        p,
+        ctypes.c_long,
+        ctypes.c_long,
+        ctypes.c_long,
+        p,
+        p,
+        p,
+        p,
+        p,
+        ctypes.c_long,
+    ]
+    lib.lw_busy.restype = ctypes.c_long
     return lib, "compiled"
 
 
@@ -127,8 +143,9 @@ class BlockScan:
         self.grouped = _zeros("d", capacity * NSTAGES)
         self.slow = _zeros("q", capacity)
         self.slowness = _zeros("d", capacity)
-        # lw_scan's output arguments, in its order (starts, ends, kinds, secs, millis, stages)
-        arrays = (self.starts, self.ends, self.kinds, self.secs, self.millis, self.stages)
+        self.conns = _zeros("Q", capacity)  # the connection's hash (lw_scan's FNV-1a)
+        # lw_scan's output arguments, in its order (starts, ends, kinds, secs, millis, stages, conns)
+        arrays = (self.starts, self.ends, self.kinds, self.secs, self.millis, self.stages, self.conns)
         self._pointers = tuple(map(_address, arrays))
 
     def scan(self, block: bytes, max_line_bytes: int) -> int:
@@ -157,7 +174,7 @@ class BlockScan:
         them is flagged for the general path (kind -1)."""
         assert _LIB is not None
         counts, ends = self.counts, self._ends
-        kinds, secs, millis, stages = self._pointers[2:]  # the arrays lw_scan filled
+        kinds, secs, millis, stages = self._pointers[2:6]  # the arrays lw_scan filled
         m = _LIB.lw_group(
             kinds, secs, millis, stages, n,
             len(KIND_REQUESTS), FETCH_INDEX, FOLLOWER_INDEX, slow_threshold_ms, _address(counts),
@@ -179,6 +196,34 @@ class BlockScan:
             ends[0],
             ends[1],
         )
+
+    def busy(self, n: int) -> list[tuple[int, int, int]]:
+        """For the first ``n`` scanned lines (after :meth:`group` took them: every kind >= 0), per
+        distinct (kind, connection) in the order first seen: ``(kind, first line, busy µs)``,
+        the time the broker spent serving them (:func:`busy_us` of each line, summed). One C call (a hash table keyed by the connection's
+        64-bit hash and the kind: two connections whose hashes collide, about n² / 2⁶⁵ for n
+        connections, are counted as one)."""
+        assert _LIB is not None
+        kinds, first, busy_us = _zeros("i", n), _zeros("q", n), _zeros("q", n)
+        cap = 1 << max(4, (2 * n - 1).bit_length())  # the table's room: a power of two >= 2n
+        keys, slots = _zeros("Q", cap), _zeros("q", cap)  # alive for the call
+        d = _LIB.lw_busy(
+            self._pointers[2], self._pointers[6], self._pointers[5], n, FETCH_INDEX, FOLLOWER_INDEX,
+            _address(kinds), _address(first), _address(busy_us), _address(keys), _address(slots), cap,
+        )  # fmt: skip
+        return list(zip(kinds[:d].tolist(), first[:d].tolist(), busy_us[:d].tolist(), strict=True))
+
+
+def busy_us(request: str, total_ms: float, remote_ms: float) -> int:
+    """The time the broker spent serving one request, in whole microseconds (truncated): its
+    total time, less its remote time for a fetch (a fetch waits in purgatory up to maxWaitMs by
+    design: a consumer's long polls keep its connection busy and say nothing). What every path
+    adds to the request's connection (``_scan.c``'s ``lw_busy`` truncates the same IEEE
+    products), so a window's per-connection sums are exact and the same whichever path read each
+    line."""
+    if request in (FETCH_CONSUMER, FETCH_FOLLOWER):
+        return int((total_ms - remote_ms) * 1000.0)
+    return int(total_ms * 1000.0)
 
 
 def count_rows(rows: array) -> list[tuple[list[float], list[int]]]:

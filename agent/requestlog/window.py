@@ -15,6 +15,17 @@ fetches the remote stage (purgatory, waiting up to ``maxWaitMs`` for data by des
 out, so idle long polls are not reported as slow. At most ``max_exemplars`` per window are kept
 (the slowest).
 
+Per connection: the time the broker spent serving each connection's requests that completed in
+the window (their total times, a fetch's without its wait in purgatory, in whole microseconds:
+:func:`~agent.requestlog.scanner.busy_us`),
+at most :data:`MAX_CONNECTIONS` connections per request type (a connection seen after that is not
+timed; the window's ``untracked_busy_us`` says how much service that left out). A broker reads
+one request per connection at a time, so a connection it served for at least
+:data:`SATURATED_SHARE` of the window was served back to back: its client's next request was
+already waiting, where no broker timer runs (``docs/analyzer.md``, "What it cannot see"). The
+``total`` sketch of each request type carries how many connections it served
+(``connections``) and how many of them were saturated (``saturated_connections``).
+
 Values are counted per distinct value (rows of the general path, decoded tails of the bulk
 path, see :class:`RequestAccumulator`) and folded into DDSketch buckets (the exact key arithmetic of
 :mod:`linkwatch.sketch`) and fixed histogram buckets once per distinct value, so memory per
@@ -37,7 +48,7 @@ from dataclasses import dataclass, field
 from itertools import count, filterfalse
 
 from agent.requestlog.parse import STAGE_KEYS, ParsedRequest, exemplar_fields
-from agent.requestlog.scanner import count_rows
+from agent.requestlog.scanner import busy_us, count_rows
 from linkwatch.records import FETCH_CONSUMER, FETCH_FOLLOWER, STAGES, SlowRequest, StageSketch
 
 try:  # the C helper behind Counter.update (CPython): counts without per-item Python calls
@@ -59,6 +70,10 @@ BULK_ROWS = 1 << 15
 RAW_KEYS = 1 << 14
 _FETCHES = frozenset((FETCH_CONSUMER, FETCH_FOLLOWER))
 MAX_OPEN_WINDOWS = 4
+# Connections timed per (window, request type); a broker's max.connections is usually far below.
+MAX_CONNECTIONS = 1 << 14
+# A connection served at least this share of a window was served back to back (saturated).
+SATURATED_SHARE = 0.9
 # Fixed log-spaced histogram bounds (ms): 0.25 ms x 2^k up to ~33 s; the same on every broker so
 # PromQL can sum buckets across brokers.
 HISTOGRAM_BOUNDS_MS: tuple[float, ...] = tuple(0.25 * 2**k for k in range(18))
@@ -221,15 +236,28 @@ class RequestAccumulator:
     raw counts when a stage holds :data:`RAW_KEYS` distinct ones, and all at close. The compiled
     path's rows are held in ``bulk`` and counted when folded (:meth:`add_rows`)."""
 
-    __slots__ = ("bulk", "columns", "memo", "pending", "raw", "stages")
+    __slots__ = ("bulk", "busy", "columns", "memo", "pending", "raw", "stages", "untracked_us")
 
     def __init__(self, memo: ValueMemo | None = None) -> None:
+        # connection -> µs the broker spent serving its requests (bounded: MAX_CONNECTIONS)
+        self.busy: dict[str, int] = {}
+        self.untracked_us = 0  # busy µs of connections beyond MAX_CONNECTIONS
         self.pending: list[tuple[float, ...] | list[float]] = []
         self.bulk: array | None = None  # stage rows of the compiled path, 7 doubles a row
         self.stages = tuple(StageAccumulator() for _ in STAGES)
         self.raw: tuple[Counter[object], ...] = tuple(Counter() for _ in STAGES)
         self.columns = tuple(self.raw[i] for i in ROW_ORDER)  # raw in the log line's order
         self.memo = memo if memo is not None else ValueMemo()
+
+    def serve(self, connection: str, us: int) -> None:
+        """Add ``us`` µs of service to ``connection``'s busy time."""
+        busy = self.busy
+        if connection in busy:
+            busy[connection] += us
+        elif len(busy) < MAX_CONNECTIONS:
+            busy[connection] = us
+        else:
+            self.untracked_us += us
 
     def fold(self) -> None:
         if self.bulk is not None:
@@ -291,6 +319,9 @@ class ClosedWindow:
     slow_counts: dict[str, int]
     histograms: dict[tuple[str, str], tuple[list[int], float]]  # (request, stage) -> (hist, sum)
     values: dict[tuple[str, str], StageAccumulator]
+    # request -> each timed connection's busy µs (the ``total`` sketch's connection figures)
+    busy: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    untracked_busy_us: int = 0  # busy µs of connections beyond MAX_CONNECTIONS (not timed)
 
     @property
     def requests_seen(self) -> int:
@@ -306,9 +337,16 @@ class ClosedWindow:
         False marks the sketches ``capture_exact=False`` (the slice did not go as planned)."""
         if factor == 1 and exact:
             return self
+        window_us = self.sketches[0].window_s * 1_000_000 if self.sketches else 0
         sketches = [
             dataclasses.replace(
-                s, sketch=_scaled_sketch(s.sketch, factor), capture_ratio=1 / factor, capture_exact=exact
+                s,
+                sketch=_scaled_sketch(s.sketch, factor),
+                capture_ratio=1 / factor,
+                capture_exact=exact,
+                saturated_connections=saturated(self.busy.get(s.request, ()), window_us, factor)
+                if s.stage == "total"
+                else 0,
             )
             for s in self.sketches
         ]
@@ -320,6 +358,14 @@ class ClosedWindow:
                 k: ([c * factor for c in h], total * factor) for k, (h, total) in self.histograms.items()
             },
         )
+
+
+def saturated(busy_us: Iterable[int], window_us: int, factor: int = 1) -> int:
+    """How many of the connections served ``busy_us`` each were served at least
+    :data:`SATURATED_SHARE` of a window of ``window_us`` (their busy time times ``factor``: a
+    sampled capture logged 1 in ``factor`` of the window's requests)."""
+    floor = SATURATED_SHARE * window_us
+    return sum(1 for us in busy_us if us * factor >= floor)
 
 
 def _scaled_sketch(d: dict, factor: int) -> dict:
@@ -394,6 +440,7 @@ class WindowAggregator:
         if len(acc.pending) >= CHUNK:
             acc.fold()
         total = req.stages[6]
+        acc.serve(req.connection, busy_us(req.request, total, req.stages[2]))
         if total >= self.slow_threshold_ms:
             if req.request in _FETCHES:
                 # A fetch waits up to maxWaitMs in purgatory (remote) by design: not slowness.
@@ -475,12 +522,17 @@ class WindowAggregator:
         win = self._windows.pop(start)
         self._closed_before = max(self._closed_before, start + self.window_ms)
         ts_ms = start
-        sketches, hists, values = [], {}, {}
+        sketches, hists, values, busy = [], {}, {}, {}
         announced = len(win.requests) * len(STAGES)  # every sketch of the window says how many
+        window_us = self.window_ms * 1000
+        untracked = 0
         for request, racc in sorted(win.requests.items()):
             racc.fold()
+            served = busy[request] = tuple(sorted(racc.busy.values()))
+            untracked += racc.untracked_us
             for stage, acc in zip(STAGES, racc.stages, strict=True):
                 sketch = acc.sketch_dict()
+                total = stage == "total"
                 sketches.append(
                     StageSketch(
                         cluster=self.cluster,
@@ -492,12 +544,14 @@ class WindowAggregator:
                         window_s=self.window_ms // 1000,
                         sketch=sketch,
                         window_sketches=announced,
+                        connections=len(served) if total else 0,
+                        saturated_connections=saturated(served, window_us) if total else 0,
                     )
                 )
                 hists[(request, stage)] = (acc.hist, acc.sum)
                 values[(request, stage)] = acc
         slow = [self._exemplar(req) for _, _, req in sorted(win.slow, key=lambda x: (x[2].ts_ms, x[1]))]
-        return ClosedWindow(start, sketches, slow, dict(win.slow_seen), hists, values)
+        return ClosedWindow(start, sketches, slow, dict(win.slow_seen), hists, values, busy, untracked)
 
     def _exemplar(self, req: ParsedRequest) -> SlowRequest:
         client_id, correlation_id, partitions = exemplar_fields(req.line)

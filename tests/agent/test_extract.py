@@ -42,20 +42,20 @@ BOUNDED = settings(
 )
 
 
-def fast(line: bytes) -> tuple[int, str, list[float]] | None:
+def fast(line: bytes) -> tuple[int, str, list[float], str] | None:
     """What the extractor reads from ``line`` alone, or None if it leaves it to the general path."""
-    entries, rows = extract(line + b"\n", LineParser())
+    entries, rows, conns = extract(line + b"\n", LineParser())
     assert len(entries) == 1 and entries[0][2:] == (0, len(line))
     ts, request, _, _ = entries[0]
     if request is None:
         assert rows == []
         return None
-    return None if rows[0] is None else (ts, request, rows[0])
+    return None if rows[0] is None else (ts, request, rows[0], conns[0][1:-1].decode("ascii"))
 
 
-def general(line: bytes) -> tuple[int, str, tuple[float, ...]]:
+def general(line: bytes) -> tuple[int, str, tuple[float, ...], str]:
     req = LineParser().parse(line)
-    return req.ts_ms, req.request, row_of(req.stages)
+    return req.ts_ms, req.request, row_of(req.stages), req.connection
 
 
 def assert_same_or_general(line: bytes) -> bool:
@@ -63,8 +63,8 @@ def assert_same_or_general(line: bytes) -> bool:
     got = fast(line)
     if got is None:
         return False
-    ts, request, row = general(line)  # the general parser accepts what the fast path accepts
-    assert (got[0], got[1]) == (ts, request)
+    ts, request, row, connection = general(line)  # the general parser accepts what the fast path accepts
+    assert (got[0], got[1], got[3]) == (ts, request, connection)
     assert got[2] == list(row)
     assert [type(v) for v in got[2]] == [type(v) for v in row]  # 0 stays an int, 0.0 a float
     return True
@@ -84,11 +84,11 @@ def test_a_whole_capture_in_one_block_takes_the_fast_path() -> None:
     """As the follower hands it over: one block, every line read by the fast path."""
     for lines in CAPTURES.values():
         parser = LineParser()
-        entries, rows = extract(b"".join(line + b"\n" for line in lines), parser)
+        entries, rows, conns = extract(b"".join(line + b"\n" for line in lines), parser)
         assert len(entries) == len(lines) == len(rows)
         assert None not in rows and all(request is not None for _, request, _, _ in entries)
         # A last line without its newline is read all the same.
-        assert extract(b"\n".join(lines), LineParser()) == (entries, rows)
+        assert extract(b"\n".join(lines), LineParser()) == (entries, rows, conns)
 
 
 REAL = CAPTURES["kafka-request.log"][5]

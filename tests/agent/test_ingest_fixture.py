@@ -66,6 +66,8 @@ def snapshot(closed: list[ClosedWindow]) -> list[tuple]:
             [r.to_json() for r in w.slow_requests],
             w.slow_counts,
             w.histograms,
+            w.busy,
+            w.untracked_busy_us,
         )
         for w in closed
     ]
