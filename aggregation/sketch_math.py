@@ -21,6 +21,9 @@ Input: sketch rows (:class:`SketchRows`, flat numpy columns; a row is one sketch
 * ``logged`` (rows with a capture ratio): per row ``floor(row count × capture_ratio + 0.5)``,
   the requests a sampled sketch rests on (its counts are already scaled by ``1 / ratio``),
   summed per group.
+* the row totals (:data:`ROW_TOTALS`, rows that carry them): each summed per group, a missing
+  value (an older agent's record) as 0 — a stage sketch's ``connections`` and
+  ``saturated_connections`` (``linkwatch.records.StageSketch``).
 
 Null semantics follow Spark's ``SUM`` (``valid`` masks, a False meaning null): a null zero or sum
 adds nothing, and a group whose zero counts are all null has a null count and null quantiles
@@ -46,6 +49,9 @@ QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
 NONZERO_QUANTILES: dict[str, float] = {"nonzero_p99_ms": 0.99}
 # The quantiles a ProbeBrokerWindow carries of each of its sketches.
 PROBE_QUANTILES: dict[str, float] = {"p50_ms": 0.5, "p90_ms": 0.9, "p99_ms": 0.99}
+
+# Per-row counts a sketch row may carry beside its sketch, summed per group (StageWindow fields).
+ROW_TOTALS = ("connections", "saturated_connections")
 
 _NO_HIT = np.iinfo(np.int64).max
 
@@ -78,12 +84,14 @@ class SketchRows:
     counts: np.ndarray  # int64
     buckets_valid: np.ndarray  # bool: False where the row's bucket map is null
     capture_ratio: np.ndarray | None = None  # float64
+    totals: Mapping[str, np.ndarray] | None = None  # ROW_TOTALS name -> int64 per row (null as 0)
 
     @classmethod
     def of(
         cls,
         rows: Sequence[tuple[int, float, np.ndarray, np.ndarray]],
         capture_ratio: Sequence[float] | None = None,
+        totals: Mapping[str, Sequence[int]] | None = None,
     ) -> SketchRows:
         """From ``(zero, sum_ms, keys, counts)`` per row, none of them null."""
         n = len(rows)
@@ -99,6 +107,7 @@ class SketchRows:
             counts=np.concatenate([r[3] for r in rows]) if n else empty,
             buckets_valid=valid,
             capture_ratio=None if capture_ratio is None else np.asarray(capture_ratio, np.float64),
+            totals=None if totals is None else {k: np.asarray(v, np.int64) for k, v in totals.items()},
         )
 
     def logged(self) -> np.ndarray:
@@ -120,13 +129,16 @@ class Merged:
     mean: np.ndarray  # float64
     mean_valid: np.ndarray  # bool
     logged: np.ndarray | None = None  # int64 (never null), when the rows had capture ratios
+    totals: Mapping[str, np.ndarray] | None = None  # int64 (never null), when the rows had them
 
     def values(self, name: str) -> list:
-        """Column ``name`` (``count``, ``logged``, ``mean_ms`` or a quantile's) as Python values,
-        None where null."""
+        """Column ``name`` (``count``, ``logged``, ``mean_ms``, a quantile's or a row total's)
+        as Python values, None where null."""
         if name == "logged":
             assert self.logged is not None
             return self.logged.tolist()
+        if self.totals is not None and name in self.totals:
+            return self.totals[name].tolist()
         value, valid = {
             "count": (self.count, self.count_valid),
             "mean_ms": (self.mean, self.mean_valid),
@@ -146,6 +158,7 @@ def merge(
     logged requests per group (see the module docstring)."""
     group = np.asarray(group, dtype=np.int64)
     logged = rows.logged() if rows.capture_ratio is not None else None
+    totals = dict(rows.totals) if rows.totals is not None else None
     if len(group) > 1 and bool(np.any(group[1:] < group[:-1])):
         order = np.argsort(group, kind="stable")
         entries = _entry_index(rows.lengths, order)
@@ -161,13 +174,21 @@ def merge(
         )
         group = group[order]
         logged = logged[order] if logged is not None else None
+        totals = {k: v[order] for k, v in totals.items()} if totals is not None else None
     merged = _merge_sorted(group, n_groups, rows, quantiles, nonzero_quantiles)
-    if logged is None:
-        return merged
     if n_groups == 0:
-        return replace(merged, logged=np.zeros(0, dtype=np.int64))
+        empty = np.zeros(0, dtype=np.int64)
+        return replace(
+            merged,
+            logged=None if logged is None else empty,
+            totals=None if totals is None else dict.fromkeys(totals, empty),
+        )
     row_starts = np.searchsorted(group, np.arange(n_groups), side="left")
-    return replace(merged, logged=np.add.reduceat(logged, row_starts))
+    return replace(
+        merged,
+        logged=None if logged is None else np.add.reduceat(logged, row_starts),
+        totals=None if totals is None else {k: np.add.reduceat(v, row_starts) for k, v in totals.items()},
+    )
 
 
 def _entry_index(lengths: np.ndarray, order: np.ndarray) -> np.ndarray:

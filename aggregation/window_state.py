@@ -71,6 +71,7 @@ from aggregation.sketch_math import (
     NONZERO_QUANTILES,
     PROBE_QUANTILES,
     QUANTILES,
+    ROW_TOTALS,
     SketchRows,
     merge,
 )
@@ -121,10 +122,14 @@ class _Sketches:
 
     rows: list[SketchRow] = field(default_factory=list)
     capture_ratios: list[float] = field(default_factory=list)
+    totals: list[tuple[int, ...]] = field(default_factory=list)  # per row, in ROW_TOTALS order
 
-    def add(self, row: SketchRow, capture_ratio: float = 1.0) -> None:
+    def add(
+        self, row: SketchRow, capture_ratio: float = 1.0, totals: tuple[int, ...] = (0,) * len(ROW_TOTALS)
+    ) -> None:
         self.rows.append(row)
         self.capture_ratios.append(capture_ratio)
+        self.totals.append(totals)
 
 
 @dataclass
@@ -279,7 +284,7 @@ class WindowState:
         if cell is None:
             cell = win.stages[(rec.broker, rec.request, rec.stage)] = _Sketches()
             win.stage_cells[rec.broker] += 1
-        cell.add(row, rec.capture_ratio)
+        cell.add(row, rec.capture_ratio, tuple(getattr(rec, name) for name in ROW_TOTALS))
         win.stage_rows = None
         if rec.window_sketches:
             win.announced[rec.broker] = max(win.announced.get(rec.broker, 0), rec.window_sketches)
@@ -466,11 +471,16 @@ def _group_ids(keys: Sequence[tuple]) -> tuple[np.ndarray, list[tuple]]:
 
 def _sketch_rows(cells: Sequence[_Sketches]) -> tuple[SketchRows, np.ndarray]:
     """The sketches of ``cells`` as rows, and each row's cell (every cell holds at least one)."""
-    rows = SketchRows.of([r for c in cells for r in c.rows], [x for c in cells for x in c.capture_ratios])
+    totals = [t for c in cells for t in c.totals]
+    rows = SketchRows.of(
+        [r for c in cells for r in c.rows],
+        [x for c in cells for x in c.capture_ratios],
+        {name: [t[k] for t in totals] for k, name in enumerate(ROW_TOTALS)},
+    )
     return rows, np.repeat(np.arange(len(cells)), [len(c.rows) for c in cells])
 
 
-_STAGE_COLUMNS = ("count", "logged", *QUANTILES, *NONZERO_QUANTILES, "mean_ms")
+_STAGE_COLUMNS = ("count", "logged", *QUANTILES, *NONZERO_QUANTILES, "mean_ms", *ROW_TOTALS)
 
 
 def _stage_rows(picked: list[tuple[int, _Window]]) -> list[StageWindow]:

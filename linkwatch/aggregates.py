@@ -43,6 +43,12 @@ class StageWindow:
     # mixed p99 of 4-67 ms). None when no value was above zero. Defaulted so rows built by hand may omit it.
     nonzero_p99_ms: float | None = None
     mean_ms: float | None
+    # The ``total`` stage's rows only (0 on the others, and from agents that do not say): the
+    # client connections served requests of this type in the window, and how many of them were
+    # served back to back (``StageSketch.saturated_connections``); summed over the brokers in
+    # the cluster-wide row.
+    connections: int = 0
+    saturated_connections: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

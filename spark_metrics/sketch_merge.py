@@ -31,7 +31,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from aggregation.sketch_math import NONZERO_QUANTILES, PROBE_QUANTILES, QUANTILES, SketchRows, merge
+from aggregation.sketch_math import (
+    NONZERO_QUANTILES,
+    PROBE_QUANTILES,
+    QUANTILES,
+    ROW_TOTALS,
+    SketchRows,
+    merge,
+)
 from spark_metrics.transforms import window_start
 
 STAGE_DIMS = ["broker", "request", "stage", "window_start_ms"]
@@ -89,7 +96,10 @@ def sketch_rows(table: pa.Table) -> SketchRows:
     if RATIO_COLUMN in table.column_names:
         col = table.column(RATIO_COLUMN).combine_chunks()
         ratio = col.fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float64)
-    return SketchRows(zero, zero_valid, sum_ms, sum_valid, lengths, keys, counts, buckets_valid, ratio)
+    totals = {name: _numbers(table, name, np.int64)[0] for name in ROW_TOTALS if name in table.column_names}
+    return SketchRows(
+        zero, zero_valid, sum_ms, sum_valid, lengths, keys, counts, buckets_valid, ratio, totals or None
+    )
 
 
 def quantile_table(
@@ -99,9 +109,10 @@ def quantile_table(
     quantiles: dict[str, float] = QUANTILES,
     nonzero_quantiles: dict[str, float] = NONZERO_QUANTILES,
 ) -> pa.Table:
-    """Sketch rows (``dims`` + :data:`SKETCH_COLUMNS`, optionally ``capture_ratio``) → result
-    rows for every level, a level being the dimensions it groups by (the others are null in its
-    rows): ``dims``, ``count``, ``logged`` (with a capture ratio), the quantiles, ``mean_ms``."""
+    """Sketch rows (``dims`` + :data:`SKETCH_COLUMNS`, optionally ``capture_ratio`` and the
+    :data:`~aggregation.sketch_math.ROW_TOTALS`) → result rows for every level, a level being the
+    dimensions it groups by (the others are null in its rows): ``dims``, ``count``, ``logged``
+    (with a capture ratio), the quantiles, ``mean_ms``, the row totals (with them)."""
     rows = sketch_rows(table)
     out = []
     for level in levels:
@@ -117,6 +128,8 @@ def quantile_table(
         for name, (value, valid) in m.quantiles.items():
             cols[name] = pa.array(value, pa.float64(), mask=~valid)
         cols["mean_ms"] = pa.array(m.mean, pa.float64(), mask=~m.mean_valid)
+        for name, value in (m.totals or {}).items():
+            cols[name] = pa.array(value, pa.int64())
         out.append(pa.table(cols))
     return pa.concat_tables(out)
 
@@ -154,16 +167,18 @@ def merged_quantiles(
         if not set(shuffle_by) <= set(level):
             raise ValueError(f"shuffle_by {list(shuffle_by)} is not within level {list(level)}")
     logged = RATIO_COLUMN in base.columns
+    totals = [name for name in ROW_TOTALS if name in base.columns]
     fields = [base.schema[d] for d in dims]
     schema = T.StructType(
         [T.StructField(f.name, f.dataType, True) for f in fields]
         + [T.StructField("count", T.LongType(), True)]
         + ([T.StructField("logged", T.LongType(), False)] if logged else [])
         + [T.StructField(n, T.DoubleType(), True) for n in [*quantiles, *nonzero_quantiles, "mean_ms"]]
+        + [T.StructField(n, T.LongType(), False) for n in totals]
     )
     dims_, levels_ = list(dims), [list(lv) for lv in levels]
     q, nz = dict(quantiles), dict(nonzero_quantiles)
-    inputs = [*dims_, *SKETCH_COLUMNS, *([RATIO_COLUMN] if logged else [])]
+    inputs = [*dims_, *SKETCH_COLUMNS, *([RATIO_COLUMN] if logged else []), *totals]
     # AQE may coalesce these partitions but never splits one, so a group stays whole.
     shuffled = base.select(*inputs).repartition(*shuffle_by)
     return shuffled.mapInArrow(lambda it: quantile_batches(it, levels_, dims_, q, nz), schema)
@@ -195,6 +210,7 @@ def stage_windows(sketches: DataFrame, window_s: int) -> DataFrame:
         window_start("ts_ms", window_s).alias("window_start_ms"),
         *sketch_columns(),
         F.col("capture_ratio"),
+        *(F.coalesce(F.col(name), F.lit(0)).cast("long").alias(name) for name in ROW_TOTALS),
     )
     return merged_quantiles(base, STAGE_DIMS, [STAGE_DIMS, STAGE_DIMS[1:]], STAGE_DIMS[1:])
 

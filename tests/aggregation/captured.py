@@ -13,7 +13,9 @@ before the sketch arithmetic had one home (commit 180f668), where the three impl
 that time — the exploding Spark SQL transforms, the Arrow merge and the incremental window
 state — agreed on every row (to 1e-9 relative, the two Spark paths on the stage rows). The
 JVM start times (row set ``broker_starts`` and its scenario) came later, pinned to the rows worked
-out by hand in the scenario's comments. Window starts are stored relative to the case's first
+out by hand in the scenario's comments; the stage rows' connection figures (``connections``,
+``saturated_connections``) later still, added to the pinned rows from the Spark path with every
+other field unchanged. Window starts are stored relative to the case's first
 window. Rewrite it only for a deliberate change of
 the arithmetic::
 

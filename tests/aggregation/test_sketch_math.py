@@ -220,3 +220,31 @@ def test_bucket_values_are_the_sketch_mapping() -> None:
 def test_no_rows_no_groups() -> None:
     m = merge(SketchRows.of([], []), np.zeros(0, np.int64), 0)
     assert as_rows(m) == []
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=30
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_row_totals_are_summed_per_group_in_any_row_order(rows: list[tuple], rnd: random.Random) -> None:
+    """``connections`` and ``saturated_connections`` beside each sketch: summed per group, as
+    Spark's SUM, whatever order the rows come in."""
+    ids, group = np.unique(np.array([g for g, _, _ in rows]), return_inverse=True)
+    order = list(range(len(rows)))
+    rnd.shuffle(order)
+    totals = {
+        "connections": [rows[i][1] for i in order],
+        "saturated_connections": [rows[i][2] for i in order],
+    }
+    sketches = SketchRows.of(
+        [(1, 1.0, np.zeros(0, np.int64), np.zeros(0, np.int64))] * len(rows), None, totals
+    )
+    m = merge(sketches, group[order], len(ids))
+    for k, name in ((1, "connections"), (2, "saturated_connections")):
+        want = [sum(r[k] for r in rows if r[0] == gid) for gid in ids]
+        assert m.values(name) == want
+    empty = merge(SketchRows.of([], None, {"connections": []}), np.zeros(0, np.int64), 0)
+    assert empty.values("connections") == []

@@ -53,6 +53,25 @@ def test_sketches_of_one_window_merge_and_the_cluster_row_sums_brokers() -> None
     assert cluster.mean_ms == pytest.approx((10 * 1.0 + 10 * 100.0 + 5 * 50.0) / 25)
 
 
+def test_saturated_connections_are_carried_per_broker_and_summed_for_the_cluster() -> None:
+    """A slow disk under pipelining producers: broker 3 serves three of its six connections back
+    to back, its peers none; an older agent (no figures) reads 0."""
+    state = fresh()
+    state.add(
+        [
+            stage(1, T0, [2.0] * 10, connections=7),
+            stage(2, T0 + 1, [2.0] * 10),
+            stage(3, T0 + 2, [200.0] * 10, connections=6, saturated_connections=3),
+            stage(3, T0 + 3, [200.0] * 10, stage="local"),
+        ]
+    )
+    data = state.aggregates()
+    got = {(r.broker, r.stage): (r.connections, r.saturated_connections) for r in data.broker_stages}
+    assert got == {(1, "total"): (7, 0), (2, "total"): (0, 0), (3, "total"): (6, 3), (3, "local"): (0, 0)}
+    cluster = {r.stage: (r.connections, r.saturated_connections) for r in data.cluster_stages}
+    assert cluster == {"total": (13, 3), "local": (0, 0)}
+
+
 def test_the_nonzero_p99_reads_the_values_above_zero_alone() -> None:
     """Produce's remote as acks=1 and acks=all requests mix it: 90 % never wait (0), the rest
     wait on a stalled follower. The p99 of all hides them; the nonzero p99 is their wait."""

@@ -33,10 +33,13 @@ def stage(
     stage: str = "total",
     capture_ratio: float = 1.0,
     window_sketches: int = 0,
+    connections: int = 0,
+    saturated_connections: int = 0,
 ):
     """A broker's stage sketch; ``capture_ratio`` < 1 marks it sampled (as the agent's scaled
     windows: ``values`` are then the scaled requests, not only the logged ones);
-    ``window_sketches``: how many its agent said it sent for the window (0: not said)."""
+    ``window_sketches``: how many its agent said it sent for the window (0: not said);
+    ``connections``/``saturated_connections``: what a ``total`` sketch says of its clients."""
     return R.StageSketch(
         cluster=CLUSTER,
         source=f"broker-{broker}",
@@ -48,6 +51,8 @@ def stage(
         sketch=sketch_of(values),
         capture_ratio=capture_ratio,
         window_sketches=window_sketches,
+        connections=connections,
+        saturated_connections=saturated_connections,
     )
 
 
@@ -156,9 +161,9 @@ WMS = WINDOW_S * 1000
 # Hand-built record sets, one per shape each aggregate must handle (scenario -> records).
 SCENARIOS: dict[str, list[R.Record]] = {
     "zeros and one slow broker": [
-        stage(1, T0, [0.0] * 50 + [3.0] * 50),
-        stage(2, T0 + 10, [0.0] * 3),
-        stage(3, T0 + 20, [400.0] * 99 + [2000.0]),
+        stage(1, T0, [0.0] * 50 + [3.0] * 50, connections=7),
+        stage(2, T0 + 10, [0.0] * 3, connections=2),
+        stage(3, T0 + 20, [400.0] * 99 + [2000.0], connections=6, saturated_connections=3),
         stage(3, T0 + WMS, []),  # an empty sketch: count 0, quantiles null
     ],
     "two sketches of a broker in one window": [
@@ -222,6 +227,9 @@ _stages = st.builds(
     st.sampled_from(["Produce", "FetchConsumer"]),
     st.sampled_from(["total", "local"]),
     st.sampled_from([1.0, 1.0, 0.5, 1 / 6, 0.3]),
+    st.just(0),
+    st.integers(0, 9),
+    st.integers(0, 3),
 )
 _partitions = st.builds(
     partition,
