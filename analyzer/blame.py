@@ -109,6 +109,9 @@ class Signal:
     # follower is slow end to end by that wait alone; only this says the leader itself stalls.
     leader_alone: bool = True
     excess_ms: dict[str, float] = field(default_factory=dict)  # OWN: each stage over its peers'
+    # OWN below the line: its clients queue where no timer runs (:func:`queued_clients`): the
+    # connections it served back to back, and its peers' median of them.
+    saturated: tuple[int, float] | None = None
 
     def to_json(self) -> dict:
         out: dict = {
@@ -122,6 +125,8 @@ class Signal:
         }
         if self.waiting:
             out["leaders_waiting"] = list(self.waiting)
+        if self.saturated is not None:
+            out["saturated_connections"], out["peers_saturated_connections"] = self.saturated
         return out
 
 
@@ -351,6 +356,7 @@ class _Stages:
     total_peers: dict[int, float]
     p99: dict[str, dict[int, float]]  # stage -> broker -> p99
     peers: dict[str, dict[int, float]]  # stage -> broker -> its peers' median p99
+    saturated_peers: dict[int, float]  # broker -> its peers' median of saturated connections
 
     @classmethod
     def read(
@@ -364,7 +370,39 @@ class _Stages:
                 if b in usable
             }
             p99[s], peers[s] = values, peer_medians(values)
-        return cls(usable, peer_medians({b: r.p99_ms or 0.0 for b, r in usable.items()}), p99, peers)
+        return cls(
+            usable,
+            peer_medians({b: r.p99_ms or 0.0 for b, r in usable.items()}),
+            p99,
+            peers,
+            peer_medians({b: float(r.saturated_connections) for b, r in usable.items()}),
+        )
+
+
+def queued_clients(b: int, request: str, st: _Stages, usual: Usual | None) -> tuple[int, float] | None:
+    """Broker ``b``'s clients of ``request`` queue where no broker timer runs: it served more of
+    their connections back to back than its peers' median and than its own usual level (by one
+    connection at least), so ``(saturated connections, the peers' median)``; else None.
+
+    The mechanism: a broker reads one request per connection at a time, and a client that
+    pipelines (a producer with several requests in flight, records batching behind them) waits
+    for every request ahead of its own; the broker's clock starts only when it reads each one. A
+    connection served for ≥ 0.9 of the window was served back to back, so its client's next
+    request was already waiting: its clients wait longer than any stage says, up to their request
+    timeout (a slow disk under pipelining producers: each produce served in a few hundred ms,
+    under the line, while the clients time out at 30 s). Against the peers, as every figure: a
+    host too busy for every broker saturates connections on all of them at once; against its own
+    level: a client that always sends faster than one broker can serve it (one hot partition's
+    producer) is that broker's layout, not a fault. Noted every window (:class:`Usual`), departed
+    windows left out of the level."""
+    mine = st.usable[b].saturated_connections
+    peer = st.saturated_peers.get(b)
+    new = mine >= 1 and peer is not None and mine > peer
+    if usual is not None:
+        key = (b, request, "saturated_connections")
+        new = new and usual.changed(key, float(mine), 1.0, 1.0)
+        usual.note(key, float(mine), departed=new)
+    return (mine, peer) if new and peer is not None else None
 
 
 def _own_signal(
@@ -423,10 +461,16 @@ def _own_signal(
             and mine - peer >= cfg.degraded_excess_ms
         ):
             return None, ClientSignal(b, request, s, mine, peer, excess), excess
-    # Slow by its own work: above the line, its peers' ``peer_ratio`` ×, the excess its own.
+    # Slow by its own work: above the line, its peers' ``peer_ratio`` ×, the excess its own; or
+    # out of line below it with its clients queued behind it (the impact no stage shows).
+    queued = queued_clients(b, request, st, usual)
     slow = above and top in own
     if not out_of_line and not slow:
         return None, None, excess
+    if out_of_line and not slow and queued is not None:
+        slow = True
+    else:
+        queued = None
     candidates = out_of_line or {top: judged[top]} if top else out_of_line
     stage = max(candidates, key=candidates.__getitem__)
     if (
@@ -435,7 +479,17 @@ def _own_signal(
         and out_of_line["local"] >= cfg.queue_behind_local_ms
     ):
         stage = "local"  # handler threads blocked in a slow append leave the queue behind them
-    sig = Signal(OWN, request, stage, total, peer_total, total if slow else 0.0, slow, excess_ms=dict(excess))
+    sig = Signal(
+        OWN,
+        request,
+        stage,
+        total,
+        peer_total,
+        total if slow else 0.0,
+        slow,
+        excess_ms=dict(excess),
+        saturated=queued,
+    )
     return sig, None, excess
 
 

@@ -32,11 +32,13 @@ def broker_rows(
     request: str = "Produce",
     stage_p99: dict[str, float] | None = None,
     waited: dict[str, float] | None = None,
+    saturated: int = 0,
 ) -> list[StageWindow]:
     """A broker's rows for one window: total p99 and stage p99s, the excess on ``stage``;
     ``stage_p99`` sets single stages' p99 exactly (others as before); ``waited`` single stages'
     p99 of the values above zero (``nonzero_p99_ms``, else none); ``logged`` is ``count``
-    unless sampled capture logged fewer."""
+    unless sampled capture logged fewer; ``saturated`` the client connections its agent saw
+    served back to back (on the total row, of 8 served)."""
     rows = []
     for s in (*STAGES, "total"):
         v = p99 if s == "total" else (max(p99 - 15.0, 3.0) if s == stage else 3.0)
@@ -54,6 +56,8 @@ def broker_rows(
                 p999_ms=v * 1.2,
                 nonzero_p99_ms=(waited or {}).get(s),
                 mean_ms=v / 3,
+                connections=8 if s == "total" else 0,
+                saturated_connections=saturated if s == "total" else 0,
             )
         )
     return rows
@@ -407,6 +411,59 @@ CASES = [
         8,
         3,
         {2: {i: {"p99": 200.0} for i in range(8)}},
+        {("degraded_broker", "broker:2"): "local"},
+    ),
+    # A slow disk under pipelining producers (the recovery bench's slow-disk draws): each produce
+    # served in 200 ms, under the line, while the broker serves three clients' connections back
+    # to back; its peers serve the acks=all producer's back to back too (waiting on it).
+    (
+        "below the line, its clients queued behind it: slow",
+        8,
+        3,
+        {
+            2: {i: {"p99": 200.0, "saturated": 3 if i >= 3 else 0} for i in range(8)},
+            0: {i: {"saturated": 1 if i >= 3 else 0} for i in range(8)},
+            1: {i: {"saturated": 1 if i >= 3 else 0} for i in range(8)},
+        },
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    (
+        "below the line, its clients queued from the fault on after a known level: slow",
+        16,
+        3,
+        {2: {i: {"p99": 200.0 if i >= 11 else 20.0, "saturated": 3 if i >= 11 else 1} for i in range(16)}},
+        {("slow_broker", "broker:2"): "local"},
+    ),
+    (
+        "clients queued on a healthy broker (a client faster than one broker): nothing",
+        8,
+        3,
+        {2: {i: {"saturated": 3} for i in range(8)}},
+        {},
+    ),
+    (
+        "below the line, its clients as queued as always: degraded, not slow",
+        16,
+        3,
+        {2: {i: {"p99": 200.0 if i >= 11 else 20.0, "saturated": 2} for i in range(16)}},
+        {("degraded_broker", "broker:2"): "local"},
+    ),
+    (
+        "below the line, every broker's clients queued alike: degraded, not slow",
+        8,
+        3,
+        {
+            2: {i: {"p99": 200.0, "saturated": 2 if i >= 3 else 0} for i in range(8)},
+            0: {i: {"saturated": 2 if i >= 3 else 0} for i in range(8)},
+            1: {i: {"saturated": 2 if i >= 3 else 0} for i in range(8)},
+        },
+        {("degraded_broker", "broker:2"): "local"},
+    ),
+    (
+        "below the line, its clients queued in one window: degraded, not slow",
+        8,
+        3,
+        {2: {i: {"p99": 200.0, "saturated": 3 if i == 7 else 0} for i in range(8)}},
         {("degraded_broker", "broker:2"): "local"},
     ),
     (
