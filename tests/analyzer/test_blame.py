@@ -56,6 +56,54 @@ def test_one_broker_slow_in_its_own_stage_is_that_broker_and_that_stage(
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
     brokers=st.integers(3, 8),
+    saturated=st.lists(st.integers(0, 6), min_size=8, max_size=8),
+    changes=st.lists(st.integers(0, 11), min_size=0, max_size=6),
+    seed=st.integers(0, 1000),
+)
+def test_clients_queued_on_healthy_brokers_are_never_a_finding(brokers, saturated, changes, seed) -> None:
+    """Saturated connections are impact, never evidence: on brokers whose own timers stay in
+    line, any counts of connections served back to back, changing in any windows, name nobody."""
+    windows = 12
+    special = {
+        b: {
+            i: healthy(seed, b, i) | {"saturated": saturated[(b + (i in changes) * i) % len(saturated)]}
+            for i in range(windows)
+        }
+        for b in range(brokers)
+    }
+    assert findings(special, brokers, windows) == set()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    brokers=st.integers(3, 8),
+    victim=st.integers(0, 7),
+    stage=st.sampled_from(OWN),
+    stage_ms=st.floats(60.0, 250.0),
+    queued=st.integers(1, 8),
+    onset=st.integers(4, 8),
+    seed=st.integers(0, 1000),
+)
+def test_one_broker_slow_below_the_line_with_its_clients_queued_is_slow(
+    brokers, victim, stage, stage_ms, queued, onset, seed
+) -> None:
+    """A broker's own stage out of line under the line, its clients' connections served back to
+    back from the onset (its peers' none): slow, that broker and that stage, whatever the size."""
+    victim %= brokers
+    windows = onset + 4
+    special = {b: {i: healthy(seed, b, i) for i in range(windows)} for b in range(brokers)}
+    for i in range(onset, windows):
+        special[victim][i] = {
+            "p99": stage_ms + 20,
+            "stage_p99": {**healthy(seed, victim, i)["stage_p99"], stage: stage_ms},
+            "saturated": queued,
+        }
+    assert findings(special, brokers, windows) == {("slow_broker", f"broker:{victim}", stage)}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    brokers=st.integers(3, 8),
     factor=st.floats(2.0, 40.0),
     seed=st.integers(0, 1000),
 )
