@@ -200,9 +200,9 @@ class BlockScan:
     def busy(self, n: int) -> list[tuple[int, int, int]]:
         """For the first ``n`` scanned lines (after :meth:`group` took them: every kind >= 0), per
         distinct (kind, connection) in the order first seen: ``(kind, first line, busy µs)``,
-        the time the broker spent serving them (:func:`busy_us` of each line, summed). One C call (a hash table keyed by the connection's
-        64-bit hash and the kind: two connections whose hashes collide, about n² / 2⁶⁵ for n
-        connections, are counted as one)."""
+        the time the broker spent serving them (:func:`busy_us` of each line, summed). One C call
+        (a hash table keyed by the connection's 64-bit hash and the kind: two connections whose
+        hashes collide, about n² / 2⁶⁵ for n connections, are counted as one)."""
         assert _LIB is not None
         kinds, first, busy_us = _zeros("i", n), _zeros("q", n), _zeros("q", n)
         cap = 1 << max(4, (2 * n - 1).bit_length())  # the table's room: a power of two >= 2n
