@@ -1,5 +1,5 @@
 """One wheel built from this tree per test session, for the tests that install it in fresh
-environments (tests/test_install.py, tests/analyzer/test_spark_from_wheel.py)."""
+environments (tests/test_install.py, tests/analyzer/test_spark_cluster.py)."""
 
 from __future__ import annotations
 

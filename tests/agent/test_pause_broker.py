@@ -32,7 +32,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 COMPARED = {
     (FETCH_CONSUMER, stage) for stage in ("requestQueue", "local", "remote", "responseQueue", "total")
 }
-PHASE_S = 15
+# Each phase spans at least three whole windows (every window holds two pauses of broker 2).
+WINDOW_S = 2
+PHASE_S = 8
 
 
 def p99_by_stage(windows: list[ClosedWindow], since_ms: int, until_ms: int) -> dict[str, float]:
@@ -53,7 +55,9 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
     create_topic(admin, topic_name, leaders=[1, 2, 3])
     sources = {
         n.node_id: RequestLogSource(
-            n.request_log, WindowAggregator(cluster="t", broker=n.node_id, window_s=5, grace_s=1), Health()
+            n.request_log,
+            WindowAggregator(cluster="t", broker=n.node_id, window_s=WINDOW_S, grace_s=1),
+            Health(),
         )
         for n in cluster3.nodes
     }
@@ -95,8 +99,9 @@ def test_pausing_broker_2_shows_in_broker_2_only(cluster3: ClusterState, admin, 
         traffic.join()
     for b, s in sources.items():
         windows[b] += s.poll() + s.aggregator.close_all()
-    before = {b: p99_by_stage(w, t0 - t0 % 5000 + 5000, t1 - t1 % 5000) for b, w in windows.items()}
-    during = {b: p99_by_stage(w, t1 - t1 % 5000 + 5000, t2 - t2 % 5000) for b, w in windows.items()}
+    ms = WINDOW_S * 1000  # whole windows inside each phase
+    before = {b: p99_by_stage(w, t0 - t0 % ms + ms, t1 - t1 % ms) for b, w in windows.items()}
+    during = {b: p99_by_stage(w, t1 - t1 % ms + ms, t2 - t2 % ms) for b, w in windows.items()}
     worst = {b: max(during[b].values(), default=0.0) for b in windows}
     baseline = {b: max(before[b].values(), default=0.0) for b in windows}
     msg = f"FetchConsumer p99 by stage before={before} during={during}"
