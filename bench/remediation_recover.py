@@ -77,7 +77,7 @@ from linkwatch.errors import SetupError
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from testbed.demo.agents import AgentsComponent
-from testbed.demo.analyzer import AnalyzerComponent, demo_config
+from testbed.demo.analyzer import RESTORE_HOLD_S, AnalyzerComponent, demo_config
 from testbed.demo.probe import ProbeComponent
 from testbed.load import CLIENTS, KeyDistribution, ProducerLoad, ensure_topic
 from testbed.recovery import PAUSE_MS, fault_round, one_round, p99_by_leader, wait_restored, wait_whole
@@ -178,6 +178,7 @@ def run_draws(args: argparse.Namespace) -> None:
                 remediate_topics=list(fm.TOPICS) if mode == "with" else None,
                 cooldown_s=5.0,
                 followers=args.followers,
+                restore_hold_s=args.restore_hold_s,
             )
             analyzer.start(state)
             warm_up(analyzer)
@@ -414,6 +415,12 @@ def main() -> None:
     ap.add_argument("--baseline-fault-s", type=float, default=45.0)
     ap.add_argument("--restore-timeout-s", type=float, default=180.0)
     ap.add_argument(
+        "--restore-hold-s",
+        type=float,
+        default=RESTORE_HOLD_S,
+        help=f"the remediator's hold after a clear before leadership returns (the demo's {RESTORE_HOLD_S:g} s)",
+    )
+    ap.add_argument(
         "--clear-timeout-s",
         type=float,
         default=180.0,
@@ -494,9 +501,12 @@ def main() -> None:
     if args.smoke:
         # The round runs its whole loop (finding, demotion, recovery, restore): the suite's test
         # of the loop (tests/bench/test_bench_smoke.py checks the order of the figures).
+        # A 5 s hold: the restore's order is checked (after the clear, no sooner than the hold);
+        # the demo's 20 s would only add its difference to the suite.
         args.rounds, args.modes, args.fault_s, args.quiet_s = 1, "with", 120.0, 2.0
-        args.restore_timeout_s, args.clear_timeout_s = 150.0, 30.0
+        args.restore_timeout_s, args.clear_timeout_s, args.restore_hold_s = 150.0, 30.0, 5.0
 
+    print(f"restore hold {args.restore_hold_s:g} s", flush=True)
     print(f"producers on {args.load_client}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="linkwatch-bench-recover-"))
     cluster = None
@@ -543,7 +553,10 @@ def main() -> None:
         cfg = demo_config(agents.window_s) if args.analyzer == "demo" else default_config()
         for mode in args.modes.split(","):
             analyzer = AnalyzerComponent(
-                cfg, remediate_topics=["orders", "serve"] if mode == "with" else None, cooldown_s=5.0
+                cfg,
+                remediate_topics=["orders", "serve"] if mode == "with" else None,
+                cooldown_s=5.0,
+                restore_hold_s=args.restore_hold_s,
             )
             analyzer.start(state)
             warm = time.monotonic()

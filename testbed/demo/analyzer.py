@@ -111,11 +111,13 @@ class AnalyzerComponent:
         remediate_topics: list[str] | None = None,
         cooldown_s: float = 60.0,
         followers: str = "keep",
+        restore_hold_s: float = RESTORE_HOLD_S,
     ) -> None:
         self.cfg = cfg
         self.remediate_topics = remediate_topics
         self.cooldown_s = cooldown_s
         self.followers = followers
+        self.restore_hold_s = restore_hold_s
         self.events: deque[str] = deque(maxlen=max_lines)  # bounded: the latest appear/clear lines
         self.service: AnalysisService | None = None
         self._stop = threading.Event()
@@ -142,6 +144,7 @@ class AnalyzerComponent:
                 cluster.bootstrap,
                 self.remediate_topics,
                 self.cooldown_s,
+                restore_hold_s=self.restore_hold_s,
                 followers=self.followers,
             )
             pipeline = build_pipeline(PipelineConfig(config=path), [_EventNotifier(self._event)])
