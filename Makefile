@@ -9,8 +9,8 @@ PYTEST_ARGS ?=
 # process: on a 2-core machine the suite is CPU-bound (31 CPU-minutes in one process, 43-49 in
 # two workers that contend), and two workers took 32-36 minutes against 38-39 in one, with more
 # timing failures. Measured again on 2026-12-04 (clean clone, each worker its own clusters):
-# two workers 24.3 minutes against 37.6 in one, but two timing reruns and the paused-broker
-# end-to-end test skipped on its precondition (healthy p99 over a third of the line), and a
+# two workers 24.3 minutes against 37.6 in one, but two timing reruns and one test skipped (by
+# its times, the paused-broker end-to-end test on its precondition, a loaded machine), and a
 # cluster test with no timing mark failed once in a smaller two-worker run. (Grouping every
 # real-cluster test into one worker with xdist_group does not work here: xdist 3.8 renames a
 # test's node id through an attribute pytest 9.2 no longer reads.)
