@@ -15,9 +15,8 @@ windows by default, ``--window-s``) publishing to ``linkwatch.samples`` and serv
 live during the run:
 
 * the analyzer: ``AnalysisService`` (Spark local mode: Structured Streaming from the samples
-  topic into its archive, the detectors on a timer, as ``tests/analyzer/test_cluster_e2e.py``
-  drives it), its findings taken from its sink with the wall-clock time they were emitted. Its
-  slow-broker thresholds are the defaults; only its policy differs: ``info`` findings
+  topic into its archive, the detectors on a timer), its findings taken from its sink with the
+  wall-clock time they were emitted. Its slow-broker thresholds are the defaults; only its policy differs: ``info`` findings
   (``degraded_broker``) are emitted too, so they can be timed (by default they are re-checked
   later, never sent on);
 * Prometheus with the shipped rules, Alertmanager and ``linkwatch alerts serve``
@@ -621,7 +620,7 @@ class Ticker:
 
 ANALYZER_MODES = {
     "defaults": "the service's own timings (lookback, interval, trigger, watermark, window settle)",
-    "e2e": "tests/analyzer/test_cluster_e2e.py's timings (lookback 90 windows, interval 1 s, trigger 4 s, watermark 60 s)",
+    "e2e": "the live e2e's short timings (lookback 90 windows, interval 1 s, trigger 4 s, watermark 60 s)",
 }
 
 
@@ -631,8 +630,8 @@ def analyzer_config(
     info_too = {"info": Action.NOTIFY, "warning": Action.NOTIFY, "critical": Action.NOTIFY}
     timings: dict[str, Any] = {}
     if mode == "e2e":
-        # As tests/analyzer/test_cluster_e2e.py: the archive read back wider than the stream's
-        # latency plus one evaluation on a loaded machine.
+        # As the live e2e ran in the suite (its scenarios are this bench's now): the archive read
+        # back wider than the stream's latency plus one evaluation on a loaded machine.
         timings = {"lookback_windows": 90, "interval_s": 1.0, "trigger_s": 4.0, "watermark": "60 seconds"}
     return AnalyzerConfig(
         cluster=CLUSTER,
@@ -711,7 +710,8 @@ def smoke_run(scenario: str, window_s: int = DEFAULT_WINDOW_S) -> Run:
     """A run made up here for ``--smoke``: three brokers' Produce windows for 150 s, the leaders'
     ``remote`` at 900 ms while broker 2 is "paused" (40-100 s), no live findings or alerts. It
     exercises the replay, the judging and the table without a cluster; what it judges is not a
-    measurement (the live half is what tests/analyzer/test_cluster_e2e.py and tests/alerts drive)."""
+    measurement (the live half is this bench's full run; in the suite, the recovery bench's
+    smoke and tests/alerts drive it)."""
     from linkwatch.sketch import LatencySketch
 
     t0 = (time.time() // window_s - 15) * window_s

@@ -6,9 +6,11 @@ input is one fixed set of samples on a fresh samples topic: three brokers over 1
 10 s, broker 2 slow in its ``local`` stage in the last six, and a topic whose partition 0 takes
 eight times the bytes of the others. Every Spark run is its own process, as an operator runs it:
 
-* the batch report (``--source kafka``): ``linkwatch report`` in local mode, and
-  ``spark-submit --master spark://… --jars <connector jars> cli/main.py report`` (the
-  master from spark-submit, ``spark_master: ""`` in the config); the JSON outputs are equal.
+* the batch report (``--source kafka``): ``linkwatch report`` in local mode, and the report as a
+  site runs it on the cluster: ``spark-submit --master spark://… --jars <connector jars>
+  --archives <linkwatch spark package> cli/main.py report`` from a fresh install of the wheel,
+  executors whose Python has nothing of linkwatch's, the master from spark-submit
+  (``spark_master: ""`` in the config); the JSON outputs are equal.
 * the streaming analyzer: ``linkwatch analyze`` with ``spark_master: local[2]`` and with
   ``spark_master: spark://127.0.0.1:<port>`` (the driver in the linkwatch process, executors
   on the workers reading the samples topic with the connector jars ``spark.jars`` ships). Each
@@ -19,9 +21,6 @@ eight times the bytes of the others. Every Spark run is its own process, as an o
 The local and the cluster run of each pair go side by side (separate processes, applications
 and output files): the comparison does not depend on the order, and the pair takes less wall
 time than one run after the other.
-
-The report also runs from an installed wheel with executors whose Python has nothing of
-linkwatch's (section 4 below), on the same two workers.
 
 Then ``down`` leaves no daemon or executor process behind.
 """
@@ -35,7 +34,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,7 +53,6 @@ from testbed.spark import (
     alive_worker_ports,
     find_free_base_port,
     master_json,
-    spark_home,
 )
 from tests.wheelkit import built_wheel, uv_install
 
@@ -219,28 +216,25 @@ def _linkwatch(*args: str) -> list[str]:
     return [sys.executable, "-m", "cli.main", *args]
 
 
-def _spark_submit(master: str, *args: str) -> list[str]:
-    import cli.main
-    from spark_metrics.jars import kafka_connector_jars
+@dataclass(frozen=True)
+class Run:
+    """One report as its own process: its command, its JSON output and its log; by default
+    this checkout's environment from the current directory."""
 
-    return [
-        str(spark_home() / "bin" / "spark-submit"),
-        "--master",
-        master,
-        "--deploy-mode",
-        "client",
-        "--jars",
-        ",".join(str(p) for p in kafka_connector_jars()),
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        cli.main.__file__,
-        *args,
-    ]
+    cmd: list[str]
+    out: Path
+    log: Path
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
 
 
-def _start(cmd: list[str], log: Path) -> subprocess.Popen:
+def _start(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
     with log.open("wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env or _env(), cwd=cwd, start_new_session=True
+        )
 
 
 def _finish(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
@@ -253,11 +247,10 @@ def _finish(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
     assert rc == 0, f"{proc.args[:4]}… exited {rc}: {log.read_text()[-3000:]}"
 
 
-def _reports(runs: list[tuple[list[str], Path, Path]]) -> list[dict]:
-    """Run the ``(command, JSON output, log)`` reports side by side (each its own process and
-    Spark application) and return their outputs in order. None is left running, whatever
-    happens."""
-    procs = [(_start(cmd, log), log) for cmd, _, log in runs]
+def _reports(runs: list[Run]) -> list[dict]:
+    """Run the reports side by side (each its own process and Spark application) and return
+    their outputs in order. None is left running, whatever happens."""
+    procs = [(_start(r.cmd, r.log, r.env, r.cwd), r.log) for r in runs]
     try:
         for proc, log in procs:
             _finish(proc, log, REPORT_TIMEOUT_S)
@@ -266,7 +259,7 @@ def _reports(runs: list[tuple[list[str], Path, Path]]) -> list[dict]:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    return [json.loads(out.read_text()) for _, out, _ in runs]
+    return [json.loads(r.out.read_text()) for r in runs]
 
 
 # --- 1. the helper ------------------------------------------------------------------------
@@ -286,13 +279,91 @@ def test_workers_registered_with_bounded_resources_on_loopback(spark_cluster: Sp
         assert {ip for ip, _ in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, (d.name, listening)
 
 
-# --- 2. the batch report ------------------------------------------------------------------
+# --- 2. the batch report: local mode, and from an installed wheel on the cluster ---------------
+#
+# The cluster run is the report as a site runs it (docs/analyzer.md): the driver's environment
+# a fresh virtualenv with ``linkwatch[analyzer]`` installed from the wheel built from this tree,
+# run from a directory outside the tree without ``PYTHONPATH``; the executors' environment a
+# fresh virtualenv with pyspark, pyarrow, numpy and pandas only (``import ddsketch`` and
+# ``import orjson`` fail there). ``linkwatch spark package`` packs linkwatch and its dependencies
+# for them; the driver environment's ``spark-submit`` ships it with the options it prints, with
+# the connector jars, and runs the installed ``cli/main.py report --source kafka`` on this
+# module's two workers. Its JSON equals the local-mode ``linkwatch report`` of this checkout on
+# the same samples (the two run side by side), and the master lists the finished application:
+# the executors imported ``ddsketch`` and ``orjson`` from the archive.
+
+ROOT = Path(__file__).resolve().parents[2]
+UV = shutil.which("uv")
+PYSPARK = "pyspark==4.0.1"
 
 
-@pytest.mark.timeout(900)
-def test_report_same_findings_local_and_on_the_cluster(
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, (
+        f"{cmd[:3]}… exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    )
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class WheelDriver:
+    """A fresh ``linkwatch[analyzer]`` install from the wheel and its bare executors."""
+
+    python: Path
+    linkwatch: Path
+    main: str  # the installed cli/main.py
+    spark_submit: str  # the installed pyspark's
+    executors_python: Path
+    env: dict[str, str]
+    work: Path  # the directory outside the tree everything runs from
+
+
+def _wheel_driver(tmp_path: Path) -> WheelDriver:
+    assert UV is not None
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "SPARK_HOME")}
+    work = tmp_path / "work"  # outside the source tree
+    work.mkdir()
+    wheel = built_wheel()
+    driver, executors = tmp_path / "driver", tmp_path / "executors"
+    for venv, requirement in (
+        (driver, [f"linkwatch[analyzer] @ {wheel.as_uri()}"]),
+        (executors, [PYSPARK, "pyarrow", "numpy", "pandas"]),
+    ):
+        _run([UV, "venv", "-q", "--python", sys.executable, str(venv)], work, env)
+        uv_install(venv / "bin/python", requirement, env, work)
+    bare = subprocess.run([str(executors / "bin/python"), "-c", "import ddsketch"], capture_output=True)
+    assert bare.returncode != 0, "the executors' Python must not have ddsketch of its own"
+    py = str(driver / "bin/python")
+    main = _run([py, "-c", "import cli.main; print(cli.main.__file__)"], work, env).strip()
+    assert Path(main).is_relative_to(driver) and not Path(main).is_relative_to(ROOT)
+    pyspark = _run([py, "-c", "import pyspark; print(pyspark.__file__)"], work, env).strip()
+    return WheelDriver(
+        python=driver / "bin/python",
+        linkwatch=driver / "bin/linkwatch",
+        main=main,
+        spark_submit=str(Path(pyspark).parent / "bin/spark-submit"),
+        executors_python=executors / "bin/python",
+        env=env,
+        work=work,
+    )
+
+
+@pytest.mark.skipif(UV is None, reason="uv is not installed (make bootstrap installs it)")
+@pytest.mark.timeout(1200)
+def test_report_from_the_wheel_on_the_cluster_with_bare_executors_equals_local_mode(
     cluster3, spark_cluster: SparkClusterState, samples: Samples, tmp_path: Path
 ) -> None:
+    from spark_metrics.jars import kafka_connector_jars
+
+    wheel = _wheel_driver(tmp_path)
+    out = _run(
+        [str(wheel.linkwatch), "spark", "package", str(tmp_path / "executor-env.tar.gz")],
+        wheel.work,
+        wheel.env,
+    )
+    options = out.split("spark-submit options: ", 1)[1].split()
+    assert options[0] == "--archives" and "ddsketch==" in out and "orjson==" in out
+
     rng = [
         "--from",
         str(samples.from_ms),
@@ -306,37 +377,56 @@ def test_report_same_findings_local_and_on_the_cluster(
     local_cfg = _config(
         tmp_path / "local.yaml", cluster3, samples, "local[2]", tmp_path / "local", "f-unused"
     )
-    cluster_cfg = _config(tmp_path / "cluster.yaml", cluster3, samples, "", tmp_path / "cluster", "f-unused")
+    # The module's cluster (the testbed's, from this checkout's pyspark 4.0.1) stands for the
+    # site's; the master comes from spark-submit.
+    cluster_cfg = _config(
+        wheel.work / "analyzer.yaml", cluster3, samples, "", tmp_path / "cluster", "f-unused"
+    )
+    on_cluster_cmd = [
+        wheel.spark_submit,
+        "--master",
+        spark_cluster.master_url,
+        "--deploy-mode",
+        "client",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        f"spark.pyspark.python={wheel.executors_python}",
+        "--conf",
+        f"spark.pyspark.driver.python={wheel.python}",
+        *options,
+        "--jars",
+        ",".join(str(p) for p in kafka_connector_jars()),
+        wheel.main,
+        "report",
+        *rng,
+        "-c",
+        str(cluster_cfg),
+        "--out",
+        str(tmp_path / "cluster.json"),
+    ]
+    before = {a["id"] for a in master_json(spark_cluster.master.ui_port)["completedapps"]}
+    started = time.monotonic()
     local, on_cluster = _reports(
         [
-            (
+            Run(
                 _linkwatch("report", *rng, "-c", str(local_cfg), "--out", str(tmp_path / "local.json")),
                 tmp_path / "local.json",
                 tmp_path / "local.log",
             ),
-            (
-                _spark_submit(
-                    spark_cluster.master_url,
-                    "report",
-                    *rng,
-                    "-c",
-                    str(cluster_cfg),
-                    "--out",
-                    str(tmp_path / "cluster.json"),
-                ),
-                tmp_path / "cluster.json",
-                tmp_path / "cluster.log",
-            ),
+            Run(on_cluster_cmd, tmp_path / "cluster.json", tmp_path / "cluster.log", wheel.env, wheel.work),
         ]
     )
+    print(f"the report locally and from the wheel on the cluster: {time.monotonic() - started:.0f} s")
     rules = sorted((f["rule"], f["subject"]) for f in local["findings"])
     assert ("slow_broker", "broker:2") in rules and ("skewed_partitions", "topic:orders") in rules, rules
     slow = next(f for f in local["findings"] if f["subject"] == "broker:2")
     assert slow["evidence"]["stage"] == "local"
+    assert local["read"]["brokers"] == [1, 2, 3]
     assert on_cluster == local
     # The cluster run's executors were on the workers: the master lists the finished app.
-    apps = master_json(spark_cluster.master.ui_port)["completedapps"]
-    assert any(a["name"] == "linkwatch-report" for a in apps), apps
+    apps = [a for a in master_json(spark_cluster.master.ui_port)["completedapps"] if a["id"] not in before]
+    assert "linkwatch-report" in [a["name"] for a in apps], apps
 
 
 # --- 3. the streaming analyzer ------------------------------------------------------------
@@ -437,140 +527,7 @@ def test_streaming_analyzer_same_findings_local_and_on_the_cluster(
     assert any(a["name"] == "linkwatch-analyze" for a in apps), apps
 
 
-# --- 4. the report from an installed wheel, executors without linkwatch ---------------------
-#
-# The driver's environment: a fresh virtualenv with ``linkwatch[analyzer]`` installed from the
-# wheel built from this tree; everything runs from a directory outside the tree, without
-# ``PYTHONPATH``. The executors' environment: a fresh virtualenv with pyspark, pyarrow, numpy and
-# pandas only (``import ddsketch`` and ``import orjson`` fail there). ``linkwatch spark package``
-# packs linkwatch and its dependencies for them; ``spark-submit`` (the driver environment's) ships
-# it with the options it prints and runs the installed ``cli/main.py report`` over a Parquet
-# archive of fixed samples (broker 2 slow in ``local``) on this module's two workers. The report
-# names broker 2, and the master lists the finished application: the executors imported
-# ``ddsketch`` and ``orjson`` from the archive.
-
-ROOT = Path(__file__).resolve().parents[2]
-UV = shutil.which("uv")
-PYSPARK = "pyspark==4.0.1"
-
-SAMPLES = """
-import sys, time
-from pathlib import Path
-from linkwatch import records as R
-from linkwatch.sketch import LatencySketch
-from spark_metrics.batch import write_archive
-from spark_metrics.session import spark_session
-
-def sketch(p99):
-    sk = LatencySketch()
-    for i in range(58):
-        sk.add(1.0 + (p99 / 4) * i / 60)
-    sk.add(p99); sk.add(p99)
-    return sk.to_dict()
-
-end = (int(time.time()) // 10) * 10_000
-t0 = end - 12 * 10_000
-values = []
-for i in range(12):
-    for b in (1, 2, 3):
-        slow = b == 2 and i >= 6
-        for stage in R.STAGES:
-            p99 = (600.0 if slow else 20.0 + b) if stage == "total" else (585.0 if slow and stage == "local" else 3.0)
-            rec = R.StageSketch(cluster="wheel", source=f"broker-{b}", ts_ms=t0 + i * 10_000, broker=b,
-                                request=R.PRODUCE, stage=stage, window_s=10, sketch=sketch(p99))
-            values.append(rec.to_json().decode())
-spark = spark_session("local[1]", app_name="samples")
-write_archive(spark, values, Path(sys.argv[1]))
-spark.stop()
-print(t0, end)
-"""
-
-
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, (
-        f"{cmd[:3]}… exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    )
-    return done.stdout
-
-
-@pytest.mark.skipif(UV is None, reason="uv is not installed (make bootstrap installs it)")
-@pytest.mark.timeout(1200)
-def test_the_report_runs_from_the_wheel_on_the_cluster_with_bare_executors(
-    spark_cluster: SparkClusterState, tmp_path: Path
-) -> None:
-    assert UV is not None
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "SPARK_HOME")}
-    work = tmp_path / "work"  # outside the source tree
-    work.mkdir()
-    wheel = built_wheel()
-    driver, executors = tmp_path / "driver", tmp_path / "executors"
-    for venv, requirement in (
-        (driver, [f"linkwatch[analyzer] @ {wheel.as_uri()}"]),
-        (executors, [PYSPARK, "pyarrow", "numpy", "pandas"]),
-    ):
-        _run([UV, "venv", "-q", "--python", sys.executable, str(venv)], work, env)
-        uv_install(venv / "bin/python", requirement, env, work)
-    bare = subprocess.run([str(executors / "bin/python"), "-c", "import ddsketch"], capture_output=True)
-    assert bare.returncode != 0, "the executors' Python must not have ddsketch of its own"
-
-    py, linkwatch = str(driver / "bin/python"), str(driver / "bin/linkwatch")
-    main = _run([py, "-c", "import cli.main; print(cli.main.__file__)"], work, env).strip()
-    assert Path(main).is_relative_to(driver) and not Path(main).is_relative_to(ROOT)
-    archive = tmp_path / "state" / "archive"
-    t0, end = map(int, _run([py, "-c", textwrap.dedent(SAMPLES), str(archive)], work, env).split()[-2:])
-    out = _run([linkwatch, "spark", "package", str(tmp_path / "executor-env.tar.gz")], work, env)
-    options = out.split("spark-submit options: ", 1)[1].split()
-    assert options[0] == "--archives" and "ddsketch==" in out and "orjson==" in out
-
-    # The module's cluster (the testbed's, from this checkout's pyspark 4.0.1) stands for the
-    # site's.
-    config = work / "analyzer.yaml"
-    config.write_text(
-        f"cluster: wheel\nwindow_s: 10\nstate_dir: {tmp_path / 'state'}\nspark_master: ''\n"
-        f"spark_log: {tmp_path / 'spark.log'}\nprometheus: {{enabled: false}}\n"
-    )
-    spark_submit = str(
-        Path(_run([py, "-c", "import pyspark; print(pyspark.__file__)"], work, env).strip()).parent
-        / "bin/spark-submit"
-    )
-    report = work / "report.json"
-    cmd = [
-        spark_submit,
-        "--master",
-        spark_cluster.master_url,
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        "--conf",
-        f"spark.pyspark.python={executors / 'bin/python'}",
-        "--conf",
-        f"spark.pyspark.driver.python={py}",
-        *options,
-        main,
-        "report",
-        "--from",
-        str(t0),
-        "--to",
-        str(end),
-        "-c",
-        str(config),
-        "--format",
-        "json",
-        "--out",
-        str(report),
-    ]
-    before = {a["id"] for a in master_json(spark_cluster.master.ui_port)["completedapps"]}
-    started = time.monotonic()
-    _run(cmd, work, env, timeout=900)
-    doc = json.loads(report.read_text())
-    print(f"spark-submit report from the wheel: {time.monotonic() - started:.0f} s; {doc['verdict']}")
-    assert ("slow_broker", "broker:2") in {(f["rule"], f["subject"]) for f in doc["findings"]}, doc
-    assert doc["read"]["brokers"] == [1, 2, 3]
-    apps = [a for a in master_json(spark_cluster.master.ui_port)["completedapps"] if a["id"] not in before]
-    assert "linkwatch-report" in [a["name"] for a in apps], apps
-
-
-# --- 5. down -------------------------------------------------------------------------------
+# --- 4. down -------------------------------------------------------------------------------
 
 
 def test_down_leaves_no_spark_process(spark_cluster: SparkClusterState) -> None:
