@@ -6,12 +6,16 @@ parallel worktrees do not collide. Every fault injected by a test is reverted af
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +53,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=TIMING_RERUN_DELAY_S))
+
+
+# With workers (`make test TEST_WORKERS=N`, `--dist loadfile`), a file's tests run together in one
+# worker, and a worker takes the next file when it is nearly done. xdist hands the files out in
+# collection order, so a minutes-long file collected last (tests/testbed/) runs alone at the end
+# while the other worker idles. The files marked `minutes(n)` go first, the longest first: the
+# short ones then fill in around them and the workers finish together.
+_MINUTES = re.compile(r"pytest\.mark\.minutes\((\d+)\)")
+
+
+@functools.cache
+def _file_minutes(rootdir: str, scope: str) -> int:
+    """A test file's `minutes(n)` mark, read from its source (the controller collects nothing)."""
+    try:
+        m = _MINUTES.search((Path(rootdir) / scope).read_text())
+    except OSError:
+        return 0
+    return int(m[1]) if m else 0
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    rootdir = str(config.rootpath)
+
+    class LongestFileFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node: Any) -> None:
+            # Ties (0 for every unmarked file) keep collection order: max() returns the first.
+            longest = max(self.workqueue, key=lambda scope: _file_minutes(rootdir, scope))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return LongestFileFirst(config, log)
 
 
 # TEST_CPU_LOG=FILE appends one JSON line per test (setup, call and teardown together, so a
