@@ -4,15 +4,15 @@
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 # TEST_WORKERS=N runs the suite in N processes (0: in this one), a test file's tests together in
-# one (its module's cluster started once); each worker starts its own session cluster, and port
-# blocks and the loopback qdisc are reserved across processes. The files marked minutes(n) go
-# first, longest first (tests/conftest.py), so both workers finish together. Two by default:
-# measured 2026-12-05 on a clean clone of this 2-core machine, `make test` took 21.1 minutes in two
-# workers (2,161 passed, no rerun, 33.4 busy-CPU minutes) against 33.2 in one (34.0 busy-CPU
-# minutes, before the live e2e moved to the fault matrix). The suite's CPU sets its floor: 33.4
-# busy-CPU minutes on 2 cores cannot take less than 16.7. Earlier two-worker runs (2026-12-04,
-# before the files were ordered) had timing reruns and one cluster test fail once;
-# TEST_WORKERS=0 runs the suite in this process.
+# one (its module's cluster started once), the files marked minutes(n) handed out first, longest
+# first (tests/conftest.py); each worker starts its own session cluster, and port blocks and the
+# loopback qdisc are reserved across processes. Two by default: measured 2026-12-05 on a clean
+# clone of this 2-core machine, `make test` took 21.1 minutes in two workers (2,161 passed, no
+# rerun, 33.4 busy-CPU minutes) against 33.2 in one (34.0 busy-CPU minutes, before the live e2e
+# moved to the fault matrix). The suite's CPU sets its floor: 33.4 busy-CPU minutes on 2 cores
+# cannot take less than 16.7. A second two-worker run, with more files marked, took 31.4 minutes:
+# the dashboards test waited its 7 minutes twice for a cold-read series the lag collector never
+# exported (the stack running meanwhile: 57 busy-CPU minutes), with four timing reruns.
 TEST_WORKERS ?= 2
 
 bootstrap:

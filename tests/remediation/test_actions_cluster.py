@@ -28,7 +28,7 @@ from tests.remediation.kit import (
 )
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.minutes(1), pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(2), pytest.mark.cluster, pytest.mark.timing]
 
 RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}  # broker 2 prefers 1 and 4
 
