@@ -9,10 +9,10 @@ PYTEST_ARGS ?=
 # tests/scheduling.py picks: files marked minutes(n) first, longest first, and one that fits
 # beside the other worker's file by their cores(x) marks (two live stacks side by side run at
 # half speed, and burn CPU while they wait). Two workers by default; measured 2026-12-05 on this
-# 2-core machine: 19.1 minutes paired by cores (2,172 passed, two timing reruns, 30.6 busy-CPU
-# minutes) against 20.8 longest-first only (a clean clone, one rerun, 32.8 busy-CPU minutes) and
-# 29.7 in one process (27.5 busy-CPU minutes). The suite's CPU sets the floor: 30.6 busy-CPU
-# minutes on 2 cores cannot take less than 15.3.
+# 2-core machine: paired by cores 19.1 minutes (working tree, 30.6 busy-CPU minutes) and 20.4
+# (clean clone, 2,173 passed, one timing rerun, 33.9 busy-CPU minutes); longest-first only 20.8
+# and 21.9 (clean clones); 29.7 in one process (27.5 busy-CPU minutes). The suite's CPU sets the
+# floor: 30.6-33.9 busy-CPU minutes on 2 cores cannot take less than 15.3-17.0.
 TEST_WORKERS ?= 2
 
 bootstrap:
