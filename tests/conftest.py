@@ -6,6 +6,7 @@ parallel worktrees do not collide. Every fault injected by a test is reverted af
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -62,19 +63,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    rootdir = str(config.rootpath)
+    marks = functools.partial(scheduling.file_marks, str(config.rootpath))
     cpus = os.cpu_count() or 1
 
     class LongFilesSideBySide(LoadFileScheduling):
         def _assign_work_unit(self, node: Any) -> None:
-            marks = {s: scheduling.file_marks(rootdir, s) for s in self.workqueue}
             # What the other workers run now: the first file each has not finished.
             running = [
-                next(s for s, tests in work.items() if not all(tests.values()))
+                scope
                 for other, work in self.assigned_work.items()
-                if other is not node and any(not all(tests.values()) for tests in work.values())
+                if other is not node
+                and (scope := next((s for s, tests in work.items() if not all(tests.values())), None))
             ]
-            marks |= {s: scheduling.file_marks(rootdir, s) for s in running}
             chosen = scheduling.next_scope(self.workqueue, running, marks, cpus)
             self.workqueue.move_to_end(chosen, last=False)
             super()._assign_work_unit(node)
@@ -86,8 +86,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # fixture's start is counted in the first test using it; not a LINKWATCH_ name: the config
 # loader reads those as settings, and five config tests failed under it): its wall time and the whole
 # machine's busy CPU seconds meanwhile (from /proc/stat, so the brokers, Spark and processes the
-# test drives are counted, which the test process's own times would miss). Meaningful on an
-# otherwise quiet machine with one worker; it is how the suite's CPU is attributed to tests.
+# test drives are counted, which the test process's own times would miss), with the worker that
+# ran it and its end (wall clock), which lay out a run's files per worker. The CPU is meaningful
+# on an otherwise quiet machine with one worker; it is how the suite's CPU is attributed to tests.
 _CPU_LOG = os.environ.get("TEST_CPU_LOG")
 
 

@@ -12,9 +12,9 @@ Rule: the next file is one that fits beside what the other workers are running (
 theirs within the machine's, with a little slack), the longest of those first and of equally long
 ones the busiest (it fills the machine now, and leaves the light ones for beside a heavy file);
 when none fits, the one needing the fewest cores. Why: two files that each keep most of the
-machine busy (a live stack, a Spark cluster) run side by side at half speed, and a test that waits for a condition
-on such a stack keeps the stack burning CPU while it waits; one run measured the two heaviest
-files at 212 and 203 s side by side against 97 and 87 s alone. Beside a file that mostly waits
+machine busy (a live stack, a Spark cluster) run side by side at half speed, and a test that
+waits for a condition on such a stack keeps the stack burning CPU while it waits; one run
+measured the two heaviest files at 212 and 203 s side by side against 97 and 87 s alone. Beside a file that mostly waits
 (a failover, a rebalance), the same file runs at nearly its own speed. The files that mostly
 wait are the timing-sensitive ones (deadlines on real brokers): beside a heavy file they lose a
 race now and then, and get their one rerun (tests/conftest.py), as they do beside any load.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 MINUTES = re.compile(r"pytest\.mark\.minutes\((\d+)\)")
@@ -49,14 +49,17 @@ def file_marks(rootdir: str, scope: str) -> tuple[int, float]:
 
 
 def next_scope(
-    queue: Iterable[str], running_elsewhere: Iterable[str], marks: dict[str, tuple[int, float]], cpus: int
+    queue: Iterable[str],
+    running_elsewhere: Iterable[str],
+    marks: Callable[[str], tuple[int, float]],
+    cpus: int,
 ) -> str:
-    """The file of ``queue`` to hand out next, beside the files ``running_elsewhere``. Ties keep
-    the queue's order (collection order)."""
-    spare = cpus + SLACK_CORES - sum(marks[s][1] for s in running_elsewhere)
+    """The file of ``queue`` to hand out next, beside the files ``running_elsewhere``;
+    ``marks(file)`` is its ``(minutes, cores)``. Ties keep the queue's order (collection order)."""
+    spare = cpus + SLACK_CORES - sum(marks(s)[1] for s in running_elsewhere)
 
     def rank(scope: str) -> tuple:
-        minutes, cores = marks[scope]
+        minutes, cores = marks(scope)
         return (True, minutes, cores) if cores <= spare else (False, -cores, minutes)
 
     return max(queue, key=rank)  # max() keeps the first of equals

@@ -46,11 +46,11 @@ SCENARIOS = [
 
 @pytest.mark.parametrize(("queue", "running", "expected", "why"), SCENARIOS, ids=[s[3] for s in SCENARIOS])
 def test_next_scope(queue: list[str], running: list[str], expected: str, why: str) -> None:
-    assert next_scope(queue, running, MARKS, cpus=2) == expected, why
+    assert next_scope(queue, running, MARKS.__getitem__, cpus=2) == expected, why
 
 
 def test_more_cores_fit_more_side_by_side() -> None:
-    assert next_scope(["spark.py", "failover.py"], ["stack.py"], MARKS, cpus=4) == "spark.py"
+    assert next_scope(["spark.py", "failover.py"], ["stack.py"], MARKS.__getitem__, cpus=4) == "spark.py"
 
 
 def test_marks_are_read_from_the_source(tmp_path: Path) -> None:
