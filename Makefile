@@ -4,15 +4,15 @@
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 # TEST_WORKERS=N runs the suite in N processes (0: in this one), a test file's tests together in
-# one (its module's cluster started once); each worker starts its own session cluster, and port
-# blocks and the loopback qdisc are reserved across processes. A worker's next file is the one
-# tests/scheduling.py picks: files marked minutes(n) first, longest first, and one that fits
-# beside the other worker's file by their cores(x) marks (two live stacks side by side run at
-# half speed, and burn CPU while they wait). Two workers by default; measured 2026-12-05 on this
-# 2-core machine: paired by cores 19.1 minutes (working tree, 30.6 busy-CPU minutes) and 20.4
-# (clean clone, 2,173 passed, one timing rerun, 33.9 busy-CPU minutes); longest-first only 20.8
-# and 21.9 (clean clones); 29.7 in one process (27.5 busy-CPU minutes). The suite's CPU sets the
-# floor: 30.6-33.9 busy-CPU minutes on 2 cores cannot take less than 15.3-17.0.
+# one (its module's cluster started once), the files marked minutes(n) handed out first, longest
+# first (tests/conftest.py); each worker starts its own session cluster, and port blocks and the
+# loopback qdisc are reserved across processes. Two by default: measured 2026-12-05 on a clean
+# clone of this 2-core machine, `make test` took 21.1 minutes in two workers (2,161 passed, no
+# rerun, 33.4 busy-CPU minutes) against 33.2 in one (34.0 busy-CPU minutes, before the live e2e
+# moved to the fault matrix). The suite's CPU sets its floor: 33.4 busy-CPU minutes on 2 cores
+# cannot take less than 16.7. A second two-worker run, with more files marked, took 31.4 minutes:
+# the dashboards test waited its 7 minutes twice for a cold-read series the lag collector never
+# exported (the stack running meanwhile: 57 busy-CPU minutes), with four timing reruns.
 TEST_WORKERS ?= 2
 
 bootstrap:

@@ -3,10 +3,9 @@
     TEST_CPU_LOG=/tmp/suite.jsonl make test
     .venv/bin/python scripts/suite_time.py /tmp/suite.jsonl [--top 25]
 
-Prints the whole run's wall and busy-CPU minutes, then the test files (with the cores each kept
-busy on average: its ``cores(x)`` mark) and the tests that took the most wall time (a fixture's
-start is counted in the first test using it), each with its share of the run. Meaningful for
-a run in one process on an otherwise quiet machine.
+Prints the whole run's wall and busy-CPU minutes, then the test files and the tests that took
+the most wall time (a fixture's start is counted in the first test using it), each with its
+share of the run. Meaningful for a run in one process on an otherwise quiet machine.
 """
 
 from __future__ import annotations
@@ -48,10 +47,9 @@ def main() -> None:
         f[0] += 1
         f[1] += r["wall_s"]
         f[2] += r["cpu_s"]
-    # cores: busy CPU over wall, the figure a file's `cores(x)` mark takes (tests/scheduling.py).
-    print(f"\n{'file':64s} {'tests':>5s} {'wall s':>8s} {'cpu s':>8s} {'cores':>5s} {'share':>6s}")
+    print(f"\n{'file':64s} {'tests':>5s} {'wall s':>8s} {'cpu s':>8s} {'share':>6s}")
     for name, (n, w, c) in sorted(by_file.items(), key=lambda kv: -kv[1][1])[: args.top]:
-        print(f"{name:64s} {n:5d} {w:8.1f} {c:8.1f} {c / w if w else 0:5.1f} {w / wall:6.1%}")
+        print(f"{name:64s} {n:5d} {w:8.1f} {c:8.1f} {w / wall:6.1%}")
     print(f"\n{'test':100s} {'wall s':>8s} {'cpu s':>8s}")
     for r in sorted(rows, key=lambda r: -r["wall_s"])[: args.top]:
         print(f"{r['test'][:100]:100s} {r['wall_s']:8.1f} {r['cpu_s']:8.1f}")

@@ -10,16 +10,17 @@ import functools
 import itertools
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testbed import faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
-from tests import scheduling
 
 _ports = itertools.count()
 
@@ -55,40 +56,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # With workers (`make test TEST_WORKERS=N`, `--dist loadfile`), a file's tests run together in one
-# worker, and a worker takes the next file when it is nearly done: the one tests/scheduling.py
-# picks (long files first, and a file that fits beside what the other worker runs).
+# worker, and a worker takes the next file when it is nearly done. xdist hands the files out in
+# collection order, so a minutes-long file collected last (tests/testbed/) runs alone at the end
+# while the other worker idles. The files marked `minutes(n)` go first, the longest first: the
+# short ones then fill in around them and the workers finish together.
+_MINUTES = re.compile(r"pytest\.mark\.minutes\((\d+)\)")
+
+
+@functools.cache
+def _file_minutes(rootdir: str, scope: str) -> int:
+    """A test file's `minutes(n)` mark, read from its source (the controller collects nothing)."""
+    try:
+        m = _MINUTES.search((Path(rootdir) / scope).read_text())
+    except OSError:
+        return 0
+    return int(m[1]) if m else 0
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getoption("dist", None) != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    marks = functools.partial(scheduling.file_marks, str(config.rootpath))
-    cpus = os.cpu_count() or 1
+    rootdir = str(config.rootpath)
 
-    class LongFilesSideBySide(LoadFileScheduling):
+    class LongestFileFirst(LoadFileScheduling):
         def _assign_work_unit(self, node: Any) -> None:
-            # What the other workers run now: the first file each has not finished.
-            running = [
-                scope
-                for other, work in self.assigned_work.items()
-                if other is not node
-                and (scope := next((s for s, tests in work.items() if not all(tests.values())), None))
-            ]
-            chosen = scheduling.next_scope(self.workqueue, running, marks, cpus)
-            self.workqueue.move_to_end(chosen, last=False)
+            # Ties (0 for every unmarked file) keep collection order: max() returns the first.
+            longest = max(self.workqueue, key=lambda scope: _file_minutes(rootdir, scope))
+            self.workqueue.move_to_end(longest, last=False)
             super()._assign_work_unit(node)
 
-    return LongFilesSideBySide(config, log)
+    return LongestFileFirst(config, log)
 
 
 # TEST_CPU_LOG=FILE appends one JSON line per test (setup, call and teardown together, so a
 # fixture's start is counted in the first test using it; not a LINKWATCH_ name: the config
 # loader reads those as settings, and five config tests failed under it): its wall time and the whole
 # machine's busy CPU seconds meanwhile (from /proc/stat, so the brokers, Spark and processes the
-# test drives are counted, which the test process's own times would miss), with the worker that
-# ran it and its end (wall clock), which lay out a run's files per worker. The CPU is meaningful
-# on an otherwise quiet machine with one worker; it is how the suite's CPU is attributed to tests.
+# test drives are counted, which the test process's own times would miss). Meaningful on an
+# otherwise quiet machine with one worker; it is how the suite's CPU is attributed to tests.
 _CPU_LOG = os.environ.get("TEST_CPU_LOG")
 
 
@@ -108,15 +116,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     with open(_CPU_LOG, "a") as f:
         f.write(
-            json.dumps(
-                {
-                    "test": item.nodeid,
-                    "wall_s": time.monotonic() - wall,
-                    "cpu_s": _busy_cpu_s() - cpu,
-                    "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
-                    "end_s": time.time(),
-                }
-            )
+            json.dumps({"test": item.nodeid, "wall_s": time.monotonic() - wall, "cpu_s": _busy_cpu_s() - cpu})
             + "\n"
         )
 

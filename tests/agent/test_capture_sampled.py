@@ -29,8 +29,6 @@ from testbed.agents import config_for_node
 from testbed.cluster import ClusterState
 from tests.agent.traffic import create_topic, run_traffic
 
-pytestmark = pytest.mark.cores(0.3)
-
 FIXTURE = Path(__file__).parent / "fixtures" / "kafka-request-kraft.log"
 
 # (name, rate req/s, budget %, full cost %, max lines/s, max stride, stride)

@@ -19,8 +19,6 @@ from tests.aggregation.captured import (
 )
 from tests.aggregation.window_records import CLUSTER, ROW_SETS, assert_same_aggregates
 
-pytestmark = pytest.mark.cores(1.4)
-
 # Floats equal to this (relative): the sums behind a mean are added in the order the rows come,
 # which Spark's shuffle does not fix; every other value is computed by the same expressions.
 REL = 1e-12

@@ -32,7 +32,7 @@ from tests.aggregation.window_records import (
 )
 from tests.spark_metrics.conftest import raw_frame
 
-pytestmark = [pytest.mark.minutes(3), pytest.mark.cores(1.3)]
+pytestmark = pytest.mark.minutes(3)
 
 
 def batch_path(spark, recs):

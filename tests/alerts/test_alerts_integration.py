@@ -43,7 +43,6 @@ from testbed.cluster import ClusterState
 from testbed.load import ConsumerLoad, KeyDistribution, ProducerLoad, ensure_topic
 
 pytestmark = [
-    pytest.mark.cores(1.7),
     pytest.mark.minutes(3),
     pytest.mark.cluster,
     pytest.mark.timing,

@@ -6,6 +6,6 @@ import pytest
 
 from tests.bench.benches import bench_tests
 
-pytestmark = [pytest.mark.minutes(5), pytest.mark.cores(1.6)]
+pytestmark = pytest.mark.minutes(5)
 
 _, test_bench_on_the_session_cluster = bench_tests("recover")

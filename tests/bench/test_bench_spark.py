@@ -6,6 +6,6 @@ import pytest
 
 from tests.bench.benches import bench_tests
 
-pytestmark = [pytest.mark.minutes(3), pytest.mark.cores(1.3)]
+pytestmark = pytest.mark.minutes(3)
 
 test_bench_without_a_cluster, test_bench_on_the_session_cluster = bench_tests("spark")

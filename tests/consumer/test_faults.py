@@ -24,7 +24,7 @@ from probe.commits import coordinator_partition
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 from tests.consumer.conftest import create_topic, leaders, produce
 
-pytestmark = [pytest.mark.cores(0.7), pytest.mark.minutes(2), pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(2), pytest.mark.cluster, pytest.mark.timing]
 
 
 def _collect(consumer: AsyncFetchConsumer, until, timeout_s: float) -> dict[tuple[str, int], list]:

@@ -39,7 +39,7 @@ from testbed.cluster import ClusterState
 from tests.remediation.kit import config, create_topic, demoting, finding, leaders, replicas, throttles
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.cores(0.5), pytest.mark.minutes(4), pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster, pytest.mark.timing]
 
 RF3 = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(6)}
 SESSION_MS = 6000

@@ -22,8 +22,6 @@ from testbed.cluster import ClusterState
 from tests.remediation.kit import config, create_topic, demoting, finding, replicas
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.cores(0.4)
-
 # (the client's view of its membership, holds the lease if it is assigned the partition)
 MEMBERSHIP = [
     ("joined and stable", ConsumerGroupMetadata("g", 4, "m-1", None, MemberState.STABLE), True),

@@ -14,8 +14,6 @@ from testbed.cluster import ClusterState
 from testbed.load import ensure_topic, partition_leaders
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.cores(0.2)
-
 
 def _process_state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
