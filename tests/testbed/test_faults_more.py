@@ -1,15 +1,17 @@
-"""The stalled follower, the slow disk, CPU starvation and the slow client: each shows where it
-should, in the brokers' own request logs (the target broker's stage p99 against its peers, or one
-client's against the others'), and the cluster is as before once it is reverted."""
+"""The stalled follower, the slow disk, CPU starvation and the slow client on the session cluster:
+each does to the broker what it says (the follower paused and its leaderships moved, the flush
+config and the disk cap set, the JVM pinned beside its spinners), on that broker only, and the
+cluster is as before once it is reverted. The slow client, which needs no load, also shows where
+it should in the broker's own request log: its fetches' send time, not the other clients'."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
+import psutil
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -18,10 +20,10 @@ from linkwatch.errors import SetupError
 from linkwatch.sketch import exact_quantile
 from testbed import faults
 from testbed.cluster import ClusterState
-from testbed.load import ProducerLoad, partition_leaders
+from testbed.load import partition_leaders
 from tests.agent.traffic import create_topic
 
-pytestmark = pytest.mark.minutes(2)
+pytestmark = pytest.mark.cluster
 
 MARKER = " Completed request:"
 
@@ -70,62 +72,42 @@ class LogTap:
         return out
 
 
-def p99(requests: list[Request], stage: str, keep: Callable[[Request], bool] = lambda r: True) -> float:
-    values = [r.stages[stage] for r in requests if keep(r)]
-    return exact_quantile(values, 0.99) if values else 0.0
-
-
-def _phase(cluster: ClusterState, seconds: float) -> dict[int, list[Request]]:
-    tap = LogTap(cluster)
-    time.sleep(seconds)
-    return tap.read()
-
-
 def _replica_orders(admin, topic: str) -> dict[int, list[int]]:
     return {p["partition_index"]: p["replica_nodes"] for p in admin.describe_topics([topic])[0]["partitions"]}
 
 
-# Real brokers under an injected fault on a shared machine: timing-sensitive (one rerun).
-@pytest.mark.timing
-def test_stalled_follower_slows_acks_all_produce_on_its_leaders_and_is_undone(
+def _states_seen(pid: int, seconds: float) -> set[str]:
+    """The states /proc shows for process ``pid`` (``T``: stopped) sampled every 20 ms."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            seen.add(f.read().rsplit(")", 1)[1].split()[0])
+        time.sleep(0.02)
+    return seen
+
+
+# What each fault does to the cluster, and that it is undone. What each one does to the requests
+# (which broker's which stage grows against its peers') is the fault matrix's to judge, end to end
+# with the agents and the analyzer under load (bench/fault_matrix.py: EFFECTS, each fault's stage
+# p99 against the peers'); held here under a load for seconds per phase, the same measurement
+# took a core for 25 s a test.
+
+
+def test_stalled_follower_moves_leadership_off_pauses_that_broker_and_is_undone(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
     # Broker 2 is first (preferred leader) of partition 1; the helper must move that leadership.
     create_topic(admin, topic_name, leaders=[1, 2, 3])
-    control = f"{topic_name}-control"  # replicas 1 and 3 only: nothing there waits on broker 2
-    create_topic(admin, control, rf=2, leaders=[1, 3])
     orders = _replica_orders(admin, topic_name)
-    loads = [
-        ProducerLoad(cluster3.bootstrap, t, rate_per_s=150, acks="all", linger_ms=0).start()
-        for t in (topic_name, control)
-    ]
-    try:
-        time.sleep(3)  # connections and metadata warm
-        before = _phase(cluster3, 8)
-        with faults.stall_follower(admin, 2, cluster3.node(2).pid, [topic_name], pause_ms=400) as leaders:
-            assert 2 not in leaders[topic_name], leaders
-            during = _phase(cluster3, 10)
-        assert not faults.ACTIVE
-    finally:
-        for load in loads:
-            load.stop()
-
-    def remote(by_broker: dict[int, list[Request]], topic: str) -> float:
-        return max(
-            p99(by_broker[b], "remote", lambda r: r.api == "PRODUCE" and topic in r.topics) for b in (1, 3)
-        )
-
-    msg = (
-        f"Produce remote p99 on leaders 1/3: before {remote(before, topic_name):.0f} ms, "
-        f"during {remote(during, topic_name):.0f} ms; control topic during {remote(during, control):.0f} ms"
-    )
-    print(msg)
-    assert not any(topic_name in r.topics for r in during[2] if r.api == "PRODUCE"), "broker 2 still leads"
-    assert remote(during, topic_name) >= 150, msg
-    assert remote(during, topic_name) >= 2.5 * max(remote(before, topic_name), 10), (
-        msg
-    )  # seen: 418 against 139
-    assert remote(during, control) <= remote(during, topic_name) / 3, msg
+    pid = cluster3.node(2).pid
+    with faults.stall_follower(admin, 2, pid, [topic_name], pause_ms=400) as leaders:
+        assert 2 not in leaders[topic_name], leaders
+        assert 2 not in partition_leaders(admin, topic_name).values()
+        assert all(order[-1] == 2 or 2 not in order for order in _replica_orders(admin, topic_name).values())
+        assert "T" in _states_seen(pid, 1.5), "broker 2 was never seen stopped"
+    assert not faults.ACTIVE
+    assert "T" not in _states_seen(pid, 1.2), "broker 2 still stopped after the fault"
     assert _replica_orders(admin, topic_name) == orders
     assert partition_leaders(admin, topic_name) == {0: 1, 1: 2, 2: 3}
 
@@ -142,32 +124,11 @@ def test_stall_follower_refuses_a_broker_that_is_no_replica(
     assert not faults.ACTIVE
 
 
-def stands_out(p99_by_broker: dict[int, float], floor_ms: float) -> bool:
-    """Broker 2's p99 is at least 2.5 × its peers' median (each at least ``floor_ms``) and
-    2 ms above it: the fault took effect on it. A ratio to the median, not 3 × the worst peer:
-    a loaded machine lifts one peer's p99 now and then (seen: 63 ms against 42 and 26 ms); a
-    small absolute floor, because on a quiet machine the fault's p99 is a few ms (seen: 5.9 ms
-    against 0.7 and 0.5 ms)."""
-    peers = sorted(max(p99_by_broker[b], floor_ms) for b in (1, 3))
-    median = (peers[0] + peers[1]) / 2
-    return p99_by_broker[2] >= 2.5 * median and p99_by_broker[2] >= median + 2.0
-
-
-def _produce_local_p99(by_broker: dict[int, list[Request]], topic: str) -> dict[int, float]:
-    return {
-        b: p99(reqs, "local", lambda r: r.api == "PRODUCE" and topic in r.topics)
-        for b, reqs in by_broker.items()
-    }
-
-
-# Real brokers under an injected fault on a shared machine: timing-sensitive (one rerun).
 # A flush per append alone, and with the broker's disk writes capped (a slow disk of its own,
-# faults.slow_disk), which makes it stand out well above the plain flush (fault matrix run 13:
-# 5.6 ms; the brokers share one disk here).
-@pytest.mark.timing
+# faults.slow_disk; the cap's own effect on fsyncs: tests/testbed/test_faults_disk.py).
 @pytest.mark.parametrize("cap", [None, 300], ids=["flush per append", "a disk of its own"])
-def test_slow_log_appends_slow_local_on_that_broker_only_and_are_undone(
-    cluster3: ClusterState, admin, topic_name: str, cap: int | None
+def test_slow_log_appends_set_on_that_broker_only_and_are_undone(
+    cluster3: ClusterState, admin, cap: int | None
 ) -> None:
     node = cluster3.node(2)
     if cap is not None:
@@ -176,70 +137,40 @@ def test_slow_log_appends_slow_local_on_that_broker_only_and_are_undone(
             home = faults.blkio_cgroup(node.pid)
         except SetupError as e:
             pytest.skip(f"no cgroup v1 blkio throttle here: {e}")
-    create_topic(admin, topic_name, leaders=[1, 2, 3])
     key = "log.flush.interval.messages"
     default = faults.broker_config(admin, 2, key)
-    load = ProducerLoad(cluster3.bootstrap, topic_name, rate_per_s=300, acks=1, linger_ms=0).start()
-    group = None
-    try:
-        time.sleep(5)  # connections, metadata and the JIT warm (peers are noisy at first)
-        with (
-            faults.slow_log_appends(admin, 2)
-            if cap is None
-            else faults.slow_disk(admin, 2, node.pid, node.log_dirs[0], cap)
-        ) as group:
-            assert faults.broker_config(admin, 2, key) == "1"
-            assert faults.broker_config(admin, 1, key) == default
-            if group is not None:
-                assert faults.blkio_cgroup(node.pid).endswith(os.path.basename(group))
-            during = _produce_local_p99(_phase(cluster3, 10), topic_name)
-        time.sleep(2)  # what queued up during the fault drains
-        after = _produce_local_p99(_phase(cluster3, 8), topic_name)
-    finally:
-        load.stop()
-    msg = f"Produce local p99 by broker: during {during}, after {after}"
-    print(msg)
+    with (
+        faults.slow_log_appends(admin, 2)
+        if cap is None
+        else faults.slow_disk(admin, 2, node.pid, node.log_dirs[0], cap)
+    ) as group:
+        assert faults.broker_config(admin, 2, key) == "1"
+        assert faults.broker_config(admin, 1, key) == default
+        if group is not None:
+            assert faults.blkio_cgroup(node.pid).endswith(os.path.basename(group))
+            with open(f"{group}/blkio.throttle.write_iops_device") as f:
+                assert f.read().split()[-1] == str(cap)
+    assert not faults.ACTIVE
     assert faults.broker_config(admin, 2, key) == default
     if group is not None:
         assert faults.blkio_cgroup(node.pid) == home
         assert not os.path.exists(group)
-    assert stands_out(during, floor_ms=0.5 if cap is None else 10.0), msg
-    assert after[2] <= 3 * max(after[1], after[3], 2.0), msg  # no longer stands out
 
 
-# Real brokers under an injected fault on a shared machine: timing-sensitive (one rerun).
-@pytest.mark.timing
-def test_starved_cpu_slows_that_broker_and_its_affinity_comes_back(
-    cluster3: ClusterState, admin, topic_name: str
+def test_starved_cpu_pins_that_broker_beside_its_spinners_and_its_affinity_comes_back(
+    cluster3: ClusterState,
 ) -> None:
-    create_topic(admin, topic_name, leaders=[1, 2, 3])
     pid = cluster3.node(2).pid
     masks = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
-    load = ProducerLoad(cluster3.bootstrap, topic_name, rate_per_s=300, acks=1, linger_ms=0).start()
-
-    def worst(by_broker: dict[int, list[Request]]) -> dict[int, float]:
-        def ours(r: Request) -> bool:
-            return r.api == "PRODUCE" and topic_name in r.topics
-
-        return {
-            b: max(p99(reqs, "requestQueue", ours), p99(reqs, "local", ours)) for b, reqs in by_broker.items()
-        }
-
-    try:
-        time.sleep(5)  # connections, metadata and the JIT warm (peers are noisy at first)
-        with faults.starve_cpu(pid, busy_processes=6) as cpu:
-            assert os.sched_getaffinity(pid) == {cpu}
-            during = worst(_phase(cluster3, 10))
-        time.sleep(2)  # what queued up during the fault drains
-        after = worst(_phase(cluster3, 8))
-    finally:
-        load.stop()
-    msg = f"Produce max(requestQueue, local) p99 by broker: during {during}, after {after}"
-    print(msg)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with faults.starve_cpu(pid, busy_processes=2) as cpu:
+        assert os.sched_getaffinity(pid) == {cpu}
+        spinners = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        assert len(spinners) == 2 and all(p.cpu_affinity() == [cpu] for p in spinners), spinners
+    assert not faults.ACTIVE
+    assert not [p for p in spinners if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     still = {t: m for t, m in masks.items() if os.path.exists(f"/proc/{pid}/task/{t}")}
     assert {t: os.sched_getaffinity(t) for t in still} == still
-    assert stands_out(during, floor_ms=1.0), msg
-    assert after[2] <= 3 * max(after[1], after[3], 2.0), msg  # no longer stands out
 
 
 @pytest.mark.parametrize("busy", [0, 9])
