@@ -88,6 +88,12 @@ DEMO_WINDOW_S = 5  # the demo's agents' window (testbed.demo)
 # The smoke checks the loop's order, not its times: on 2 s windows the slow-broker rule's history
 # and its clearing take windows of 2 s, not 5 s (the live e2e's windows, once in the suite).
 SMOKE_WINDOW_S = 2
+# The rounds' loads, msg/s: the acks=all Zipf topic and the measured acks=1 producer. The smoke
+# checks the loop's order on a slowed leader, which any steady traffic shows (a paused broker
+# delays every request it leads, whatever the rate); its lower rates spare the suite's machine
+# the load generator's CPU (kafka-python: about a third of a core per 150 msg/s).
+ORDERS_RATE, SERVE_RATE = 800.0, 300.0
+SMOKE_ORDERS_RATE, SMOKE_SERVE_RATE = 200.0, 100.0
 
 
 def finding_active(analyzer: AnalyzerComponent) -> bool:
@@ -489,6 +495,16 @@ def main() -> None:
         "C threads, so their latency is the cluster's and their CPU small (kafka-python's loads took "
         "a third of a core per 150 msg/s and read an ack's latency when the Python thread got to it)",
     )
+    ap.add_argument(
+        "--orders-rate",
+        type=float,
+        help="the acks=all Zipf load, msg/s (default 800; the smoke's 200)",
+    )
+    ap.add_argument(
+        "--serve-rate",
+        type=float,
+        help="the measured acks=1 producer, msg/s (default 300; the smoke's 100)",
+    )
     ap.add_argument("--before-s", type=float, default=15.0)
     ap.add_argument(
         "--modes",
@@ -518,6 +534,10 @@ def main() -> None:
         args.rounds, args.modes, args.fault_s, args.quiet_s = 1, "with", 120.0, 2.0
         args.restore_timeout_s, args.clear_timeout_s, args.restore_hold_s = 150.0, 30.0, 5.0
         args.window_s = args.window_s or SMOKE_WINDOW_S
+        args.orders_rate = args.orders_rate or SMOKE_ORDERS_RATE
+        args.serve_rate = args.serve_rate or SMOKE_SERVE_RATE
+    args.orders_rate = args.orders_rate or ORDERS_RATE
+    args.serve_rate = args.serve_rate or SERVE_RATE
 
     print(f"restore hold {args.restore_hold_s:g} s", flush=True)
     print(f"producers on {args.load_client}", flush=True)
@@ -547,7 +567,7 @@ def main() -> None:
             ProducerLoad(
                 state.bootstrap,
                 "orders",
-                800,
+                args.orders_rate,
                 KeyDistribution("zipf", 1000, 1.2),
                 acks="all",
                 client=args.load_client,
@@ -555,7 +575,7 @@ def main() -> None:
             ProducerLoad(
                 state.bootstrap,
                 "serve",
-                300,
+                args.serve_rate,
                 KeyDistribution("uniform", 1000),
                 seed=3,
                 client=args.load_client,
