@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
     out = io.StringIO()
     root = tmp_path / "demo"
-    opts = demo.DemoOptions(duration_s=24, rate_per_s=400, partitions=6, root=root, refresh_s=1.0)
+    # 200 msg/s: enough records per broker and phase for the means below (each at least 100),
+    # and the load generator (kafka-python, in this process) does not take a core of its own.
+    opts = demo.DemoOptions(duration_s=24, rate_per_s=200, partitions=6, root=root, refresh_s=1.0)
     pids: list[int] = []
 
     class RecordPids:
@@ -44,7 +46,7 @@ def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
     # The probe ran beside them: the clients' view of every leader, once its first window closed.
     assert "probe (clients' view of each leader)" in text
     assert all(f"broker {b}" in text.split("probe (clients' view")[-1] for b in (1, 2, 3)), text[-2000:]
-    assert summary["acked"] > 0.9 * 24 * 400 * 0.8 and summary["errors"] == 0
+    assert summary["acked"] > 0.9 * opts.duration_s * opts.rate_per_s * 0.8 and summary["errors"] == 0
     assert summary["consumed"] > 0
     # The fault really ran: the pausing thread shares the demo's interpreter, which may delay it.
     assert summary["pause_cycles"] >= 0.5 * summary["fault_s"], summary
