@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,9 @@ class SparkClusterSpec:
     cores_per_worker: int = 1
     memory_mb_per_worker: int = 1024
     daemon_heap_mb: int = 256
+    # JVM arguments of the master and the workers (SPARK_DAEMON_JAVA_OPTS; split like a shell line,
+    # never run by one). The executors' are the application's (spark.executor.extraJavaOptions).
+    daemon_jvm_args: str = ""
     start_timeout_s: float = 120.0
 
     def validate(self) -> None:
@@ -276,6 +280,8 @@ class SparkStandalone:
             SPARK_PUBLIC_DNS=HOST,
             SPARK_DAEMON_MEMORY=f"{self.spec.daemon_heap_mb}m",
         )
+        if self.spec.daemon_jvm_args:
+            env["SPARK_DAEMON_JAVA_OPTS"] = shlex.join(shlex.split(self.spec.daemon_jvm_args))
         return env
 
     def _start(self, name: str, index: int, main_class: str, args: list[str]) -> DaemonState:

@@ -64,6 +64,11 @@ SLOW_FROM = 6  # broker 2 is slow in windows 6..11
 CLUSTER = "sparkcluster"
 BROKERS = (1, 2, 3)
 FINDINGS_WITHIN_S = 300.0
+# The suite's Spark JVM arguments (tests/conftest.py: C1 only, unless SPARK_SUBMIT_OPTS is set) for
+# every JVM of this module: the drivers inherit the variable, the daemons and the executors get
+# them here. Each application's executors live a minute on a few hundred records, where C2's
+# compiling is never paid back (the module's executors: 63 busy CPU-s with it).
+SPARK_JVM_ARGS = os.environ.get("SPARK_SUBMIT_OPTS", "")
 REPORT_TIMEOUT_S = 300.0
 
 
@@ -168,7 +173,11 @@ def samples(cluster3, tmp_path_factory: pytest.TempPathFactory) -> Samples:
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClusterState]:
     root = tmp_path_factory.mktemp("spark") / "standalone"
     cluster = SparkStandalone(
-        SparkClusterSpec(root=root, base_port=find_free_base_port(2, start=_start_port()))
+        SparkClusterSpec(
+            root=root,
+            base_port=find_free_base_port(2, start=_start_port()),
+            daemon_jvm_args=SPARK_JVM_ARGS,
+        )
     )
     state = cluster.up()
     try:
@@ -200,7 +209,10 @@ def _config(
         "state_dir": str(state_dir),
         "spark_master": master,
         "spark_log": str(state_dir.parent / f"{state_dir.name}-spark.log"),
-        "spark_conf": {"spark.ui.showConsoleProgress": "false"},
+        "spark_conf": {
+            "spark.ui.showConsoleProgress": "false",
+            "spark.executor.extraJavaOptions": SPARK_JVM_ARGS,
+        },
         "prometheus": {"enabled": False},
     }
     path.write_text(yaml.safe_dump(cfg))
@@ -394,6 +406,8 @@ def test_report_from_the_wheel_on_the_cluster_with_bare_executors_equals_local_m
         f"spark.pyspark.python={wheel.executors_python}",
         "--conf",
         f"spark.pyspark.driver.python={wheel.python}",
+        "--conf",
+        f"spark.executor.extraJavaOptions={SPARK_JVM_ARGS}",
         *options,
         "--jars",
         ",".join(str(p) for p in kafka_connector_jars()),
