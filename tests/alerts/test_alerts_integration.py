@@ -367,17 +367,38 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
     cleared, inhibited_at_end = _wait_cleared(stack, victim_id, 300)
     assert cleared, f"{name} still active after the fault: {stack.prometheus_alerts()}"
     if name in outcome.received:
-        got = stack.wait_received(
-            lambda got: bool(got) and got[-1]["status"] == "resolved", 120, name, since=seen
-        )
-        assert {a["labels"]["broker"] for a in got} == {victim_id}
-        if got[-1]["status"] != "resolved":
+        got = stack.wait_received(lambda got: _all_resolved(got, victim_id), 120, name, since=seen)
+        # Every notification since the fault points at the victim, or is a leader waiting on it
+        # in stage remote (FaultOutcome.unexplained_others): the same rule as during the watch,
+        # for the notifications that came after it.
+        strays = [_series(a) for a in got if not _points_at(a["labels"], victim_id) and _stage(a) != "remote"]
+        assert not strays, f"slow alerts for brokers never slowed: {strays}"
+        if not _all_resolved(got, victim_id):
             assert inhibited_at_end, (
                 f"no resolved {name}; received: {[(a['alertname'], a['status']) for a in got]}"
             )
             print(
                 "resolved notification muted: the alert was inhibited by the cluster-wide alert when it resolved"
             )
+
+
+def _series(alert: dict) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(alert["labels"].items()))
+
+
+def _stage(alert: dict) -> str:
+    return alert["labels"].get("stage") or alert.get("annotations", {}).get("stage") or "?"
+
+
+def _all_resolved(got: list[dict], victim: str) -> bool:
+    """Each alert series pointing at ``victim`` (the broker itself, or a leader with the victim as
+    its slow follower: its own series) was notified, and its last notification says resolved.
+    Under load an alert may flap during the fault (fire, resolve, fire): only the last counts."""
+    last: dict[tuple, str] = {}
+    for a in got:
+        if _points_at(a["labels"], victim):
+            last[_series(a)] = a["status"]
+    return bool(last) and all(status == "resolved" for status in last.values())
 
 
 def _wait_cleared(stack: AlertStack, victim: str, timeout_s: float) -> tuple[bool, bool]:
