@@ -6,6 +6,7 @@ it should in the broker's own request log: its fetches' send time, not the other
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -157,6 +158,20 @@ def test_slow_log_appends_set_on_that_broker_only_and_are_undone(
         assert not os.path.exists(group)
 
 
+def _spinners(before: set[int], cpu: int, timeout_s: float = 5.0) -> list[psutil.Process]:
+    """This process's children started since ``before`` once each has pinned itself to ``cpu``
+    (a spinner sets its own affinity after it starts)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if new and all(p.cpu_affinity() == [cpu] for p in new):
+                return new
+        if time.monotonic() > deadline:
+            return new
+        time.sleep(0.05)
+
+
 def test_starved_cpu_pins_that_broker_beside_its_spinners_and_its_affinity_comes_back(
     cluster3: ClusterState,
 ) -> None:
@@ -165,8 +180,9 @@ def test_starved_cpu_pins_that_broker_beside_its_spinners_and_its_affinity_comes
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with faults.starve_cpu(pid, busy_processes=2) as cpu:
         assert os.sched_getaffinity(pid) == {cpu}
-        spinners = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        spinners = _spinners(before, cpu)
         assert len(spinners) == 2 and all(p.cpu_affinity() == [cpu] for p in spinners), spinners
+        assert all(os.getsid(p.pid) == p.pid for p in spinners), "spinners share the test's session"
     assert not faults.ACTIVE
     assert not [p for p in spinners if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     still = {t: m for t, m in masks.items() if os.path.exists(f"/proc/{pid}/task/{t}")}
