@@ -56,7 +56,7 @@ from testbed.spark import (
 )
 from tests.wheelkit import built_wheel, uv_install
 
-pytestmark = [pytest.mark.minutes(4), pytest.mark.cluster]
+pytestmark = [pytest.mark.minutes(2), pytest.mark.cluster]
 
 WINDOW_S = 10
 WINDOWS = 12
