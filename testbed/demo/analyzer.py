@@ -35,10 +35,13 @@ def demo_remediation(
     cooldown_s: float = 60.0,
     restore_hold_s: float = RESTORE_HOLD_S,
     followers: str = "keep",
+    settle_s: float | None = None,
 ) -> Path:
     """Write the demo's remediator config (demote on slow_broker, executed, tight caps) and
     return its path. ``followers``: ``demote_leadership``'s setting (``drop`` also takes the
-    slow broker out of the replica sets it follows)."""
+    slow broker out of the replica sets it follows). ``settle_s``: how long the impact guard
+    watches a finished action (a demoted broker is restored only after it; the product's
+    default when None)."""
     cfg: dict[str, Any] = {
         "cluster": "demo",
         "kafka": {"bootstrap_servers": bootstrap},
@@ -53,6 +56,8 @@ def demo_remediation(
         "caps": {"max_concurrent_actions": 1, "max_demoted_brokers": 1},
         "lease": {"enabled": False},  # one remediator in the demo
     }
+    if settle_s is not None:
+        cfg["impact"] = {"settle_s": settle_s}
     path = root / "remediation.yaml"
     root.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -112,8 +117,10 @@ class AnalyzerComponent:
         cooldown_s: float = 60.0,
         followers: str = "keep",
         restore_hold_s: float = RESTORE_HOLD_S,
+        settle_s: float | None = None,
     ) -> None:
         self.cfg = cfg
+        self.settle_s = settle_s
         self.remediate_topics = remediate_topics
         self.cooldown_s = cooldown_s
         self.followers = followers
@@ -146,6 +153,7 @@ class AnalyzerComponent:
                 self.cooldown_s,
                 restore_hold_s=self.restore_hold_s,
                 followers=self.followers,
+                settle_s=self.settle_s,
             )
             pipeline = build_pipeline(PipelineConfig(config=path), [_EventNotifier(self._event)])
         self.service = AnalysisService(cfg, sinks=[TerminalSink(self._event)], pipeline=pipeline).start()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -289,6 +290,9 @@ def test_workers_registered_with_bounded_resources_on_loopback(spark_cluster: Sp
         }
         assert {port for _, port in listening} >= {d.port, d.ui_port}, d
         assert {ip for ip, _ in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, (d.name, listening)
+        # The daemons run with the spec's JVM arguments (SPARK_DAEMON_JAVA_OPTS).
+        cmdline = psutil.Process(d.pid).cmdline()
+        assert all(arg in cmdline for arg in shlex.split(SPARK_JVM_ARGS)), (d.name, cmdline)
 
 
 # --- 2. the batch report: local mode, and from an installed wheel on the cluster ---------------
