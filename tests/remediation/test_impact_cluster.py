@@ -1,9 +1,14 @@
 """The impact guard on the real 3-broker cluster with the real probe: a demotion of broker 1 moves
 its partitions' leadership to broker 2, and broker 2 turns slow as the demotion completes (its JVM
-paused 500 ms of every second — a stand-in for a broker the moved clients overload). The probe's
+paused 800 ms of every second — a stand-in for a broker the moved clients overload). The probe's
 produce p99 for leader 2 rises; the guard stops the action within 30 s of the harm: the demotion
 is undone (replica order and preferred leaders back), the remediator paused, the breaker open
-until reset, and the evidence bundle (before, after, verdict) audited and shown by ``status``."""
+until reset, and the evidence bundle (before, after, verdict) audited and shown by ``status``.
+
+The harm must stand clear of the probe's p99 before it, which a saturated machine raises (the
+suite's other worker, the brokers' own load): the pauses are long (800 ms, the probe's p99 for
+leader 2 at least that) and on time (``own_process``: a pause cycle in this busy interpreter
+runs late and skips seconds). A failure shows the watch's readings."""
 
 from __future__ import annotations
 
@@ -76,7 +81,9 @@ def test_the_impact_guard_stops_an_action_that_hurts(
         assert rem.state.action(aid)["status"] == "settling"
         assert 1 not in leaders(admin, topic_name).values()
 
-        pause = faults.PauseDutyCycle(cluster3.node(2).pid, pause_ms=500, period_ms=1000).start()
+        pause = faults.PauseDutyCycle(
+            cluster3.node(2).pid, pause_ms=800, period_ms=1000, own_process=True
+        ).start()
         harm_at = time.monotonic()
         stopped: list[dict] = []
         while not stopped and time.monotonic() - harm_at < 90:
@@ -85,7 +92,11 @@ def test_the_impact_guard_stops_an_action_that_hurts(
         took_s = time.monotonic() - harm_at
         pause.stop()
         pause = None
-        assert stopped, "the guard did not stop the action"
+        watch = rem.state.action(aid).get("watch") or {}
+        assert stopped, (
+            f"the guard did not stop the action in {took_s:.0f} s; before {watch.get('before')}, "
+            f"last readings {watch.get('readings', [])[-4:]}"
+        )
         print(f"\nthe guard stopped the action {took_s:.1f} s after the harm began: {stopped[0]['harm']}")
         assert "probe p99 of leader 2" in stopped[0]["harm"]
         assert took_s < STOP_WITHIN_S
