@@ -6,13 +6,12 @@ PYTEST_ARGS ?=
 # TEST_WORKERS=N runs the suite in N processes (0: in this one), a test file's tests together in
 # one (its module's cluster started once), the files marked minutes(n) handed out first, longest
 # first (tests/conftest.py); each worker starts its own session cluster, and port blocks and the
-# loopback qdisc are reserved across processes. Two by default: measured 2026-12-05 on a clean
-# clone of this 2-core machine, `make test` took 21.1 minutes in two workers (2,161 passed, no
-# rerun, 33.4 busy-CPU minutes) against 33.2 in one (34.0 busy-CPU minutes, before the live e2e
-# moved to the fault matrix). The suite's CPU sets its floor: 33.4 busy-CPU minutes on 2 cores
-# cannot take less than 16.7. A second two-worker run, with more files marked, took 31.4 minutes:
-# the dashboards test waited its 7 minutes twice for a cold-read series the lag collector never
-# exported (the stack running meanwhile: 57 busy-CPU minutes), with four timing reruns.
+# loopback qdisc are reserved across processes. Two by default: on a clean clone of this 2-core
+# machine `make test` took 20-22 minutes in two workers (2026-12-05/06: pytest 1,199-1,338 s,
+# 2,161 passed, one timing rerun, 32-38 busy-CPU minutes) against 33.2 in one. The suite's CPU
+# sets its floor: 32-38 busy-CPU minutes on 2 cores cannot take less than 16-19. In the
+# 2026-12-06 run (37.6) the two workers' session clusters took 10.4 of them, 6.7 at their idle
+# rate alone (3 idle KRaft brokers use 0.18 of a core).
 TEST_WORKERS ?= 2
 
 bootstrap:
