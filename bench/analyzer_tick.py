@@ -178,7 +178,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lw-tick-") as tmp:
         state_dir = Path(tmp)
         done = 0
-        for minutes in sorted({args.minutes, max(args.minutes, args.grow_to)}):
+        sizes = [args.minutes] if args.grow_to <= args.minutes else [args.minutes, args.grow_to]
+        for minutes in sizes:
             t = time.perf_counter()
             n = grow(
                 spark,

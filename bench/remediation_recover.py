@@ -546,10 +546,11 @@ def main() -> None:
         args.restore_timeout_s, args.clear_timeout_s, args.restore_hold_s = 150.0, 30.0, 5.0
         args.window_s = args.window_s or SMOKE_WINDOW_S
         args.orders_rate = args.orders_rate or SMOKE_ORDERS_RATE
-        # The restore waits out the impact guard's watch of the demotion (60 s by default): the
-        # smoke checks that the watch ends and the restore follows, not its length.
-        args.settle_s = SMOKE_SETTLE_S if args.settle_s is None else args.settle_s
         args.serve_rate = args.serve_rate or SMOKE_SERVE_RATE
+        # The restore waits out the impact guard's watch of the demotion (60 s by default): the
+        # smoke checks that the watch ends and the restore follows, not its length. (0 is a
+        # setting: no watch.)
+        args.settle_s = SMOKE_SETTLE_S if args.settle_s is None else args.settle_s
     args.orders_rate = args.orders_rate or ORDERS_RATE
     args.serve_rate = args.serve_rate or SERVE_RATE
 
