@@ -6,6 +6,7 @@ own stages show nothing. The replica orders and preferred leaders come back on e
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,7 +63,13 @@ def stall_follower(
     token = register(f"stall follower {broker_id}", undo)
     try:
         reorder_replicas(admin, moved, timeout_s)
+        # A broker whose metadata still has the old orders reads the old leaders as preferred:
+        # ask again until no moved partition is led by the stalled broker.
+        deadline = time.monotonic() + timeout_s
         leaders = restore_preferred_leaders(admin, topics, timeout_s)
+        while any(leaders[t][p] == broker_id for t, p in moved) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            leaders = restore_preferred_leaders(admin, topics, timeout_s)
         wait_in_sync(admin, broker_id, topics, timeout_s)
         pause.start()
         yield leaders
