@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -66,11 +67,17 @@ def fill_broker1_dir(
 ) -> Iterator[Callable[[list[int]], FilledDir]]:
     """Fill broker 1's first log dir with ``topic_name``: one partition per size (bytes), led and
     held by broker 1 alone, every replica placed in that dir. The topic is deleted at teardown
-    whatever the outcome (its bytes on any dir would skew the next disk scenario or a rerun)."""
+    whatever the outcome (its bytes on any dir would skew the next disk scenario or a rerun).
+
+    Before filling, the topics earlier tests of this package left on the cluster are deleted:
+    the scenario's capacity is derived from broker 1's dir alone, so a destination dir already
+    holding other tests' bytes has no headroom, and how many moves a plan makes would depend
+    on which files ran before in this worker (a three-worker run planned one move of four)."""
     filled: list[str] = []
 
     def fill(sizes: list[int]) -> FilledDir:
         d1 = cluster3.node(1).log_dirs[0]
+        _delete_leftover_topics(admin, keep=topic_name)
         filled.append(topic_name)
         create_topic(admin, topic_name, {p: [1] for p in range(len(sizes))})
         produce(cluster3.bootstrap, topic_name, dict(enumerate(sizes)))
@@ -82,3 +89,20 @@ def fill_broker1_dir(
     if filled:
         with contextlib.suppress(Exception):
             admin.delete_topics(filled)
+
+
+def _delete_leftover_topics(admin, keep: str, timeout_s: float = 30.0) -> None:
+    """Delete every non-internal topic but ``keep`` and wait until no log dir holds a replica of
+    one (each test of the package uses topics of its own, so none is in use now)."""
+    leftovers = [t for t in admin.list_topics() if not t.startswith("__") and t != keep]
+    if not leftovers:
+        return
+    admin.delete_topics(leftovers)
+    gone = set(leftovers)
+    deadline = time.monotonic() + timeout_s
+    while any(r.topic in gone for r in read_view(admin).replicas):
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the leftover topics {sorted(gone)} still hold replicas after {timeout_s:.0f} s"
+            )
+        time.sleep(0.2)
