@@ -62,15 +62,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # short ones then fill in around them and the workers finish together.
 _MINUTES = re.compile(r"pytest\.mark\.minutes\((\d+)\)")
 
+# Packages whose conftest starts brokers for the package's files alone (tests/remediation: a
+# package-scoped cluster its tests may break; tests/agent: the captured traffic and the
+# one-broker monitoring cluster). A worker runs such a package as one unit, in a row: pytest
+# ends a package-scoped fixture when the worker's next test is outside the package, so files of
+# it handed out one at a time between other packages' started the remediation cluster five times
+# in one two-worker run (about 20 s and 22 busy-CPU s each), and each worker captured the agent
+# traffic and started a monitoring broker of its own.
+PACKAGE_UNITS = ("tests/remediation/", "tests/agent/")
+
+
+def _work_unit(nodeid: str) -> str:
+    """The scope a worker is handed: the test's package for PACKAGE_UNITS, else its file."""
+    path = nodeid.split("::", 1)[0]
+    return next((pkg for pkg in PACKAGE_UNITS if path.startswith(pkg)), path)
+
 
 @functools.cache
 def _file_minutes(rootdir: str, scope: str) -> int:
-    """A test file's `minutes(n)` mark, read from its source (the controller collects nothing)."""
-    try:
-        m = _MINUTES.search((Path(rootdir) / scope).read_text())
-    except OSError:
-        return 0
-    return int(m[1]) if m else 0
+    """A unit's `minutes(n)` marks, read from its source (the controller collects nothing): a
+    file's mark, or the sum of a package unit's files' marks."""
+    root = Path(rootdir) / scope
+    files = sorted(root.rglob("test_*.py")) if scope.endswith("/") else [root]
+    total = 0
+    for f in files:
+        try:
+            m = _MINUTES.search(f.read_text())
+        except OSError:
+            continue
+        total += int(m[1]) if m else 0
+    return total
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -82,6 +103,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     rootdir = str(config.rootpath)
 
     class LongestFileFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
         def _assign_work_unit(self, node: Any) -> None:
             # Ties (0 for every unmarked file) keep collection order: max() returns the first.
             longest = max(self.workqueue, key=lambda scope: _file_minutes(rootdir, scope))

@@ -33,3 +33,21 @@ def test_a_bad_line_or_path_is_one_line_naming_it(tmp_path: Path) -> None:
     assert bad.returncode == 1 and bad.stderr.startswith(f"{log}:2: not a test-time line")
     missing = _run(str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 1 and missing.stderr.strip() == f"no such file: {tmp_path / 'nope.jsonl'}"
+
+
+def test_a_package_with_its_own_cluster_is_one_work_unit_and_its_marks_add_up() -> None:
+    """Workers are handed a package of tests/conftest.py's PACKAGE_UNITS whole (its package-scoped
+    cluster starts once), any other test's file alone; the unit is first in line by the sum of
+    its files' `minutes(n)` marks."""
+    from tests.conftest import PACKAGE_UNITS, _file_minutes, _work_unit
+
+    root = str(Path(__file__).resolve().parents[1])
+    assert "tests/remediation/" in PACKAGE_UNITS
+    assert _work_unit("tests/remediation/test_actions_cluster.py::test_x[a]") == "tests/remediation/"
+    assert _work_unit("tests/remediation/test_intake.py::test_y") == "tests/remediation/"
+    assert _work_unit("tests/lag/test_lag_rack.py::test_z") == "tests/lag/test_lag_rack.py"
+    each = [
+        _file_minutes(root, str(f.relative_to(root)))
+        for f in (Path(root) / "tests/remediation").glob("test_*.py")
+    ]
+    assert _file_minutes(root, "tests/remediation/") == sum(each) > max(each)

@@ -89,8 +89,11 @@ class Monitoring:
     exporter_url: str | None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def monitoring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitoring]:
+    """A one-broker cluster with the JMX exporter, for the package's files that read it; it
+    stops when the package's tests are done (a worker runs the package in a row: tests/conftest.py
+    PACKAGE_UNITS) instead of idling to the session's end."""
     root = tmp_path_factory.mktemp("monitoring")
     jar = exporter_jar()
     jvm_args, url = [], None
