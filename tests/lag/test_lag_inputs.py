@@ -160,7 +160,7 @@ def test_live_group_that_has_not_committed_yet_is_not_an_error(
             consumer.poll(timeout_ms=200)
         # What the group and the consumer's metadata said, so a miss names where the join stopped.
         assert consumer.assignment(), (
-            f"the consumer never joined: group {admin.describe_consumer_groups([group_name])}, "
+            f"the consumer never joined: group {admin.describe_groups([group_name])}, "
             f"partitions known to the consumer {consumer.partitions_for_topic(topic_name)}"
         )
         result = make_collector([group_name]).run_pass()

@@ -7,10 +7,11 @@ import time
 
 import pytest
 from kafka import KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
+from kafka.admin import ConfigResourceType, NewTopic
 
 from testbed import faults
 from testbed.cluster import ClusterState
+from testbed.faults.configs import entries_on_every_broker
 from testbed.load import ensure_topic, partition_leaders
 from tests.waiting import wait_until
 
@@ -162,6 +163,9 @@ def test_topic_config_override_is_deleted_though_its_default_reads_back_as_a_val
         "flush.messages of the new topic",
     )
     with faults.topic_configs(admin, [topic_name], {"flush.messages": "1"}):
+        # In force on every broker when the fault is on (any of them may answer the next read).
+        on_each = entries_on_every_broker(admin, ConfigResourceType.TOPIC, topic_name, "flush.messages")
+        assert [e["value"] for e in on_each] == ["1"] * len(cluster3.nodes)
         assert faults.topic_config(admin, topic_name, "flush.messages") == "1"
         assert faults.ACTIVE
     assert faults.topic_config(admin, topic_name, "flush.messages") == before == str(2**63 - 1)
