@@ -372,7 +372,10 @@ def ensure_own_topics(
 
 def wait_for_leaders(admin, topic: str, partitions: int | None = None, timeout_s: float = 30.0) -> None:
     """Return once ``topic`` is in the metadata with a leader for each of its partitions (and has
-    ``partitions`` of them, when given); TimeoutError after ``timeout_s``."""
+    ``partitions`` of them, when given); TimeoutError after ``timeout_s``. The metadata of the
+    broker the request reached: another applies the topic from the metadata log on its own time,
+    so a request to it right after may not list it yet (clients retry on that; a test's
+    describe right after waits for it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         leaders = partition_leaders(admin, topic)

@@ -15,6 +15,9 @@ from testbed.faults.partitions import partitions, reorder_replicas, restore_pref
 from testbed.faults.pause import PauseDutyCycle
 from testbed.faults.registry import register, unregister
 
+# How long a topic may take to appear in the metadata of the broker asked before it is missing.
+TOPIC_METADATA_WAIT_S = 5.0
+
 
 @contextlib.contextmanager
 def stall_follower(
@@ -40,10 +43,21 @@ def stall_follower(
     """
     if not topics:
         raise ValueError("stall_follower needs topics")
-    parts = partitions(admin, topics)
-    for t in topics:
-        if not any(key[0] == t for key in parts):
-            raise SetupError(f"stall_follower: topic {t} has no partitions in the metadata (does it exist?)")
+    # A topic created a moment ago may not be in the metadata of the broker this request reaches
+    # (each broker applies the metadata log on its own time; a whole-suite run read none right
+    # after the creation): asked again for a few seconds before it counts as missing.
+    deadline = time.monotonic() + TOPIC_METADATA_WAIT_S
+    while True:
+        parts = partitions(admin, topics)
+        missing = [t for t in topics if not any(key[0] == t for key in parts)]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if missing:
+        raise SetupError(
+            f"stall_follower: topic {missing[0]} has no partitions in the metadata after "
+            f"{TOPIC_METADATA_WAIT_S:g} s (does it exist?)"
+        )
     original = {key: list(m["replica_nodes"]) for key, m in parts.items()}
     bad = [f"{t}-{p} (replicas {r})" for (t, p), r in original.items() if broker_id not in r or len(r) < 2]
     if bad:

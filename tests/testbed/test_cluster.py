@@ -12,6 +12,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from testbed.cluster import ClusterState
 from testbed.load import brokers_leading, ensure_topic, partition_leaders
+from tests.waiting import wait_until
 
 MARKER = "Completed request:"
 
@@ -156,7 +157,13 @@ def test_ensure_topic_spread_over_makes_each_broker_preferred_leader_of_a_share(
     cluster3: ClusterState, admin, topic_name: str
 ) -> None:
     ensure_topic(admin, topic_name, partitions=6, replication=3, spread_over=[3, 1, 2])
-    (meta,) = admin.describe_topics([topic_name])
+    # ensure_topic saw the topic led in the metadata of the broker it asked; the next request may
+    # go to one that applies the topic a moment later (a whole-suite run described no partitions).
+    (meta,) = wait_until(
+        lambda: [t for t in admin.describe_topics([topic_name]) if len(t.get("partitions", [])) == 6],
+        30,
+        f"every partition of {topic_name} in the metadata",
+    )
     preferred = [
         p["replica_nodes"][0] for p in sorted(meta["partitions"], key=lambda p: p["partition_index"])
     ]

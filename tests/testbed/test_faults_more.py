@@ -125,6 +125,20 @@ def test_stall_follower_refuses_a_broker_that_is_no_replica(
     assert not faults.ACTIVE
 
 
+def test_stall_follower_names_a_topic_missing_from_the_metadata(
+    cluster3: ClusterState, admin, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from testbed.faults import stalled_follower
+
+    monkeypatch.setattr(stalled_follower, "TOPIC_METADATA_WAIT_S", 0.5)  # asked again, then refused
+    with (
+        pytest.raises(SetupError, match=rf"topic {topic_name} has no partitions in the metadata after 0.5 s"),
+        faults.stall_follower(admin, 2, cluster3.node(2).pid, [topic_name]),
+    ):
+        pass
+    assert not faults.ACTIVE
+
+
 # A flush per append alone, and with the broker's disk writes capped (a slow disk of its own,
 # faults.slow_disk; the cap's own effect on fsyncs: tests/testbed/test_faults_disk.py).
 @pytest.mark.parametrize("cap", [None, 300], ids=["flush per append", "a disk of its own"])
