@@ -4,14 +4,16 @@
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 # TEST_WORKERS=N runs the suite in N processes (0: in this one), a test file's tests together in
-# one (its module's cluster started once), the files marked minutes(n) handed out first, longest
-# first (tests/conftest.py); each worker starts its own session cluster, and port blocks and the
+# one (its module's cluster started once; tests/remediation and tests/agent whole, their package
+# clusters started once), the units marked minutes(n) handed out first, longest first
+# (tests/conftest.py); each worker starts its own session cluster, and port blocks and the
 # loopback qdisc are reserved across processes. Two by default: on a clean clone of this 2-core
-# machine `make test` took 20-22 minutes in two workers (2026-12-05/06: pytest 1,199-1,338 s,
-# 2,161 passed, one timing rerun, 32-38 busy-CPU minutes) against 33.2 in one. The suite's CPU
-# sets its floor: 32-38 busy-CPU minutes on 2 cores cannot take less than 16-19. In the
-# 2026-12-06 run (37.6) the two workers' session clusters took 10.4 of them, 6.7 at their idle
-# rate alone (3 idle KRaft brokers use 0.18 of a core).
+# machine `make test` took 18 minutes in two workers (2026-12-06: pytest 1,082-1,087 s, about
+# 2,160 tests, 0-1 timing reruns, 27.8-28.4 busy-CPU minutes) against 33.2 in one. Three took
+# 17.5 (1,052 s) at 32.9 busy-CPU minutes: the machine saturated (a Spark session took 85 s to
+# start against 25 in two) and a group join needed its rerun. The suite's CPU sets a floor: 28 busy-CPU
+# minutes on 2 cores cannot take less than 14; two workers keep 1.5 cores busy on average, the
+# rest is tests waiting on timeouts, holds and sessions.
 TEST_WORKERS ?= 2
 
 bootstrap:
