@@ -231,7 +231,6 @@ def kafka_python_kwargs(kafka: KafkaClientConfig | str, role: str) -> dict[str, 
     read is a ConfigError naming its key (``kafka.sasl_password_file: ...``)."""
     cfg = client_config(kafka)
     _require_readable(cfg)
-    mend_kafka_python()
     kw: dict[str, Any] = {
         "bootstrap_servers": cfg.servers,
         "client_id": client_id(cfg, role),
@@ -274,61 +273,6 @@ def jaas_config(kafka: KafkaClientConfig) -> str:
 
     module = _LOGIN_MODULES[kafka.sasl_mechanism]
     return f"{module} required username={quoted(kafka.username())} password={quoted(kafka.password())};"
-
-
-@functools.cache
-def mend_kafka_python() -> None:
-    """A mend of kafka-python (3.0.12) for every group consumer of the process, installed by
-    :func:`kafka_python_kwargs` (every client linkwatch builds goes through it).
-
-    A join that finishes while no ``poll`` awaits it is lost. A poll joins while
-    ``need_rejoin()`` says so, and one whose timeout expires mid-join leaves the join task in
-    flight for the next poll to collect. But a rejoin that a metadata change asked for (the group
-    leader's assignment snapshot differs from the metadata: a topic the first join did not see
-    yet, partitions added) stops being "needed" as soon as the leader's assignment step copies
-    the metadata snapshot, before SyncGroup returns. The next poll then skips the join, the
-    finished task is never collected, its assignment never applied, heartbeats stay disabled and
-    the coordinator evicts the member: the consumer polls an empty assignment for good (a
-    subscriber to a just-created topic polling every 200 ms: 1 in 3 to 1 in 40 tries on an idle
-    3-broker cluster; partitions added under a 20 ms poll: 6 of 8 stuck).
-
-    Mended: a join task that finished but was not collected (every other outcome sets it to
-    None) means the join is not done; the join step collects it as kafka-python's own loop does a
-    join it awaited (the assignment applied, heartbeats back), or, when it failed, joins again."""
-    from kafka.coordinator.consumer import ConsumerCoordinator
-    from kafka.structs import MemberState
-
-    stock_need_rejoin = ConsumerCoordinator.need_rejoin
-    stock_join = ConsumerCoordinator.join_group_async
-
-    def uncollected(self: Any) -> Any:
-        task = getattr(self, "_join_task", None)
-        return task if task is not None and task.is_done else None
-
-    def need_rejoin(self: Any) -> bool:
-        return uncollected(self) is not None or stock_need_rejoin(self)
-
-    async def join_group_async(self: Any, timeout_ms: Any = None) -> bool:
-        task = uncollected(self)
-        if task is not None:
-            self._join_task = None
-            if task.succeeded():
-                _log.info("kafka-python: collecting a group join no poll awaited (its assignment applied)")
-                with self._lock:  # kafka-python's join_group_async, after a join it awaited
-                    self.rejoining = False
-                    self.rejoin_needed = False
-                    self.state = MemberState.STABLE
-                    self._enable_heartbeat()
-                generation = self._generation
-                await self._on_join_complete_async(
-                    generation.generation_id, generation.member_id, generation.protocol, task.value
-                )
-                return True
-            self.rejoin_needed = True  # failed while nobody awaited it: join again
-        return await stock_join(self, timeout_ms)
-
-    ConsumerCoordinator.need_rejoin = need_rejoin  # type: ignore[method-assign]
-    ConsumerCoordinator.join_group_async = join_group_async  # type: ignore[method-assign]
 
 
 def spark_kafka_options(kafka: KafkaClientConfig | str) -> dict[str, str]:

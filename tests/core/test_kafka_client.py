@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -394,41 +393,3 @@ def test_a_failed_admin_client_leaves_no_thread_behind() -> None:
             bootstrap_servers="127.0.0.1:1", client_id="linkwatch-leak-test", bootstrap_timeout_ms=300
         )
     assert io_threads() == 1
-
-
-def test_a_group_join_no_poll_awaited_is_collected(cluster3, admin, topic_name: str) -> None:
-    """kafka-python 3.0.12 loses a rejoin that finishes between two polls when a metadata change
-    asked for it (mend_kafka_python says why): partitions added under a 20 ms poll left the stock
-    consumer on its old assignment in 6 of 8 tries (idle 3-broker cluster). Mended, each try
-    takes the added partitions within the deadline."""
-    from kafka import KafkaConsumer
-    from kafka.admin import NewPartitions
-
-    from testbed.load import ensure_topic
-
-    kwargs = kafka_python_kwargs(cluster3.bootstrap, "test-rejoin")  # installs the mend
-    for attempt in range(3):
-        topic, group = f"{topic_name}-{attempt}", f"{topic_name}-g{attempt}"
-        ensure_topic(admin, topic, partitions=2, replication=3)
-        consumer = KafkaConsumer(
-            topic,
-            **kwargs,
-            group_id=group,
-            enable_auto_commit=False,
-            session_timeout_ms=6000,
-            metadata_max_age_ms=500,  # the added partitions are seen within half a second
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
-                consumer.poll(timeout_ms=200)
-            assert len(consumer.assignment()) == 2, (
-                f"try {attempt}: the first join took {consumer.assignment()}"
-            )
-            admin.create_partitions({topic: NewPartitions(total_count=4)})
-            deadline = time.monotonic() + 20
-            while len(consumer.assignment()) < 4 and time.monotonic() < deadline:
-                consumer.poll(timeout_ms=20)  # shorter than a join: most polls end mid-join
-            assert len(consumer.assignment()) == 4, f"try {attempt}: still {sorted(consumer.assignment())}"
-        finally:
-            consumer.close(autocommit=False)
