@@ -8,11 +8,11 @@ PYTEST_ARGS ?=
 # clusters started once), the units marked minutes(n) handed out first, longest first
 # (tests/conftest.py); each worker starts its own session cluster, and port blocks and the
 # loopback qdisc are reserved across processes. Two by default: on a clean clone of this 2-core
-# machine `make test` took 18 minutes in two workers (2026-12-06: pytest 1,082-1,087 s, about
-# 2,160 tests, 0-1 timing reruns, 27.8-28.4 busy-CPU minutes) against 33.2 in one. Three took
+# machine `make test` took 17-18 minutes in two workers (2026-12-06: pytest 1,027-1,087 s,
+# 2,163 tests, 0-1 timing reruns, 26.8-28.4 busy-CPU minutes) against 33.2 in one. Three took
 # 17.5 (1,052 s) at 32.9 busy-CPU minutes: the machine saturated (a Spark session took 85 s to
-# start against 25 in two) and a group join needed its rerun. The suite's CPU sets a floor: 28 busy-CPU
-# minutes on 2 cores cannot take less than 14; two workers keep 1.5 cores busy on average, the
+# start against 25 in two) and a group join needed its rerun. The suite's CPU sets a floor: 27 busy-CPU
+# minutes on 2 cores cannot take less than 13.5; two workers keep 1.5 cores busy on average, the
 # rest is tests waiting on timeouts, holds and sessions.
 TEST_WORKERS ?= 2
 
