@@ -11,7 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from linkwatch.errors import SetupError
-from testbed.faults.partitions import partitions, reorder_replicas, restore_preferred_leaders, wait_in_sync
+from testbed.faults.partitions import (
+    partitions,
+    reorder_replicas,
+    restore_preferred_leaders,
+    wait_in_sync,
+    wait_until_none,
+)
 from testbed.faults.pause import PauseDutyCycle
 from testbed.faults.registry import register, unregister
 
@@ -46,18 +52,21 @@ def stall_follower(
     # A topic created a moment ago may not be in the metadata of the broker this request reaches
     # (each broker applies the metadata log on its own time; a whole-suite run read none right
     # after the creation): asked again for a few seconds before it counts as missing.
-    deadline = time.monotonic() + TOPIC_METADATA_WAIT_S
-    while True:
-        parts = partitions(admin, topics)
-        missing = [t for t in topics if not any(key[0] == t for key in parts)]
-        if not missing or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    if missing:
-        raise SetupError(
-            f"stall_follower: topic {missing[0]} has no partitions in the metadata after "
+    parts: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def missing() -> list[str]:
+        parts.clear()
+        parts.update(partitions(admin, topics))
+        return [t for t in topics if not any(key[0] == t for key in parts)]
+
+    wait_until_none(
+        missing,
+        TOPIC_METADATA_WAIT_S,
+        lambda left: (
+            f"stall_follower: topic {left} has no partitions in the metadata after "
             f"{TOPIC_METADATA_WAIT_S:g} s (does it exist?)"
-        )
+        ),
+    )
     original = {key: list(m["replica_nodes"]) for key, m in parts.items()}
     bad = [f"{t}-{p} (replicas {r})" for (t, p), r in original.items() if broker_id not in r or len(r) < 2]
     if bad:
