@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from linkwatch.errors import SetupError
-from testbed import jars, tls
+from testbed import class_archive, jars, tls
 
 HOST = "127.0.0.1"
 DEFAULT_ROOT = Path(os.environ.get("LINKWATCH_CLUSTER_DIR", "/tmp/linkwatch-cluster"))
@@ -377,8 +377,7 @@ class LocalCluster:
         certs = tls.make_certificates(self.root / "tls") if spec.secured else None
         nodes = [self._write_node(i, runtime, certs) for i in range(1, spec.brokers + 1)]
         self._format(java, runtime, cluster_id, nodes)
-        for node in nodes:
-            node.pid = self._start(java, runtime, node)
+        self._start_nodes(java, runtime, nodes)
         state = ClusterState(
             cluster_id=cluster_id,
             root=str(self.root),
@@ -402,8 +401,7 @@ class LocalCluster:
         java = require_java()
         runtime = jars.resolve()
         self._check_ports()
-        for node in state.nodes:
-            node.pid = self._start(java, runtime, node)
+        self._start_nodes(java, runtime, state.nodes)
         state.started_at = time.time()
         state.save()
         try:
@@ -422,6 +420,7 @@ class LocalCluster:
             raise SetupError(f"no cluster under {self.root}")
         node = state.node(node_id)
         pid = node.pid
+        exited_cleanly = False
         if pid and node.alive():
             _signal(pid, signal.SIGCONT)
             _signal(pid, sig)
@@ -429,9 +428,11 @@ class LocalCluster:
             while time.monotonic() < deadline and pid_alive(pid):
                 _reap([pid])
                 time.sleep(0.1)
+            exited_cleanly = sig != signal.SIGKILL and not pid_alive(pid)
             if pid_alive(pid):
                 _signal(pid, signal.SIGKILL)
             _reap([pid], block=True)
+        class_archive.adopt(Path(node.dir), exited_cleanly)
         return pid
 
     def start_node(self, node_id: int) -> ClusterState:
@@ -443,7 +444,7 @@ class LocalCluster:
         node = state.node(node_id)
         if node.alive():
             raise SetupError(f"broker {node_id} is running (pid {node.pid})")
-        node.pid = self._start(require_java(), jars.resolve(), node)
+        self._start_nodes(require_java(), jars.resolve(), [node])
         state.save()
         self._wait_ready(state)
         return state
@@ -456,19 +457,16 @@ class LocalCluster:
         state = self.state()
         stopped: list[int] = []
         if state is not None:
-            live = [n.pid for n in state.nodes if n.pid and n.alive()]
-            for pid in live:
-                _signal(pid, signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
-                _signal(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and any(pid_alive(p) for p in live):
-                _reap(live)
-                time.sleep(0.2)
-            for pid in live:
-                if pid_alive(pid):
-                    _signal(pid, signal.SIGKILL)
-            _reap(live, block=True)
-            stopped = live
+            live = [n for n in state.nodes if n.pid and n.alive()]
+            # A broker writing the class archive at its exit is slower to stop: stopped together
+            # with the others, it found the controller quorum gone and hung in its controlled
+            # shutdown until killed (the archive lost). It goes first, alone.
+            dumping = [n for n in live if class_archive.is_dumping(Path(n.dir))]
+            killed = _stop_pids([n.pid for n in dumping], timeout_s)
+            killed += _stop_pids([n.pid for n in live if n not in dumping], timeout_s)
+            stopped = [n.pid for n in live]
+            for node in state.nodes:
+                class_archive.adopt(Path(node.dir), node.pid in stopped and node.pid not in killed)
         if not keep_data and self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
         elif state is not None:
@@ -557,6 +555,7 @@ class LocalCluster:
                     [
                         java,
                         "-Xmx256m",
+                        *class_archive.use_args(class_archive.archive_path(java, runtime.cache_dir)),
                         "-cp",
                         runtime.classpath,
                         "kafka.tools.StorageTool",
@@ -595,7 +594,18 @@ class LocalCluster:
         # then came after the client's bootstrap timeout, and the test saw only the timeout).
         return [] if self.spec.secured else shlex.split(os.environ.get(JVM_ARGS_ENV, ""))
 
-    def _start(self, java: str, runtime: jars.KafkaRuntime, node: NodeState) -> int:
+    def _start_nodes(self, java: str, runtime: jars.KafkaRuntime, nodes: list[NodeState]) -> None:
+        """Start ``nodes`` with the class archive mapped; without one yet, the first of them
+        writes it at its exit (testbed.class_archive)."""
+        archive = class_archive.archive_path(java, runtime.cache_dir)
+        mapped = class_archive.use_args(archive)
+        for i, node in enumerate(nodes):
+            cds = mapped
+            if archive is not None and not mapped and i == 0:
+                cds = class_archive.dump_args(archive, Path(node.dir))
+            node.pid = self._start(java, runtime, node, cds)
+
+    def _start(self, java: str, runtime: jars.KafkaRuntime, node: NodeState, cds: list[str]) -> int:
         node_dir = Path(node.dir)
         cmd = [
             java,
@@ -607,6 +617,7 @@ class LocalCluster:
             f"-Dkafka.logs.dir={node.logs_dir}",
             f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
             f"-javaagent:{runtime.jolokia_jar}=port={node.ports.jolokia},host={HOST}",
+            *cds,
             *self.spec.extra_jvm_args,
             *self._env_jvm_args(),
             "-cp",
@@ -689,6 +700,22 @@ def metadata_brokers(bootstrap: str, timeout_s: float = 2.0) -> list[int]:
         return []
     finally:
         admin.close()
+
+
+def _stop_pids(pids: list[int], timeout_s: float) -> list[int]:
+    """TERM ``pids`` together, then KILL those still alive after ``timeout_s``; returns those."""
+    for pid in pids:
+        _signal(pid, signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        _reap(pids)
+        time.sleep(0.2)
+    killed = [pid for pid in pids if pid_alive(pid)]
+    for pid in killed:
+        _signal(pid, signal.SIGKILL)
+    _reap(pids, block=True)
+    return killed
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -31,6 +31,11 @@ class KafkaRuntime:
     def classpath(self) -> str:
         return str(self.lib_dir / "*")
 
+    @property
+    def cache_dir(self) -> Path:
+        """This runtime's own directory (``lib`` is in it): what is derived from its jars."""
+        return self.lib_dir.parent
+
 
 def _pom_text() -> str:
     return resources.files("testbed").joinpath("kafka-pom.xml").read_text()
