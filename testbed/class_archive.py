@@ -19,18 +19,25 @@ The brokers carry the Jolokia agent, so the archive is written and read with
 ``-XX:+AllowArchivingWithJavaAgent`` (a diagnostic flag: HotSpot prints a one-line warning that
 such an archive is for testing, which lands in each broker's ``stdout.log``). These are the
 testbed's local clusters (tests, the demo, ``linkwatch cluster up``), not a production broker's
-JVM. ``TESTBED_BROKER_CDS=0`` turns it off.
+JVM. ``TESTBED_CDS=0`` turns it off (and the Spark drivers' archive below).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import importlib.util
 import os
+import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 # Not LINKWATCH_*: every variable with that prefix is read as a config key by the commands.
-CDS_ENV = "TESTBED_BROKER_CDS"
+CDS_ENV = "TESTBED_CDS"
 # Both the dumping and the mapping JVM must have it: HotSpot refuses an archive whose setting
 # differs from its own.
 DIAGNOSTIC = ("-XX:+UnlockDiagnosticVMOptions", "-XX:+AllowArchivingWithJavaAgent")
@@ -40,15 +47,23 @@ DUMP_NAME = "class-archive.jsa"
 TARGET_NAME = "class-archive.target"
 
 
+def _off() -> bool:
+    return os.environ.get(CDS_ENV, "1").strip() in ("0", "false", "off", "no")
+
+
+def _stamp(path: Path) -> str:
+    real = path.resolve()
+    st = real.stat()
+    return f"{real}\0{st.st_size}\0{st.st_mtime_ns}"
+
+
 def archive_path(java: str, cache_dir: Path) -> Path | None:
     """Where the archive for this ``java`` lives under ``cache_dir`` (the Kafka runtime's), or
     None when turned off. Keyed by the resolved JVM binary and its size and mtime: an archive is
     valid for one JVM build only."""
-    if os.environ.get(CDS_ENV, "1").strip() in ("0", "false", "off", "no"):
+    if _off():
         return None
-    real = Path(java).resolve()
-    st = real.stat()
-    key = hashlib.sha256(f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(_stamp(Path(java)).encode()).hexdigest()[:16]
     return cache_dir / "class-archives" / f"broker-{key}.jsa"
 
 
@@ -96,3 +111,115 @@ def adopt(node_dir: Path, exited_cleanly: bool) -> Path | None:
     finally:
         dump.unlink(missing_ok=True)
         target_file.unlink(missing_ok=True)
+
+
+# --- Spark drivers --------------------------------------------------------------------------
+#
+# A Spark driver (pyspark's, or spark-submit's for `linkwatch report` / `analyze`) loads about
+# 13,000 classes before its first query. The test suite starts dozens of them, each for seconds
+# to minutes; with an archive of the classes one session loads, a session's start and first
+# query measured 18.0-19.6 -> 8.6-10.3 CPU-s and 14.8-17.5 -> 6.9-8.1 s (2026-12-06, this
+# machine). The archive is recorded by one short session (``SPARK_TRAINING``) in a child Python
+# whose JVM writes it at its exit; HotSpot takes it only with the same JVM and the same jars
+# (paths, sizes, mtimes), so it is keyed by both, and a new virtualenv records its own.
+
+#: The session whose loaded classes are archived: local mode with the Kafka connector, the SQL
+#: the aggregation uses (JSON parsing, a shuffle, an Arrow map), then the JVM's pid for the
+#: parent to wait on. Classes it did not load are read from the jars as usual.
+SPARK_TRAINING = """
+from pyspark.sql import functions as F
+from spark_metrics.session import spark_session
+
+s = spark_session("local[2]", app_name="linkwatch-class-archive", kafka=True, shuffle_partitions=2)
+raw = s.createDataFrame([(f'{{"b": {i % 3}, "v": {i}}}',) for i in range(300)], "value string")
+rows = raw.select(F.from_json("value", "b int, v double").alias("r")).select("r.*")
+agg = rows.groupBy("b").agg(F.percentile_approx("v", 0.99).alias("p99"), F.count("*").alias("n"))
+agg.repartition(2, "b").mapInArrow(lambda batches: (b for b in batches if b.num_rows >= 0), agg.schema).collect()
+print("jvm-pid", s.sparkContext._jvm.java.lang.ProcessHandle.current().pid(), flush=True)
+s.stop()
+"""
+#: Spark archives kept besides the newest (one per virtualenv; each about 140 MB).
+SPARK_ARCHIVES_KEPT = 2
+
+
+def spark_archive_path(cache_dir: Path) -> Path | None:
+    """The Spark driver archive for this ``java`` and this environment's pyspark jars under
+    ``cache_dir``, or None when turned off (``TESTBED_CDS=0``) or without pyspark/java."""
+    java = shutil.which("java")
+    spec = importlib.util.find_spec("pyspark")
+    if _off() or java is None or spec is None or not spec.submodule_search_locations:
+        return None
+    jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
+    if not jars.is_dir():
+        return None
+    digest = hashlib.sha256(_stamp(Path(java)).encode())
+    for jar in sorted(jars.iterdir()):
+        digest.update(_stamp(jar).encode())
+    return cache_dir / "class-archives" / f"spark-{digest.hexdigest()[:16]}.jsa"
+
+
+def record_spark_archive(target: Path, jvm_args: str, timeout_s: float = 300.0) -> Path | None:
+    """Record the Spark driver archive into ``target`` unless it is there: one training session
+    (``SPARK_TRAINING``) in a child of this Python with ``jvm_args`` plus the dump; its JVM
+    writes the archive when it exits, after the child. One recording at a time per cache (a
+    lock beside ``target``). Returns ``target`` when it exists after, else None (no archive: the
+    drivers start without one, as before)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / "spark.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{jvm_args} -XX:ArchiveClassesAtExit={tmp}".strip()}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", SPARK_TRAINING],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+            # The JVM shares the child's stdout (its archive warnings land there too): the run
+            # ends when both have closed it.
+            found = re.search(r"^jvm-pid (\d+)$", done.stdout, re.MULTILINE)
+            pid = int(found[1]) if done.returncode == 0 and found else 0
+            if not pid:  # what went wrong, for whoever wonders why the drivers start slowly
+                (target.parent / "spark-training.log").write_text(done.stdout + done.stderr)
+            deadline = time.monotonic() + 60
+            while pid and _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if pid and not _alive(pid) and tmp.is_file() and tmp.stat().st_size > 0:
+                os.replace(tmp, target)
+                _prune(target)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target if target.is_file() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prune(keep: Path) -> None:
+    """Remove all but the newest SPARK_ARCHIVES_KEPT Spark archives besides ``keep``, and
+    recordings an interrupted run left (over an hour old)."""
+    for tmp in keep.parent.glob("spark-*.tmp"):
+        with contextlib.suppress(OSError):
+            if time.time() - tmp.stat().st_mtime > 3600:
+                tmp.unlink()
+    others = sorted(
+        (p for p in keep.parent.glob("spark-*.jsa") if p != keep),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in others[SPARK_ARCHIVES_KEPT:]:
+        with contextlib.suppress(OSError):
+            old.unlink()

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from testbed import faults
+from linkwatch.maven import DEFAULT_CACHE_DIR
+from testbed import class_archive, faults
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 _ports = itertools.count()
@@ -31,7 +33,37 @@ _ports = itertools.count()
 # opt-in): with C1-only brokers the demo's consumer read nothing in its 24 s, in the first try of
 # three runs of three (a clean-clone CI and two runs of the test alone; with full JIT it passed).
 SUITE_SPARK_JVM_ARGS = "-XX:TieredStopAtLevel=1"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", SUITE_SPARK_JVM_ARGS)
+# And they map the class archive of a Spark driver (testbed.class_archive: a session's start and
+# first query about half the CPU and time). HotSpot ignores a missing archive without a word, so
+# every process names it from the start; a run of the whole suite in workers records it in the
+# background when this environment has none yet (pytest_configure), and the drivers started after
+# it appeared map it.
+SPARK_ARCHIVE = class_archive.spark_archive_path(DEFAULT_CACHE_DIR)
+SPARK_SUBMIT_OPTS_GIVEN = "SPARK_SUBMIT_OPTS" in os.environ  # the caller's, kept as given
+os.environ.setdefault(
+    "SPARK_SUBMIT_OPTS",
+    " ".join([SUITE_SPARK_JVM_ARGS, *([f"-XX:SharedArchiveFile={SPARK_ARCHIVE}"] if SPARK_ARCHIVE else [])]),
+)
+_recording: threading.Thread | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _recording
+    in_workers = not hasattr(config, "workerinput") and (getattr(config.option, "numprocesses", 0) or 0) > 0
+    if in_workers and SPARK_ARCHIVE is not None and not SPARK_ARCHIVE.is_file():
+        _recording = threading.Thread(
+            target=class_archive.record_spark_archive,
+            args=(SPARK_ARCHIVE, SUITE_SPARK_JVM_ARGS),
+            name="spark-class-archive",
+            daemon=True,
+        )
+        _recording.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _recording is not None:
+        _recording.join(timeout=120)  # its JVM is writing the archive: let it land
+
 
 # A test marked `timing` waits on real brokers under injected faults or latency thresholds; on a
 # shared machine its first attempt can lose a race that says nothing about the code. It alone

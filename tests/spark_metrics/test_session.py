@@ -4,10 +4,13 @@ once per process, so each case runs in a fresh Python process started here."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 # The child starts a real local Spark, writes one line through Spark's log4j2 and one to the
 # JVM's stderr, runs a job of several stages (what used to draw progress bars), then writes to
@@ -48,3 +51,23 @@ def test_spark_log_and_jvm_output_go_to_the_file_not_the_screen(tmp_path: Path) 
     written = log.read_text()
     assert "WARN test: log4j-marker" in written  # through the shipped log4j2 config's layout
     assert "jvm-stderr-marker" in written
+
+
+def test_the_suites_driver_maps_the_class_archive_recorded_before_it_started(spark) -> None:
+    """The suite's drivers name the Spark class archive (tests/conftest.py); one started after
+    the archive was recorded maps it (HotSpot refuses an archive of other jars or another JVM,
+    silently: this is where a refusal would show)."""
+    import psutil
+
+    from tests.conftest import SPARK_ARCHIVE, SPARK_SUBMIT_OPTS_GIVEN
+
+    if SPARK_ARCHIVE is None or SPARK_SUBMIT_OPTS_GIVEN:
+        pytest.skip(
+            "class archives turned off (TESTBED_CDS=0) or the drivers' options given (SPARK_SUBMIT_OPTS)"
+        )
+    assert f"-XX:SharedArchiveFile={SPARK_ARCHIVE}" in os.environ["SPARK_SUBMIT_OPTS"]
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    started = psutil.Process(pid).create_time()
+    if not SPARK_ARCHIVE.is_file() or SPARK_ARCHIVE.stat().st_mtime > started:
+        pytest.skip("this run's driver started before the archive was recorded")
+    assert str(SPARK_ARCHIVE) in Path(f"/proc/{pid}/maps").read_text()

@@ -3,6 +3,7 @@ adopted atomically, mapped by every broker started after; a partial or unwanted 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,57 @@ def test_a_broker_writes_the_archive_at_its_exit_and_the_next_start_maps_it(
         assert str(archive) in _maps(pid), "the broker did not map the archive (HotSpot refused it)"
     finally:
         cluster.down()
+
+
+# --- the Spark drivers' archive -----------------------------------------------------------
+#
+# Recording it runs a real Spark session (about 40 s on this machine): the suite's own run in
+# workers does that, and tests/spark_metrics/test_session.py checks that its drivers map what
+# it recorded. Here a stand-in child takes the JVM's part (writes the file named by
+# -XX:ArchiveClassesAtExit from a process that outlives the child, and names its pid).
+
+STAND_IN_JVM = """
+import os, re, subprocess, sys
+dump = re.search(r"-XX:ArchiveClassesAtExit=(\\S+)", os.environ["SPARK_SUBMIT_OPTS"])[1]
+writer = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(0.5); open({dump!r}, 'wb').write(b'jsa')"])
+print("a line of the JVM's warnings")
+print("jvm-pid", writer.pid, flush=True)
+"""
+
+
+def test_recording_adopts_what_the_jvm_writes_after_the_child_ends(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(class_archive, "SPARK_TRAINING", STAND_IN_JVM)
+    target = tmp_path / "class-archives" / "spark-x.jsa"
+    assert class_archive.record_spark_archive(target, "-XX:TieredStopAtLevel=1") == target
+    assert target.read_bytes() == b"jsa"
+    assert [p.name for p in target.parent.glob("*.tmp")] == []
+    # Once there, it is not recorded again.
+    monkeypatch.setattr(class_archive, "SPARK_TRAINING", "raise SystemExit(3)")
+    assert class_archive.record_spark_archive(target, "") == target
+
+
+def test_a_failed_recording_leaves_no_archive_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(class_archive, "SPARK_TRAINING", "import sys; sys.exit('no Spark here')")
+    target = tmp_path / "class-archives" / "spark-x.jsa"
+    assert class_archive.record_spark_archive(target, "") is None
+    assert not target.exists() and [p.name for p in target.parent.glob("*.tmp")] == []
+    assert "no Spark here" in (target.parent / "spark-training.log").read_text()
+
+
+def test_old_spark_archives_are_pruned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(class_archive, "SPARK_TRAINING", STAND_IN_JVM)
+    archives = tmp_path / "class-archives"
+    archives.mkdir()
+    for age, name in enumerate(["spark-a.jsa", "spark-b.jsa", "spark-c.jsa", "broker-k.jsa"]):
+        (archives / name).write_bytes(b"old")
+        os.utime(archives / name, (1_000_000 - age, 1_000_000 - age))
+    stale = archives / "spark-z.jsa.1.tmp"
+    stale.write_bytes(b"half")
+    os.utime(stale, (1_000_000, 1_000_000))
+    class_archive.record_spark_archive(archives / "spark-new.jsa", "")
+    kept = sorted(p.name for p in archives.iterdir() if p.suffix != ".lock")
+    assert kept == ["broker-k.jsa", "spark-a.jsa", "spark-b.jsa", "spark-new.jsa"]
