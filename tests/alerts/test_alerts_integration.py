@@ -375,7 +375,8 @@ def test_slow_broker_alert_reaches_the_receiver_with_broker_and_stage_and_resolv
         assert not strays, f"slow alerts for brokers never slowed: {strays}"
         if not _all_resolved(got, victim_id):
             assert inhibited_at_end, (
-                f"no resolved {name}; received: {[(a['alertname'], a['status']) for a in got]}"
+                f"no resolved {name} for every series; received (broker, follower, stage, status): "
+                f"{[(a['labels'].get('broker'), a['labels'].get('follower'), _stage(a), a['status']) for a in got]}"
             )
             print(
                 "resolved notification muted: the alert was inhibited by the cluster-wide alert when it resolved"
