@@ -164,6 +164,8 @@ def record_spark_archive(target: Path, jvm_args: str, timeout_s: float = 300.0) 
     writes the archive when it exits, after the child. One recording at a time per cache (a
     lock beside ``target``). Returns ``target`` when it exists after, else None (no archive: the
     drivers start without one, as before)."""
+    from testbed.cluster import pid_alive  # not at the top: testbed.cluster imports this module
+
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / "spark.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -186,9 +188,9 @@ def record_spark_archive(target: Path, jvm_args: str, timeout_s: float = 300.0) 
             if not pid:  # what went wrong, for whoever wonders why the drivers start slowly
                 (target.parent / "spark-training.log").write_text(done.stdout + done.stderr)
             deadline = time.monotonic() + 60
-            while pid and _alive(pid) and time.monotonic() < deadline:
+            while pid and pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if pid and not _alive(pid) and tmp.is_file() and tmp.stat().st_size > 0:
+            if pid and not pid_alive(pid) and tmp.is_file() and tmp.stat().st_size > 0:
                 os.replace(tmp, target)
                 _prune(target)
         except (OSError, ValueError, subprocess.TimeoutExpired):
@@ -196,16 +198,6 @@ def record_spark_archive(target: Path, jvm_args: str, timeout_s: float = 300.0) 
         finally:
             tmp.unlink(missing_ok=True)
         return target if target.is_file() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _prune(keep: Path) -> None:
