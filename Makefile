@@ -13,7 +13,9 @@ PYTEST_ARGS ?=
 # 17.5 (1,052 s) at 32.9 busy-CPU minutes: the machine saturated (a Spark session took 85 s to
 # start against 25 in two) and a group join needed its rerun. The suite's CPU sets a floor: 27 busy-CPU
 # minutes on 2 cores cannot take less than 13.5; two workers keep 1.5 cores busy on average, the
-# rest is tests waiting on timeouts, holds and sessions.
+# rest is tests waiting on timeouts, holds and sessions. The machine's own speed varies: on
+# 2026-12-07 the same head took 27.3 minutes at 49 busy-CPU minutes (each slow test about twice
+# its time); the class archives (testbed/class_archive.py) then brought it to 22.3 at 37.6.
 TEST_WORKERS ?= 2
 
 bootstrap:
