@@ -39,11 +39,15 @@ SUITE_SPARK_JVM_ARGS = "-XX:TieredStopAtLevel=1"
 # background when this environment has none yet (pytest_configure), and the drivers started after
 # it appeared map it.
 SPARK_ARCHIVE = class_archive.spark_archive_path(DEFAULT_CACHE_DIR)
-SPARK_SUBMIT_OPTS_GIVEN = "SPARK_SUBMIT_OPTS" in os.environ  # the caller's, kept as given
-os.environ.setdefault(
-    "SPARK_SUBMIT_OPTS",
-    " ".join([SUITE_SPARK_JVM_ARGS, *([f"-XX:SharedArchiveFile={SPARK_ARCHIVE}"] if SPARK_ARCHIVE else [])]),
+_SUITE_SPARK_SUBMIT_OPTS = " ".join(
+    [SUITE_SPARK_JVM_ARGS, *([f"-XX:SharedArchiveFile={SPARK_ARCHIVE}"] if SPARK_ARCHIVE else [])]
 )
+# The caller's own, kept as given. Compared with ours, not tested for presence: xdist's workers
+# inherit the variable as the controller's import of this file set it.
+SPARK_SUBMIT_OPTS_GIVEN = (
+    os.environ.get("SPARK_SUBMIT_OPTS", _SUITE_SPARK_SUBMIT_OPTS) != _SUITE_SPARK_SUBMIT_OPTS
+)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", _SUITE_SPARK_SUBMIT_OPTS)
 _recording: threading.Thread | None = None
 
 
