@@ -422,16 +422,7 @@ class LocalCluster:
         pid = node.pid
         exited_cleanly = False
         if pid and node.alive():
-            _signal(pid, signal.SIGCONT)
-            _signal(pid, sig)
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and pid_alive(pid):
-                _reap([pid])
-                time.sleep(0.1)
-            exited_cleanly = sig != signal.SIGKILL and not pid_alive(pid)
-            if pid_alive(pid):
-                _signal(pid, signal.SIGKILL)
-            _reap([pid], block=True)
+            exited_cleanly = not _stop_pids([pid], timeout_s, sig) and sig != signal.SIGKILL
         class_archive.adopt(Path(node.dir), exited_cleanly)
         return pid
 
@@ -702,11 +693,12 @@ def metadata_brokers(bootstrap: str, timeout_s: float = 2.0) -> list[int]:
         admin.close()
 
 
-def _stop_pids(pids: list[int], timeout_s: float) -> list[int]:
-    """TERM ``pids`` together, then KILL those still alive after ``timeout_s``; returns those."""
+def _stop_pids(pids: list[int], timeout_s: float, sig: signal.Signals = signal.SIGTERM) -> list[int]:
+    """Send ``sig`` to ``pids`` together, then KILL those still alive after ``timeout_s``;
+    returns those."""
     for pid in pids:
         _signal(pid, signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
-        _signal(pid, signal.SIGTERM)
+        _signal(pid, sig)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         _reap(pids)
