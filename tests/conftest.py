@@ -22,17 +22,26 @@ import pytest
 
 from linkwatch.maven import DEFAULT_CACHE_DIR
 from testbed import class_archive, faults
-from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
+from testbed.cluster import JVM_ARGS_ENV, ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
 _ports = itertools.count()
 
 # The suite's Spark drivers (those pyspark and spark-submit start; local mode's executors run in
 # them) skip the C2 compiler: they live seconds to minutes on small inputs, where C2's compiling
 # is never paid back (the Spark aggregation tests: 158 -> 102 busy CPU-s). Set the variable (even
-# empty) to run them with full JIT. The brokers keep theirs (testbed.cluster.JVM_ARGS_ENV stays
-# opt-in): with C1-only brokers the demo's consumer read nothing in its 24 s, in the first try of
-# three runs of three (a clean-clone CI and two runs of the test alone; with full JIT it passed).
+# empty) to run them with full JIT.
 SUITE_SPARK_JVM_ARGS = "-XX:TieredStopAtLevel=1"
+# So do the suite's brokers (testbed.cluster.JVM_ARGS_ENV; never the secured ones, whose SCRAM and
+# TLS loops need C2), for the same reason: a test broker lives seconds to minutes under a light
+# load, and C2 spends that time compiling the produce and fetch paths. Brokers were 988 of the
+# suite's 2,281 busy CPU-s (a clean-clone run sampled by process); a 3-broker cluster's start,
+# 60 s idle and 40 s of 300 msg/s acks=all took 89 CPU-s with C2 (the C2 thread alone 0.82 cores
+# of the brokers' 1.59 under that load) and 60 without, its producer's ack p99 1,408 -> 498 ms.
+# Set the variable (even empty) to run them with full JIT. (41272c5 had turned it off: the demo's
+# test then failed its first try with C1-only brokers in three runs of three; today's demo tests
+# passed three runs of three with them.)
+SUITE_BROKER_JVM_ARGS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault(JVM_ARGS_ENV, SUITE_BROKER_JVM_ARGS)
 # And they map the class archive of a Spark driver (testbed.class_archive: a session's start and
 # first query about half the CPU and time). HotSpot ignores a missing archive without a word, so
 # every process names it from the start; a run of the whole suite in workers records it in the
