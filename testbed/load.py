@@ -269,6 +269,10 @@ class ConsumerLoad:
         self.consumed_by_partition: Counter[int] = Counter()
         self.consumed = 0
         self.assigned = threading.Event()  # set once the group gave this consumer partitions
+        # The last error that ended a client (it is made again after RESTART_S): a load that
+        # stopped reading says why instead of counting nothing in silence.
+        self.error: str | None = None
+        self.errors = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -283,7 +287,18 @@ class ConsumerLoad:
             self._thread.join(timeout_s)
         return self.consumed
 
+    RESTART_S = 1.0
+
     def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._consume()
+            except Exception as e:  # the client's bootstrap or a poll failed: note it, start again
+                self.errors += 1
+                self.error = f"{type(e).__name__}: {e}"
+                self._stop.wait(self.RESTART_S)
+
+    def _consume(self) -> None:
         from kafka import KafkaConsumer
 
         consumer = KafkaConsumer(

@@ -152,7 +152,8 @@ def run(opts: DemoOptions, console: Console | None = None) -> dict[str, object]:
         keys = KeyDistribution.parse(opts.keys)
         consumer = ConsumerLoad(state.bootstrap, opts.topic, "demo-consumer").start()
         if not consumer.assigned.wait(60):
-            console.print("[yellow]the demo consumer has not joined its group after 60 s; going on[/]")
+            why = f" (its last error: {consumer.error})" if consumer.error else ""
+            console.print(f"[yellow]the demo consumer has not joined its group after 60 s{why}; going on[/]")
         producer = ProducerLoad(state.bootstrap, opts.topic, opts.rate_per_s, keys, acks=opts.acks).start()
         if opts.serve_topic:
             serve = ProducerLoad(

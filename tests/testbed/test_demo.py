@@ -9,13 +9,19 @@ import pytest
 from rich.console import Console
 
 from testbed import demo
-from testbed.cluster import pid_alive
+from testbed.cluster import JVM_ARGS_ENV, pid_alive
 
 # Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
 pytestmark = [pytest.mark.cluster, pytest.mark.timing]
 
 
-def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
+def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The demo's brokers run as `make demo` runs them, with full JIT, not the suite's C1-only
+    # default (tests/conftest.py): with C1-only brokers its consumer had not joined its group
+    # after 60 s and read nothing, in the first try of a whole-suite run (ci28, and three of
+    # three at 41272c5; three runs of the file alone passed). The consumer now says its last
+    # error in that line (testbed.load.ConsumerLoad.error); the cause is not found yet.
+    monkeypatch.setenv(JVM_ARGS_ENV, "")
     out = io.StringIO()
     root = tmp_path / "demo"
     # 200 msg/s: enough records per broker and phase for the means below (each at least 100),
@@ -47,7 +53,7 @@ def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
     assert "probe (clients' view of each leader)" in text
     assert all(f"broker {b}" in text.split("probe (clients' view")[-1] for b in (1, 2, 3)), text[-2000:]
     assert summary["acked"] > 0.9 * opts.duration_s * opts.rate_per_s * 0.8 and summary["errors"] == 0
-    assert summary["consumed"] > 0
+    assert summary["consumed"] > 0, [line for line in text.splitlines() if "consumer" in line]
     # The fault really ran: the pausing thread shares the demo's interpreter, which may delay it.
     assert summary["pause_cycles"] >= 0.5 * summary["fault_s"], summary
     # During the fault, broker 2 is the slowest broker. A JVM paused 400 ms of every 1000 ms holds

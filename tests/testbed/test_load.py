@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkwatch.errors import ConfigError
-from testbed.load import CLIENTS, KeyDistribution, LoadStats, ProducerLoad, ensure_topic, p99_ms
+from testbed.load import CLIENTS, ConsumerLoad, KeyDistribution, LoadStats, ProducerLoad, ensure_topic, p99_ms
 
 
 def _draw(spec: str, n: int = 50_000, keys: int = 100) -> Counter[bytes | None]:
@@ -124,3 +124,19 @@ def test_both_clients_put_a_key_on_one_partition_and_time_every_ack(cluster3, ad
         assert len(stats.acked_by_partition) == 1, (client, stats.acked_by_partition)
         partitions[client] = next(iter(stats.acked_by_partition))
     assert len(set(partitions.values())) == 1, partitions
+
+
+def test_a_consumer_whose_client_fails_says_why_and_starts_again(cluster3) -> None:
+    """A client that raises (here: a topic name Kafka refuses, on the real brokers) does not end
+    the load in silence: its error is kept, the client is made again, and stop() still ends it."""
+    load = ConsumerLoad(cluster3.bootstrap, "not a topic!", "load-errors").start()
+    try:
+        deadline = time.monotonic() + 60
+        while load.errors < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert load.errors >= 2, "the consumer's failing client was not made again"
+        assert load.error is not None and "topic" in load.error.lower(), load.error
+        assert not load.assigned.is_set() and load.consumed == 0
+    finally:
+        load.stop()
+    assert load._thread is not None and not load._thread.is_alive()
