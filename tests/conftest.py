@@ -37,16 +37,16 @@ SUITE_SPARK_JVM_ARGS = "-XX:TieredStopAtLevel=1"
 # suite's 2,281 busy CPU-s (a clean-clone run sampled by process); a 3-broker cluster's start,
 # 60 s idle and 40 s of 300 msg/s acks=all took 89 CPU-s with C2 (the C2 thread alone 0.82 cores
 # of the brokers' 1.59 under that load) and 60 without, its producer's ack p99 1,408 -> 498 ms.
-# Set the variable (even empty) to run them with full JIT. (41272c5 had turned it off: the demo's
-# test then failed its first try with C1-only brokers in three runs of three; today's demo tests
-# passed three runs of three with them.)
+# Set the variable (even empty) to run them with full JIT. The demo's test runs its brokers with
+# full JIT, as `make demo` does: with C1-only brokers its consumer joined nothing in its first try
+# of a whole-suite run (at 41272c5, which turned this off, and again once; tests/testbed/test_demo.py).
 SUITE_BROKER_JVM_ARGS = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault(JVM_ARGS_ENV, SUITE_BROKER_JVM_ARGS)
-# And they map the class archive of a Spark driver (testbed.class_archive: a session's start and
-# first query about half the CPU and time). HotSpot ignores a missing archive without a word, so
-# every process names it from the start; a run of the whole suite in workers records it in the
-# background when this environment has none yet (pytest_configure), and the drivers started after
-# it appeared map it.
+# The suite's Spark drivers also map the class archive of a Spark driver (testbed.class_archive:
+# a session's start and first query about half the CPU and time). HotSpot ignores a missing
+# archive without a word, so every process names it from the start; a run of the whole suite in
+# workers records it in the background when this environment has none yet (pytest_configure), and
+# the drivers started after it appeared map it.
 SPARK_ARCHIVE = class_archive.spark_archive_path(DEFAULT_CACHE_DIR)
 _SUITE_SPARK_SUBMIT_OPTS = " ".join(
     [SUITE_SPARK_JVM_ARGS, *([f"-XX:SharedArchiveFile={SPARK_ARCHIVE}"] if SPARK_ARCHIVE else [])]
