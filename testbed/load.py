@@ -262,6 +262,8 @@ class ProducerLoad:
 class ConsumerLoad:
     """Consume ``topic`` in group ``group`` until stopped; counts records per partition."""
 
+    RESTART_S = 1.0  # between a client that raised and the next one: at most one a second
+
     def __init__(self, bootstrap: str, topic: str, group: str) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
@@ -286,8 +288,6 @@ class ConsumerLoad:
         if self._thread is not None:
             self._thread.join(timeout_s)
         return self.consumed
-
-    RESTART_S = 1.0
 
     def _run(self) -> None:
         while not self._stop.is_set():
