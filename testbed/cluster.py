@@ -49,6 +49,25 @@ REQUEST_LOG = "kafka-request.log"
 # ``LocalCluster._env_jvm_args``).
 # Not LINKWATCH_*: every variable with that prefix is read as a config key by the commands.
 JVM_ARGS_ENV = "TESTBED_BROKER_JVM_ARGS"
+# Broker properties added to every broker this module starts, ``key=value`` pairs split like a
+# shell line; after the testbed's own, before the spec's ``extra_properties``; unset by default.
+# The test suite sets two that halve an idle broker's CPU (tests/conftest.py).
+PROPERTIES_ENV = "TESTBED_BROKER_PROPERTIES"
+
+
+def env_properties() -> dict[str, str]:
+    """The properties of PROPERTIES_ENV; a word without ``=`` or with an empty key is a
+    SetupError that names the variable."""
+    props: dict[str, str] = {}
+    for word in shlex.split(os.environ.get(PROPERTIES_ENV, "")):
+        key, eq, value = word.partition("=")
+        if not eq or not key.strip():
+            raise SetupError(
+                f"{PROPERTIES_ENV}: {word!r} is not key=value (e.g. replica.fetch.wait.max.ms=2000)"
+            )
+        props[key.strip()] = value
+    return props
+
 
 # Stock Kafka 4.x log4j2 layout, with the request logger at DEBUG in its own rolling file.
 # Size-capped so a busy test never fills the disk: 100 MB x 5 files per broker at most.
@@ -368,6 +387,7 @@ class LocalCluster:
         """Start every node and return once each broker answers metadata listing all brokers."""
         spec = self.spec
         spec.validate()
+        env_props = env_properties()
         self._refuse_stale()
         java = require_java()
         runtime = jars.resolve()
@@ -375,7 +395,7 @@ class LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         cluster_id = new_cluster_id()
         certs = tls.make_certificates(self.root / "tls") if spec.secured else None
-        nodes = [self._write_node(i, runtime, certs) for i in range(1, spec.brokers + 1)]
+        nodes = [self._write_node(i, runtime, certs, env_props) for i in range(1, spec.brokers + 1)]
         self._format(java, runtime, cluster_id, nodes)
         self._start_nodes(java, runtime, nodes)
         state = ClusterState(
@@ -480,7 +500,11 @@ class LocalCluster:
                     )
 
     def _write_node(
-        self, node_id: int, runtime: jars.KafkaRuntime, certs: tls.Certificates | None = None
+        self,
+        node_id: int,
+        runtime: jars.KafkaRuntime,
+        certs: tls.Certificates | None = None,
+        env_props: dict[str, str] | None = None,
     ) -> NodeState:
         spec = self.spec
         ports = node_ports(spec.base_port, node_id)
@@ -518,6 +542,7 @@ class LocalCluster:
             "num.network.threads": "2",
             "log.retention.check.interval.ms": "30000",
             **(_secured_listener(ports, certs) if certs else {}),
+            **(env_props or {}),
             **spec.extra_properties,
         }
         (node_dir / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))

@@ -10,7 +10,8 @@ import orjson
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from testbed.cluster import ClusterState
+from testbed.cluster import PROPERTIES_ENV, ClusterState, env_properties
+from testbed.faults.configs import broker_config
 from testbed.load import brokers_leading, ensure_topic, partition_leaders
 from tests.waiting import wait_until
 
@@ -130,6 +131,17 @@ def test_jolokia_answers_request_metrics(cluster3: ClusterState, admin, topic_na
         assert body["status"] == 200
         assert body["value"]["Count"] > 0, f"broker {node.node_id} counted no Produce requests"
         assert set(body["value"]) >= {"Count", "Mean", "99thPercentile"}
+
+
+def test_the_environments_broker_properties_reach_every_running_broker(cluster3: ClusterState, admin) -> None:
+    """The session cluster started with the suite's TESTBED_BROKER_PROPERTIES (tests/conftest.py,
+    or the caller's): every broker runs with each of them."""
+    wanted = env_properties()
+    if not wanted:
+        pytest.skip(f"{PROPERTIES_ENV} is empty in this run")
+    for node in cluster3.nodes:
+        got = {key: broker_config(admin, node.node_id, key) for key in wanted}
+        assert got == wanted, node.node_id
 
 
 def test_nodes_have_racks_and_two_log_dirs_in_use(cluster3: ClusterState, admin, topic_name: str) -> None:

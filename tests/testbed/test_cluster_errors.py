@@ -11,7 +11,15 @@ import pytest
 from cli.main import main
 from linkwatch.errors import SetupError
 from testbed import jars
-from testbed.cluster import STATE_FILE, ClusterSpec, LocalCluster, find_free_base_port, node_ports
+from testbed.cluster import (
+    PROPERTIES_ENV,
+    STATE_FILE,
+    ClusterSpec,
+    LocalCluster,
+    env_properties,
+    find_free_base_port,
+    node_ports,
+)
 
 
 def test_port_already_taken(tmp_path: Path) -> None:
@@ -99,6 +107,24 @@ def test_maven_failure_is_one_line(tmp_path: Path) -> None:
 def test_bad_cluster_spec(spec: ClusterSpec, message: str) -> None:
     with pytest.raises(SetupError, match=message):
         spec.validate()
+
+
+@pytest.mark.parametrize("value", ["replica.fetch.wait.max.ms", "=2000", "a=1 b"])
+def test_a_property_that_is_not_key_value_is_named_before_anything_is_written(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PROPERTIES_ENV, value)
+    root = tmp_path / "c"
+    with pytest.raises(SetupError, match=rf"^{PROPERTIES_ENV}: '.*' is not key=value"):
+        LocalCluster(ClusterSpec(brokers=1, root=root, base_port=find_free_base_port(1, start=41000))).up()
+    assert not root.exists()
+
+
+def test_properties_are_split_like_a_shell_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PROPERTIES_ENV, " a.b=1  'c.d=x y' e= ")
+    assert env_properties() == {"a.b": "1", "c.d": "x y", "e": ""}
+    monkeypatch.setenv(PROPERTIES_ENV, "")
+    assert env_properties() == {}
 
 
 def test_cli_reports_setup_errors_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
