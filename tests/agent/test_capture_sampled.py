@@ -29,6 +29,8 @@ from testbed.agents import config_for_node
 from testbed.cluster import ClusterState
 from tests.agent.traffic import create_topic, run_traffic
 
+pytestmark = pytest.mark.minutes(1)
+
 FIXTURE = Path(__file__).parent / "fixtures" / "kafka-request-kraft.log"
 
 # (name, rate req/s, budget %, full cost %, max lines/s, max stride, stride)

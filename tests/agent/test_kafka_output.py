@@ -37,7 +37,7 @@ from tests.agent.conftest import Monitoring
 from tests.agent.traffic import create_topic, run_traffic
 
 # Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
-pytestmark = [pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(1), pytest.mark.cluster, pytest.mark.timing]
 
 # Five times the sink's send timeout (3 s, also the producer's request timeout): its requests
 # time out and are retried over and over, and about 7 windows per broker are spooled, yet well

@@ -18,7 +18,7 @@ from testbed.faults import PauseDutyCycle
 from tests.agent.traffic import create_topic, run_traffic
 
 # Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
-pytestmark = [pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(1), pytest.mark.cluster, pytest.mark.timing]
 
 # Pauses of 500 ms: much longer ones made the kafka-python consumer give up on the paused broker's
 # requests, which then never complete (and are never logged).

@@ -3,7 +3,11 @@ minutes-long ones have files of their own beside this one, so the suite's worker
 
 from __future__ import annotations
 
+import pytest
+
 from tests.bench.benches import BENCH, BENCHES, PARTS, bench_tests
+
+pytestmark = pytest.mark.minutes(2)
 
 
 def test_every_bench_has_a_smoke_run() -> None:

@@ -13,7 +13,7 @@ import pytest
 from consumer import AsyncFetchConsumer, ConsumerConfig
 from tests.consumer.conftest import create_topic, produce
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(1), pytest.mark.cluster, pytest.mark.timing]
 
 PARTITIONS = 6
 PER_PARTITION = 400

@@ -26,7 +26,7 @@ from testbed.faults import PauseDutyCycle, restore_preferred_leaders
 from testbed.load import ensure_topic
 from tests.probe.cluster_config import probe_config
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.minutes(1), pytest.mark.cluster, pytest.mark.timing, pytest.mark.timeout(300)]
 
 WINDOW_S = 2
 DEADLINE_MS = 500  # a probe sent early in a 800 ms pause is read back too late

@@ -12,7 +12,7 @@ from testbed import demo
 from testbed.cluster import JVM_ARGS_ENV, pid_alive
 
 # Real brokers under faults or live traffic: timing-sensitive on a shared machine (one rerun).
-pytestmark = [pytest.mark.cluster, pytest.mark.timing]
+pytestmark = [pytest.mark.minutes(1), pytest.mark.cluster, pytest.mark.timing]
 
 
 def test_demo_runs_to_the_end_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ from probe.service import ProbeService
 from testbed.alert_stack import Process, binary, free_port, prometheus_query
 from testbed.cluster import ClusterSpec, ClusterState, LocalCluster, find_free_base_port
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.minutes(1), pytest.mark.cluster]
 
 USER, PASSWORD = "lw-monitor", "pw-" + uuid.uuid4().hex[:12]
 
