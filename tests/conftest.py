@@ -134,19 +134,38 @@ _MINUTES = re.compile(r"pytest\.mark\.minutes\((\d+)\)")
 # traffic and started a monitoring broker of its own.
 PACKAGE_UNITS = ("tests/remediation/", "tests/agent/")
 
+# The files whose tests run a Spark driver in the worker's own process (the session-scoped
+# `spark` fixture of tests/spark_metrics/conftest.py, and the analyzer's services, which get that
+# session back): one unit, named by its first member, so that one worker starts the driver. Handed
+# out by file, two or three workers each started one (a driver's start and first queries took
+# 40-56 s of a test's setup in a three-worker run, at about a core).
+SPARK_DRIVER_UNIT = (
+    "tests/spark_metrics/",
+    "tests/aggregation/test_captured_aggregates.py",
+    "tests/aggregation/test_window_state_spark.py",
+    "tests/analyzer/test_stream_drops.py",
+    "tests/analyzer/test_stream_poison.py",
+    "tests/analyzer/test_stream_restart.py",
+)
+_UNITS = (*((pkg,) for pkg in PACKAGE_UNITS), SPARK_DRIVER_UNIT)
+
 
 def _work_unit(nodeid: str) -> str:
-    """The scope a worker is handed: the test's package for PACKAGE_UNITS, else its file."""
+    """The scope a worker is handed: the first member of the unit (PACKAGE_UNITS,
+    SPARK_DRIVER_UNIT) the test's file belongs to, else its file."""
     path = nodeid.split("::", 1)[0]
-    return next((pkg for pkg in PACKAGE_UNITS if path.startswith(pkg)), path)
+    return next((unit[0] for unit in _UNITS if any(path.startswith(m) for m in unit)), path)
 
 
 @functools.cache
 def _file_minutes(rootdir: str, scope: str) -> int:
     """A unit's `minutes(n)` marks, read from its source (the controller collects nothing): a
-    file's mark, or the sum of a package unit's files' marks."""
-    root = Path(rootdir) / scope
-    files = sorted(root.rglob("test_*.py")) if scope.endswith("/") else [root]
+    file's mark, or the sum of its unit's files' marks."""
+    members = next((unit for unit in _UNITS if unit[0] == scope), (scope,))
+    files = []
+    for member in members:
+        root = Path(rootdir) / member
+        files += sorted(root.rglob("test_*.py")) if member.endswith("/") else [root]
     total = 0
     for f in files:
         try:
@@ -203,7 +222,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     with open(_CPU_LOG, "a") as f:
         f.write(
-            json.dumps({"test": item.nodeid, "wall_s": time.monotonic() - wall, "cpu_s": _busy_cpu_s() - cpu})
+            json.dumps(
+                {
+                    "test": item.nodeid,
+                    "wall_s": time.monotonic() - wall,
+                    "cpu_s": _busy_cpu_s() - cpu,
+                    # With workers: which one, and when the test ended (to draw their timelines).
+                    "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                    "end_s": time.time(),
+                }
+            )
             + "\n"
         )
 

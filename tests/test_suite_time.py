@@ -51,3 +51,24 @@ def test_a_package_with_its_own_cluster_is_one_work_unit_and_its_marks_add_up() 
         for f in (Path(root) / "tests/remediation").glob("test_*.py")
     ]
     assert _file_minutes(root, "tests/remediation/") == sum(each) > max(each)
+
+
+def test_the_files_of_the_in_process_spark_driver_are_one_work_unit() -> None:
+    """The files that start (or get back) a Spark driver in the worker's process go to one worker
+    together, under the name of the unit's first member, and its marks are theirs summed."""
+    from tests.conftest import SPARK_DRIVER_UNIT, _file_minutes, _work_unit
+
+    root = Path(__file__).resolve().parents[1]
+    name = SPARK_DRIVER_UNIT[0]
+    assert _work_unit("tests/spark_metrics/test_transforms.py::test_x") == name
+    assert _work_unit("tests/aggregation/test_window_state_spark.py::test_y[a]") == name
+    assert _work_unit("tests/analyzer/test_stream_restart.py::test_z") == name
+    assert (
+        _work_unit("tests/aggregation/test_window_state.py::test_w")
+        == "tests/aggregation/test_window_state.py"
+    )
+    for member in SPARK_DRIVER_UNIT:
+        assert (root / member).exists(), member
+    marked = _file_minutes(str(root), "tests/aggregation/test_window_state_spark.py")
+    assert marked > 0
+    assert _file_minutes(str(root), name) >= marked
