@@ -153,7 +153,11 @@ def spark_archive_path(cache_dir: Path) -> Path | None:
     if not jars.is_dir():
         return None
     digest = hashlib.sha256(_stamp(Path(java)).encode())
-    for jar in sorted(jars.iterdir()):
+    # The jar files alone: the driver's class path is ``jars/*``, which names no directory, and
+    # the directory pyspark ships there (connect-repl) is made anew by each install, so its time
+    # keyed a new archive for every fresh environment at the same path (about 40 busy CPU-s to
+    # record, at the start of every clean clone's suite) though uv links the same jar files.
+    for jar in sorted(jars.glob("*.jar")):
         digest.update(_stamp(jar).encode())
     return cache_dir / "class-archives" / f"spark-{digest.hexdigest()[:16]}.jsa"
 

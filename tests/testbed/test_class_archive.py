@@ -44,6 +44,33 @@ def test_one_archive_per_jvm_build(tmp_path: Path) -> None:
     assert class_archive.archive_path(str(a), tmp_path).parent == tmp_path / "class-archives"
 
 
+def test_the_spark_archive_is_keyed_by_the_jar_files_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fresh environment at the same path links the same jar files but makes pyspark's
+    directories anew: the archive it finds is the one recorded before. A jar that changes keys a
+    new one (HotSpot would refuse the old)."""
+    import importlib.machinery
+
+    pkg = tmp_path / "site" / "pyspark"
+    (pkg / "jars" / "connect-repl").mkdir(parents=True)
+    jar = pkg / "jars" / "spark-core.jar"
+    jar.write_bytes(b"classes")
+    spec = importlib.machinery.ModuleSpec("pyspark", None, is_package=True)
+    spec.submodule_search_locations = [str(pkg)]
+    monkeypatch.setattr(class_archive.importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.delenv(class_archive.CDS_ENV, raising=False)
+    first = class_archive.spark_archive_path(tmp_path / "cache")
+    assert first is not None
+
+    os.utime(pkg / "jars" / "connect-repl", (2_000_000, 2_000_000))
+    (pkg / "jars" / "README").write_text("not a jar")
+    assert class_archive.spark_archive_path(tmp_path / "cache") == first
+
+    os.utime(jar, (3_000_000, 3_000_000))
+    assert class_archive.spark_archive_path(tmp_path / "cache") != first
+
+
 def test_a_missing_archive_adds_no_argument(tmp_path: Path) -> None:
     archive = tmp_path / "class-archives" / "broker-x.jsa"
     assert class_archive.use_args(None) == []
