@@ -111,14 +111,23 @@ def test_probe_isolates_a_paused_broker_and_sees_it_recover(cluster3, admin, pro
         for phase, ws in (("baseline", base), ("fault", fault), ("recovered", rec))
     }
     print(f"end-to-end p99 ms (median of windows), availability: {table}")
-    # Broker 2's latency rises and its availability drops; brokers 1 and 3 stay fine.
-    assert p99(fault, 2) > max(300.0, 3 * p99(base, 2)), table
+
+    # A paused broker adds its pause to what it leads (a probe sent while it is stopped waits
+    # out the rest of the pause: up to PAUSE_MS) and to nothing else; the machine's own load (the
+    # suite's other workers) delays every broker's probes alike. So broker 2 is judged by what
+    # it carries above its peers in the same windows, not by a fixed line or its own baseline: a
+    # loaded three-worker run had the baseline at 296 ms and, in another try, the peers at 424
+    # and 340 ms during the fault (broker 2 at 804 and 889 ms).
+    def excess(ws: list[dict[int, BrokerWindow]], b: int) -> float:
+        return p99(ws, b) - max(p99(ws, peer) for peer in (1, 3))
+
+    assert p99(fault, 2) > 300.0, table
+    assert excess(fault, 2) > PAUSE_MS / 2, table
     assert availability(fault, 2) < 0.9, table
     for b in (1, 3):
-        assert p99(fault, b) < 300.0, table
         assert availability(fault, b) >= 0.95, table
-    # Both recover.
-    assert p99(rec, 2) < 300.0, table
+    # Broker 2 recovers: it no longer carries the pause.
+    assert excess(rec, 2) < PAUSE_MS / 2, table
     assert availability(rec, 2) >= 0.95, table
 
     # What the analyzer makes of it: the probe corroborates a finding against broker 2.
