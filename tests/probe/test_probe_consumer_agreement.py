@@ -19,7 +19,9 @@ serialising and ``send`` for up to three partitions, and any GIL or scheduling s
 sub-ms when idle, a few ms on this shared 2-core machine) ± the wall/monotonic rate difference
 (ppm, nothing over seconds). The sketches add ≤ 1 % relative error each (same mapping, so a
 value lands in the same bucket in both). Tolerance: per broker the same number of records;
-means within −STALL_MS … +1 ms (sums are exact); p50 and p99 within 2 % + 1 ms + STALL_MS.
+means within −STALL_MS … +1 ms (sums are exact); the consumer's p50 and p99 at most the probe's
++ 2 % + 1 ms, and its p50 at least the probe's − 2 % − 1 ms − STALL_MS (a probe stall is one
+record's: it can set p99, not the median).
 """
 
 from __future__ import annotations
@@ -115,6 +117,13 @@ def test_probe_end_to_end_agrees_with_the_consumers_own_timing(cluster3, monkeyp
         p, c = probe_e2e[b], consumer_e2e[b]
         assert p.count == c.count >= 50, table  # the same records, every one read back
         assert -STALL_MS <= c.sum / c.count - p.sum / p.count <= 1.0, table
+        # Per record consumer − probe ≤ 1 ms whatever the load, so every quantile of the
+        # consumer's is at most the probe's + 1 ms (+ the sketches' error). The other side is the
+        # probe process's own stall, bounded on average (the means above) but not per record: one
+        # record stalled 30 ms in a loaded run sets p99 of ~140 (probe 47.9 ms, consumer 17.3 ms,
+        # with the means 1.9 ms apart). So the median is held both ways and the tail one way.
         for q in (0.5, 0.99):
             pq, cq = p.quantile(q), c.quantile(q)
-            assert abs(cq - pq) <= 0.02 * max(cq, pq) + 1.0 + STALL_MS, (b, q, table)
+            assert cq - pq <= 0.02 * max(cq, pq) + 1.0, (b, q, table)
+        pq, cq = p.quantile(0.5), c.quantile(0.5)
+        assert pq - cq <= 0.02 * max(cq, pq) + 1.0 + STALL_MS, (b, 0.5, table)
