@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 RESTORE_RETRY_S = 60.0
 COMMAND_TTL_S = 120.0  # a command older than this when the holder reads it is answered "expired"
 COMMANDS = ("pause", "resume", "reset", "cancel", "undo")
+STANDBY = "standby: another remediator holds the lease"  # the reason :meth:`Remediator.handle` refuses with
 
 
 class ClusterReader:
@@ -185,9 +186,7 @@ class Remediator:
         """Handle one finding; returns the audit event that says what happened to it."""
         try:
             if not self._ensure_active():
-                return self.audit.write(
-                    "refused", subject=_subject(finding), reason="standby: another remediator holds the lease"
-                )
+                return self.audit.write("refused", subject=_subject(finding), reason=STANDBY)
             return self._handle(finding)
         except Fenced as e:
             return self.stand_down(str(e))

@@ -40,13 +40,22 @@ from remediation.config import RemediatorConfig, load_remediation_config
 from remediation.control import FileInbox, StateLock
 from remediation.latency import DEFAULT_QUERY, PrometheusLatency
 from remediation.lease import KafkaLease, LocalLease, ensure_lease_topic
-from remediation.remediator import Remediator, default_member
+from remediation.remediator import STANDBY, Remediator, default_member
 from remediation.state import Fenced, TopicStateStore, ensure_state_topic
 
 log = logging.getLogger(__name__)
 
 MAX_LOOP_FAILURES = 5  # taking over or reading failing this often in a row ends the process
 HANDLE_ATTEMPTS = 3  # a finding whose handling raised (not a drop) is tried this often, then skipped
+
+
+class _NotHeld(Exception):
+    """The lease was not held when a finding was to be judged: the holder is in a rebalance (a
+    standby joining leaves it unconfirmed until the group assigns the lease again) or has lost
+    it. The finding is not judged and its position not moved: it is read again once the lease is
+    back, or by the next holder from the judged position. (Judged as "refused: standby", a
+    finding that arrived while a standby joined was skipped for good by the holder that kept
+    the lease: the failover test's holder never acted on its one finding.)"""
 
 
 def shared(cfg: RemediatorConfig) -> bool:
@@ -151,7 +160,11 @@ def _judge(rem: Remediator, stop: threading.Event, poll_ms: int, counters: dict[
                 raise Fenced("the lease was lost")
             for tp, records in consumer.poll(timeout_ms=poll_ms).items():
                 for record in records:
-                    if not _one_with_retries(rem, record.value, counters):
+                    try:
+                        done = _one_with_retries(rem, record.value, counters)
+                    except _NotHeld:
+                        done = False  # the loop's top waits for the lease (or stands down)
+                    if not done:
                         consumer.seek(tp, record.offset)  # not judged: read it again
                         break
                     judged(rem, tp, record.offset + 1)
@@ -224,7 +237,8 @@ def _one_with_retries(rem: Remediator, raw: bytes, counters: dict[str, int]) -> 
 
 def _one(rem: Remediator, raw: bytes, counters: dict[str, int]) -> bool:
     """Decode and hand one record to the remediator; True when judged (acted on, refused or
-    dropped), False when handling raised (the cluster unreachable, a bug)."""
+    dropped), False when handling raised (the cluster unreachable, a bug); :class:`_NotHeld`
+    when the lease was not held (not judged either)."""
     try:
         record = decode(raw)
     except RecordError as e:
@@ -233,16 +247,21 @@ def _one(rem: Remediator, raw: bytes, counters: dict[str, int]) -> bool:
         return True
     if not isinstance(record, Finding):
         return True  # another kind on the topic: not ours to judge
-    counters["findings"] += 1
+    if not rem.lease.held():
+        raise _NotHeld
     try:
         event = rem.handle(record)
     except Fenced:
         raise
     except Exception:  # one finding (or a cluster hiccup) must not stop the remediator
+        counters["findings"] += 1
         rem.errors_total += 1
         counters["errors"] += 1
         log.exception("handling %s failed", record.dedup_key())
         return False
+    if event.get("event") == "refused" and event.get("reason") == STANDBY:
+        raise _NotHeld  # lost between the check above and the handover
+    counters["findings"] += 1
     if event.get("event") == "dropped":
         counters["dropped"] += 1
     if event.get("event") == "fenced":
