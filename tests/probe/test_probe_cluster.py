@@ -85,9 +85,13 @@ def probe_run(cluster3, admin) -> Iterator[Run]:
         run.service.close()
 
 
+def quantile(windows: list[dict[int, BrokerWindow]], broker: int, q: float) -> float:
+    """Median over windows of the broker's end-to-end ``q`` quantile (ms)."""
+    return statistics.median(w[broker].end_to_end.quantile(q) or 0.0 for w in windows if broker in w)
+
+
 def p99(windows: list[dict[int, BrokerWindow]], broker: int) -> float:
-    """Median over windows of the broker's end-to-end p99 (ms)."""
-    return statistics.median(w[broker].end_to_end.quantile(0.99) or 0.0 for w in windows if broker in w)
+    return quantile(windows, broker, 0.99)
 
 
 def availability(windows: list[dict[int, BrokerWindow]], broker: int) -> float:
@@ -107,28 +111,36 @@ def test_probe_isolates_a_paused_broker_and_sees_it_recover(cluster3, admin, pro
 
     base, fault, rec = run.of("baseline"), run.of("fault"), run.of("recovered")
     table = {
-        phase: {b: (round(p99(ws, b)), round(availability(ws, b), 3)) for b in (1, 2, 3)}
+        phase: {
+            b: (round(quantile(ws, b, 0.5)), round(p99(ws, b)), round(availability(ws, b), 3))
+            for b in (1, 2, 3)
+        }
         for phase, ws in (("baseline", base), ("fault", fault), ("recovered", rec))
     }
-    print(f"end-to-end p99 ms (median of windows), availability: {table}")
+    print(f"end-to-end p50 and p99 ms (median of windows), availability: {table}")
 
-    # A paused broker adds its pause to what it leads (a probe sent while it is stopped waits
-    # out the rest of the pause: up to PAUSE_MS) and to nothing else; the machine's own load (the
-    # suite's other workers) delays every broker's probes alike. So broker 2 is judged by what
-    # it carries above its peers in the same windows, not by a fixed line or its own baseline: a
-    # loaded three-worker run had the baseline at 296 ms and, in another try, the peers at 424
-    # and 340 ms during the fault (broker 2 at 804 and 889 ms).
-    def excess(ws: list[dict[int, BrokerWindow]], b: int) -> float:
-        return p99(ws, b) - max(p99(ws, peer) for peer in (1, 3))
+    # What the pause does, by its mechanism: a probe to broker 2 sent while it is stopped waits
+    # out the rest of the pause, so with an 800 ms pause in every 1,000 ms, 80 % of its probes
+    # wait a uniform 0–800 ms: its median rises by ~300 ms, its p99 to ~800 ms, and the 30 % that
+    # wait over DEADLINE_MS (500 ms) are unavailable. Nothing of it reaches the probes that
+    # brokers 1 and 3 lead. The suite's load stalls this process and the brokers now and then,
+    # which delays some probes of every broker alike (loaded runs had the peers' p99 at 424 and
+    # 925 ms and their availability at 0.83–0.96 in the fault, while idle runs had 20–30 ms and
+    # 1.0). So broker 2 is judged by what it carries above its peers in the same windows: at its
+    # median (a stall is a minority of probes, the pause most of them), and in availability.
+    def excess(ws: list[dict[int, BrokerWindow]], b: int, q: float) -> float:
+        return quantile(ws, b, q) - max(quantile(ws, peer, q) for peer in (1, 3))
 
+    def unavailable_excess(ws: list[dict[int, BrokerWindow]], b: int) -> float:
+        return min(availability(ws, peer) for peer in (1, 3)) - availability(ws, b)
+
+    pause_share = (PAUSE_MS - DEADLINE_MS) / PERIOD_MS  # of broker 2's probes past the deadline
     assert p99(fault, 2) > 300.0, table
-    assert excess(fault, 2) > PAUSE_MS / 2, table
-    assert availability(fault, 2) < 0.9, table
-    for b in (1, 3):
-        assert availability(fault, b) >= 0.95, table
+    assert excess(fault, 2, 0.5) > PAUSE_MS / 4, table
+    assert unavailable_excess(fault, 2) > pause_share / 2, table
     # Broker 2 recovers: it no longer carries the pause.
-    assert excess(rec, 2) < PAUSE_MS / 2, table
-    assert availability(rec, 2) >= 0.95, table
+    assert excess(rec, 2, 0.5) < PAUSE_MS / 8, table
+    assert unavailable_excess(rec, 2) < pause_share / 2, table
 
     # What the analyzer makes of it: the probe corroborates a finding against broker 2.
     rows = [
