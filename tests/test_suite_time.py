@@ -26,6 +26,27 @@ def test_files_and_tests_are_ranked_by_wall_time(tmp_path: Path) -> None:
     assert tests == ["tests/b.py::t", "tests/a.py::t1", "tests/a.py::t2"]
 
 
+def test_a_run_in_workers_shows_each_workers_tests_and_last_end(tmp_path: Path) -> None:
+    log = tmp_path / "suite.jsonl"
+    rows = [  # (test, wall, cpu, worker, end): gw1 starts at 100.0, gw0 ends last at 112.0
+        ("tests/a.py::t1", 2.0, 1.0, "gw0", 103.0),
+        ("tests/a.py::t2", 9.0, 1.0, "gw0", 112.0),
+        ("tests/b.py::t", 4.0, 1.0, "gw1", 104.0),
+    ]
+    log.write_text(
+        "".join(
+            json.dumps({"test": t, "wall_s": w, "cpu_s": c, "worker": k, "end_s": e}) + "\n"
+            for t, w, c, k, e in rows
+        )
+    )
+    out = _run(str(log)).stdout.splitlines()
+    table = [line.split() for line in out if line.startswith("gw")]
+    assert table == [["gw0", "2", "11.0", "12.0"], ["gw1", "1", "4.0", "4.0"]]
+    # Lines without workers (a run in one process) print no worker table.
+    log.write_text(json.dumps({"test": "tests/a.py::t", "wall_s": 1, "cpu_s": 1}) + "\n")
+    assert not [line for line in _run(str(log)).stdout.splitlines() if line.startswith("worker")]
+
+
 def test_a_bad_line_or_path_is_one_line_naming_it(tmp_path: Path) -> None:
     log = tmp_path / "suite.jsonl"
     log.write_text('{"test": "tests/a.py::t", "wall_s": 1, "cpu_s": 1}\nnot json\n')
