@@ -13,9 +13,9 @@ PYTEST_ARGS ?=
 # holds and sessions), three 1,015-1,057 s at 1,870-2,006 (a third session cluster and Spark
 # driver; 1.84-1.9 cores), 0-1 timing reruns each; with the bytecode cache (below) `.ci/run`
 # took 785, 858 and 885 s whole (780-880 s of pytest, 1,403-1,582 busy CPU-s, no rerun), 927 s
-# with two timing reruns and 1,039 s with the alerting test's rerun. The suite is CPU-bound in three: its busy CPU-s over
-# two cores is its floor, and the machine's own speed moves it: a fixed pure-Python loop (20
-# million multiply-adds) took 2.3 to 4.5 s on the quiet machine within that one day.
+# with two timing reruns and 1,039 s with the alerting test's rerun. The suite is CPU-bound in
+# three: its busy CPU-s over two cores is its floor, and the machine's own speed moves it: a fixed
+# pure-Python loop (20 million multiply-adds) took 2.3 to 4.5 s on the quiet machine in one day.
 TEST_WORKERS ?= 3
 
 bootstrap:

@@ -128,23 +128,22 @@ def measure(args: argparse.Namespace) -> None:
         f"{'variant':10s} {'taken':>7s} {'never':>5s} {'without median s':>17s} {'max s':>7s} "
         f"{'generation median':>18s} {'max':>5s} {'both':>5s} {'handover median s':>18s}"
     )
+    never = {v: sum("never" in r for r in results[v]) for v in VARIANTS}
     for v in VARIANTS:
-        never = sum("never" in r for r in results[v])
         rows = [r for r in results[v] if "never" not in r]
         if not rows:
             print(
-                f"{v:10s} {0:3d}/{0:<3d} {never:5d} {'-':>17s} {'-':>7s} {'-':>18s} {'-':>5s} {'-':>5s} {'-':>18s}"
+                f"{v:10s} {0:3d}/{0:<3d} {never[v]:5d} {'-':>17s} {'-':>7s} {'-':>18s} {'-':>5s} {'-':>5s} {'-':>18s}"
             )
             continue
         without = [r["without_s"] for r in rows]
         gens = [r["generation"] for r in rows]
         print(
-            f"{v:10s} {sum(r['taken'] for r in rows):3d}/{len(rows):<3d} {never:5d} {statistics.median(without):17.2f} "
+            f"{v:10s} {sum(r['taken'] for r in rows):3d}/{len(rows):<3d} {never[v]:5d} {statistics.median(without):17.2f} "
             f"{max(without):7.2f} {statistics.median(gens):18.0f} {max(gens):5d} "
             f"{sum(r['both'] for r in rows):5d} {statistics.median(r['handover_s'] for r in rows):18.1f}"
         )
     taken = {v: sum(r.get("taken", False) for r in results[v]) for v in VARIANTS}
-    never = {v: sum("never" in r for r in results[v]) for v in VARIANTS}
     print(
         f"standby took the lease from a live holder, baseline / product: {taken['baseline']} / {taken['product']}"
     )
